@@ -1,0 +1,1 @@
+"""Benchmarks run by `make bench`: each module prints its tables (speed is measured here, never in tests)."""

@@ -1,0 +1,48 @@
+"""Simulator throughput: steps per second on schedules of a million steps and more."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchmarks.common import PAPER, best_time, show
+from remat_bench.generators import chain, random_layered
+from remat_bench.graph import load_graph
+from remat_bench.schedule import FREE, Schedule
+from remat_bench.simulate import baseline_schedule, clean_up, simulate
+
+
+def long_schedule(g, target_steps: int) -> Schedule:
+    """A valid schedule of at least ``target_steps`` steps: the baseline pass, repeated.
+
+    Between passes every output is freed, so each pass recomputes the whole graph.
+    """
+    base = baseline_schedule(g)
+    outs = np.asarray(g.output_indices, dtype=np.int64)
+    one = (np.concatenate([base.kinds, np.full(len(outs), FREE, dtype=np.int8)]),
+           np.concatenate([base.nodes, outs]), np.zeros(len(base) + len(outs), dtype=np.int64))
+    reps = target_steps // len(one[0]) + 1
+    return Schedule(np.concatenate([one[0]] * reps + [base.kinds]),
+                    np.concatenate([one[1]] * reps + [base.nodes]),
+                    np.concatenate([one[2]] * reps + [base.impls]))
+
+
+def main() -> None:
+    cases = [
+        ("chain-1000 (training, 2001 nodes)", chain(1000)),
+        ("random_layered_n1000 (paper)", load_graph(PAPER / "random_layered_n1000.json")),
+        ("random-layered 5000 nodes (14 inputs per node)", random_layered(5000, seed=1)),
+    ]
+    rows = []
+    for label, g in cases:
+        schedule = long_schedule(g, 2_000_000)
+        t_sim, sim = best_time(lambda g=g, s=schedule: simulate(g, s), repeat=5)
+        assert sim.valid
+        t_clean, _ = best_time(lambda g=g, s=schedule: clean_up(g, s), repeat=1)
+        rows.append([label, f"{len(schedule):,}", f"{t_sim:.3f}", f"{len(schedule) / t_sim / 1e6:.1f} M",
+                     f"{t_clean:.2f}", f"{len(schedule) / t_clean / 1e6:.2f} M"])
+    show("Simulator throughput", ["graph", "steps", "simulate (s)", "steps/s", "clean-up (s)",
+                                  "clean-up steps/s"], rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""Shared helpers for benchmarks: the machine description and table output."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = Path(os.environ.get("PAPER_GRAPHS", ROOT.parent / "shared" / "graphs" / "paper"))
+console = Console(highlight=False)
+
+
+def machine() -> str:
+    """One line: date, cores, CPU model, Python."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"{_dt.date.today().isoformat()}, {os.cpu_count()} cores ({model}), "
+            f"Python {platform.python_version()}")
+
+
+def best_time(fn: Callable[[], Any], repeat: int = 5) -> tuple[float, Any]:
+    """Least wall time over ``repeat`` runs (the least noisy figure on a shared machine)."""
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def show(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Print a table for the terminal and the same as Markdown, ready for docs/benchmarks.md."""
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*[str(x) for x in row])
+    console.print(table)
+    console.print(f"\n### {title}\n\n{machine()}\n")
+    console.print("| " + " | ".join(columns) + " |")
+    console.print("|" + " --- |" * len(columns))
+    for row in rows:
+        console.print("| " + " | ".join(str(x) for x in row) + " |")
+    console.print()

@@ -1,0 +1,115 @@
+"""Budgets (design.md section 5): parse them, and the hard floor below which none is feasible."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from remat_bench.errors import BudgetError
+from remat_bench.graph import Graph, Number
+from remat_bench.simulate import baseline
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+_AMOUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A resolved budget: an absolute amount in the graph's memory units, or the lowest peak.
+
+    ``fraction`` is the amount over the baseline peak (None for ``min``);
+    ``text`` is what the user wrote.
+    """
+
+    amount: Number | None
+    fraction: float | None
+    text: str
+
+    @property
+    def is_min(self) -> bool:
+        return self.amount is None
+
+    def __str__(self) -> str:
+        if self.is_min:
+            return "min"
+        return f"{self.amount} ({100 * self.fraction:.1f}% of baseline)" if self.fraction is not None else str(self.amount)
+
+
+def parse_budget(text: str | float | int, graph: Graph) -> Budget:
+    """Resolve ``0.8``, ``80%``, ``12GiB``, ``12GB``, ``1.2e10`` or ``min`` against ``graph``.
+
+    A fraction (a bare number at most 1, or a percentage) is taken of the
+    baseline peak and rounded down to a whole unit, which reproduces the
+    published budgets exactly. A bare number above 1 is in the graph's memory
+    units; suffixes KB/MB/GB/TB are decimal, KiB/MiB/GiB/TiB binary.
+    """
+    raw = str(text).strip()
+    peak = baseline(graph).peak
+    if raw.lower() == "min":
+        return Budget(None, None, raw)
+    try:
+        if raw.endswith("%"):
+            frac = Fraction(raw[:-1].strip()) / 100
+            return _from_fraction(frac, peak, raw)
+        match = _AMOUNT.match(raw)
+        if not match:
+            raise ValueError
+        number, unit = match.group(1), match.group(2).lower()
+        if unit not in _UNITS:
+            raise BudgetError(
+                f"budget '{raw}': unknown unit '{match.group(2)}'; use KB, MB, GB, TB, KiB, MiB, GiB or TiB"
+            )
+        value = Fraction(number)
+    except (ValueError, ZeroDivisionError):
+        raise BudgetError(
+            f"budget '{raw}' is not understood; give a fraction of the baseline peak (0.8), "
+            "a percentage (80%), an amount (12GiB, 1.2e10) or 'min'"
+        ) from None
+    if unit == "" and value <= 1:
+        return _from_fraction(value, peak, raw)
+    amount = value * _UNITS[unit]
+    amount_num: Number = math.floor(amount) if isinstance(peak, int) else float(amount)
+    return Budget(amount_num, float(amount / Fraction(peak)) if peak else None, raw)
+
+
+def _from_fraction(frac: Fraction, peak: Number, raw: str) -> Budget:
+    if frac <= 0:
+        raise BudgetError(f"budget '{raw}' must be more than zero")
+    amount = frac * Fraction(peak)
+    # Whole units when the graph's sizes are whole (the published budgets are rounded down).
+    value: Number = math.floor(amount) if isinstance(peak, int) else float(amount)
+    return Budget(value, float(frac), raw)
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The hard memory floor: no schedule peaks below it."""
+
+    amount: Number
+    node: str
+
+    def message(self, budget: Number) -> str:
+        return (
+            f"budget {budget} is below the memory floor {self.amount}: node '{self.node}' needs "
+            f"{self.amount} with its inputs, output, workspace and the fixed memory, whatever the schedule"
+        )
+
+
+def memory_floor(graph: Graph) -> Floor:
+    """``fixed + max over v of (inputs + output + workspace)``, over v's cheapest implementation."""
+    mem = graph.memory
+    cumulative = np.concatenate([[0], np.cumsum(mem[graph.op_in_idx])])
+    inputs_total = cumulative[graph.op_in_ptr[1:]] - cumulative[graph.op_in_ptr[:-1]]
+    need = inputs_total + mem[graph.op_node] + graph.op_workspace
+    per_node = np.minimum.reduceat(need, graph.op_start[:-1])
+    v = int(np.argmax(per_node))
+    return Floor((per_node[v] + graph.fixed_memory).item(), graph.ids[v])

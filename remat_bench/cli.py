@@ -1,0 +1,447 @@
+"""The ``remat-bench`` command line (design.md section 7): parse, call the library, format.
+
+Every user-caused error becomes one sentence on stderr and exit status 2;
+``solve`` exits 0 when a schedule within budget was found and 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from remat_bench import __version__
+from remat_bench.errors import RematBenchError
+from remat_bench.graph import Graph, Number
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    return str(value)
+
+
+def _finite(data: Any) -> Any:
+    """JSON has no infinity or NaN: such values print as null."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_finite(v) for v in data]
+    return data
+
+
+def print_json(data: Any) -> None:
+    click.echo(json.dumps(_finite(data), default=_json_default))
+
+
+def fmt_amount(value: Number | None, unit: str = "") -> str:
+    """A number with thousands separators, and a binary-prefixed size beside byte counts."""
+    if value is None:
+        return "-"
+    text = f"{value:,}" if isinstance(value, int) else f"{value:,.6g}"
+    if unit == "bytes" and value >= 1024:
+        exponent = min(int(math.log(value, 1024)), 5)
+        prefix = ("", "KiB", "MiB", "GiB", "TiB", "PiB")[exponent]
+        text += f" ({value / 1024**exponent:.2f} {prefix})"
+    return text
+
+
+def graph_search_path() -> list[Path]:
+    """Where graph names are looked up: $REMAT_BENCH_GRAPHS, the shipped graphs/, $PAPER_GRAPHS."""
+    paths = [Path(p) for p in os.environ.get("REMAT_BENCH_GRAPHS", "").split(os.pathsep) if p]
+    paths.append(Path(__file__).resolve().parents[1] / "graphs")
+    if os.environ.get("PAPER_GRAPHS"):
+        paths.append(Path(os.environ["PAPER_GRAPHS"]))
+    return paths
+
+
+def resolve_graph(text: str) -> Path:
+    """A path as given, or the name of a graph on the search path (with or without .json)."""
+    path = Path(text)
+    if path.exists():
+        return path
+    for folder in graph_search_path():
+        for candidate in (folder / text, folder / f"{text}.json"):
+            if candidate.is_file():
+                return candidate
+    from remat_bench.errors import GraphError
+
+    raise GraphError(
+        f"{text}: no such file, and no shipped graph of that name (`remat-bench graphs list` shows them)"
+    )
+
+
+def load(text: str) -> Graph:
+    from remat_bench.graph import load_graph
+
+    return load_graph(resolve_graph(text))
+
+
+def check_output(path: Path, inputs: list[Path], fmt: str) -> None:
+    """Refuse to overwrite an input, or an existing file that is not a remat-bench file of this kind."""
+    from remat_bench.errors import RematBenchError as Refused
+
+    target = path.resolve()
+    for src in inputs:
+        if src.exists() and src.resolve() == target:
+            raise Refused(f"{path}: is one of the inputs; choose another output path")
+    if path.is_dir():
+        raise Refused(f"{path}: is a folder; give a file name for the output")
+    if path.exists():
+        try:
+            head = json.loads(path.read_text(encoding="utf-8"))
+            same_kind = isinstance(head, dict) and head.get("format") == fmt
+        except (OSError, ValueError):
+            same_kind = False
+        if not same_kind:
+            raise Refused(
+                f"{path}: exists and is not a {fmt} file; remove it or choose another path "
+                "(remat-bench only replaces files it wrote)"
+            )
+
+
+def parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
+    params = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"'{pair}' is not of the form key=value", param_hint="--param")
+        params[key.strip()] = value.strip()
+    return params
+
+
+class RematGroup(click.Group):
+    """Turns RematBenchError into one sentence and its exit status; Ctrl-C into status 130."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except RematBenchError as exc:
+            err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            sys.exit(130)
+
+
+@click.group(cls=RematGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="remat-bench")
+def main() -> None:
+    """Compare tensor-rematerialization methods on one footing.
+
+    Every method reads one graph format and writes one schedule format; one
+    shared simulator scores every schedule for peak memory and duration.
+    """
+
+
+# ---------------------------------------------------------------------- solve
+
+
+@main.command()
+@click.argument("graph")
+@click.option("--method", "-m", required=True, help="Method name (`remat-bench methods` lists them).")
+@click.option("--budget", "-b", required=True,
+              help="Fraction of the baseline peak (0.8, 80%), an amount (12GiB, 1.2e10) or 'min'.")
+@click.option("--time-limit", "-t", type=float, default=300.0, show_default=True,
+              help="Seconds the method may spend.")
+@click.option("--param", "-p", "params", multiple=True, metavar="K=V", help="Method parameter (repeatable).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the cleaned schedule here.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+def solve(graph: str, method: str, budget: str, time_limit: float, params: tuple[str, ...],
+          output: Path | None, as_json: bool) -> None:
+    """Solve GRAPH with a method at a budget; score the schedule with the simulator."""
+    from remat_bench.pipeline import resolve_method, run
+    from remat_bench.schedule import save_schedule
+
+    graph_path = resolve_graph(graph)
+    g = load(graph)
+    given = parse_params(params)
+    resolve_method(method, given)  # unknown method/parameter: fail before any work
+    if output is not None:
+        check_output(output, [graph_path], "remat-bench-schedule")
+    if time_limit is not None and time_limit <= 0:
+        raise click.BadParameter("must be positive", param_hint="--time-limit")
+
+    show_progress = not as_json and err.is_terminal
+    if show_progress:
+        with err.status(f"solving {g.name} with {method} (limit {time_limit:g} s)..."):
+            result = run(g, method, budget, time_limit, given)
+    else:
+        result = run(g, method, budget, time_limit, given)
+
+    if output is not None and result.schedule is not None:
+        save_schedule(result.schedule, g, output)
+    if as_json:
+        print_json(result.to_json())
+    else:
+        _print_result(g, result, output)
+    sys.exit(result.exit_code)
+
+
+def _print_result(g: Graph, r: Any, output: Path | None) -> None:
+    unit = g.units.get("memory", "")
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    colour = "green" if r.status.found_schedule else "red"
+    table.add_row("graph", f"{g.name} ({g.n} nodes, {g.num_edges} edges)")
+    table.add_row("method", r.method + (f"  {r.params}" if r.params else ""))
+    table.add_row("status", f"[{colour}]{r.status.value}[/]" + ("  (proven optimal)" if r.proven_optimal else ""))
+    if r.message:
+        table.add_row("", r.message)
+    budget = "min (lowest peak)" if r.budget is None else fmt_amount(r.budget, unit)
+    if r.budget_fraction is not None:
+        budget += f"  = {100 * r.budget_fraction:.1f}% of baseline"
+    table.add_row("budget", budget)
+    if r.peak is not None:
+        table.add_row("peak", f"{fmt_amount(r.peak, unit)}  = {100 * r.peak / r.baseline_peak:.1f}% of baseline"
+                      if r.baseline_peak else fmt_amount(r.peak, unit))
+        table.add_row("duration", f"{fmt_amount(r.duration)}  overhead {r.overhead_pct:+.3f}%")
+    table.add_row("baseline", f"peak {fmt_amount(r.baseline_peak, unit)}, duration {fmt_amount(r.baseline_duration)}")
+    if r.objective is not None:
+        table.add_row("objective", f"{fmt_amount(r.objective)} (the method's own, before clean-up)")
+    if r.lower_bound is not None:
+        table.add_row("lower bound", f"{fmt_amount(r.lower_bound)} (in the method's schedule space)")
+    if r.lower_bound_any_order is not None:
+        gap = "" if r.gap_pct is None else f"; gap {r.gap_pct:.3f}%"
+        table.add_row("bound, any order", f"{fmt_amount(r.lower_bound_any_order)}{gap}")
+    table.add_row("solve time", f"{r.solve_time_s:.2f} s")
+    if r.schedule_steps is not None:
+        dropped = (r.cleanup or {}).get("dropped_computations", 0)
+        note = f" (clean-up dropped {dropped} computations)" if dropped else ""
+        table.add_row("schedule", f"{r.schedule_steps} steps{note}")
+    if output is not None:
+        table.add_row("written", str(output) if r.schedule is not None else "nothing (no schedule)")
+    out.print(table)
+
+
+# ---------------------------------------------------------------------- simulate
+
+
+@main.command()
+@click.argument("graph")
+@click.argument("schedule", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--force", is_flag=True, help="Score a schedule written for a graph with another hash.")
+def simulate(graph: str, schedule: Path, as_json: bool, force: bool) -> None:
+    """Score any SCHEDULE file on GRAPH: peak, duration, overhead, first violation."""
+    from remat_bench.errors import ScheduleError
+    from remat_bench.schedule import load_schedule
+    from remat_bench.simulate import baseline
+    from remat_bench.simulate import simulate as run_simulation
+
+    g = load(graph)
+    sched = load_schedule(schedule, g, force=force)
+    sim = run_simulation(g, sched)
+    if not sim.valid:
+        raise ScheduleError(f"{schedule}: {sim.violation}")
+    base = baseline(g)
+    data = {
+        "peak": sim.peak,
+        "duration": sim.duration,
+        "baseline_peak": base.peak,
+        "baseline_duration": base.duration,
+        "overhead_pct": sim.overhead_pct(base.duration),
+        "steps": sim.num_steps,
+        "computes": sim.computes,
+        "recomputations": sim.recomputations,
+        "peak_step": sim.peak_step,
+    }
+    if as_json:
+        print_json(data)
+        return
+    unit = g.units.get("memory", "")
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("schedule", f"{schedule} ({sched.method or 'unknown method'})")
+    table.add_row("valid", "[green]yes[/]")
+    table.add_row("peak", f"{fmt_amount(sim.peak, unit)}  = {100 * sim.peak / base.peak:.1f}% of baseline, at step {sim.peak_step}")
+    table.add_row("duration", f"{fmt_amount(sim.duration)}  overhead {data['overhead_pct']:+.3f}%")
+    table.add_row("steps", f"{sim.num_steps} ({sim.computes} computes, {sim.recomputations} recomputations)")
+    out.print(table)
+
+
+# ---------------------------------------------------------------------- methods
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+def methods(as_json: bool) -> None:
+    """List every method, its parameters and whether it can run here."""
+    from remat_bench.methods import BUILTIN, get_method
+
+    rows = []
+    for name in BUILTIN:
+        cls = get_method(name)
+        ok, why = cls.available()
+        rows.append({
+            "name": cls.name,
+            "description": cls.description,
+            "available": ok,
+            "missing": why,
+            "params": [{"name": p.name, "type": p.type.__name__, "default": p.default, "help": p.help,
+                        **({"choices": list(p.choices)} if p.choices else {})} for p in cls.params],
+        })
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title="remat-bench methods")
+    table.add_column("method", style="bold")
+    table.add_column("here")
+    table.add_column("description")
+    table.add_column("parameters (default)")
+    for row in rows:
+        params = "\n".join(f"{p['name']}={p['default']} ({p['type']})" for p in row["params"]) or "-"
+        here = "[green]yes[/]" if row["available"] else f"[red]no[/]: {row['missing']}"
+        table.add_row(row["name"], here, row["description"], params)
+    out.print(table)
+
+
+# ---------------------------------------------------------------------- graphs
+
+
+@main.group(cls=RematGroup)
+def graphs() -> None:
+    """List, show, validate, import and generate graphs."""
+
+
+@graphs.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def graphs_list(as_json: bool) -> None:
+    """Graphs on the search path (shipped graphs/, $REMAT_BENCH_GRAPHS, $PAPER_GRAPHS)."""
+    from remat_bench.graph import load_graph
+    from remat_bench.simulate import baseline
+
+    rows = []
+    for folder in graph_search_path():
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.json")):
+            try:
+                g = load_graph(path)
+            except RematBenchError as exc:
+                rows.append({"file": str(path), "error": str(exc)})
+                continue
+            rows.append({
+                "file": str(path), "name": g.name, "nodes": g.n, "edges": g.num_edges,
+                "kind": "training" if g.has_backward else "forward only",
+                "baseline_peak": baseline(g).peak, "memory_unit": g.units.get("memory", ""),
+            })
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title="graphs")
+    for col in ("file", "name", "nodes", "edges", "kind", "baseline peak"):
+        table.add_column(col)
+    for r in rows:
+        if "error" in r:
+            table.add_row(r["file"], f"[red]{r['error']}[/]", "", "", "", "")
+        else:
+            table.add_row(Path(r["file"]).name, r["name"], str(r["nodes"]), str(r["edges"]), r["kind"],
+                          fmt_amount(r["baseline_peak"], r["memory_unit"]))
+    out.print(table)
+
+
+@graphs.command("show")
+@click.argument("graph")
+@click.option("--json", "as_json", is_flag=True)
+def graphs_show(graph: str, as_json: bool) -> None:
+    """Summary of one graph: size, baseline, floor, largest values."""
+    from remat_bench.budget import memory_floor
+    from remat_bench.simulate import baseline
+
+    g = load(graph)
+    base = baseline(g)
+    floor = memory_floor(g)
+    data = {
+        "name": g.name, "sha256": g.sha256, "nodes": g.n, "edges": g.num_edges,
+        "forward_nodes": len(g.forward_indices), "backward_nodes": len(g.backward_indices),
+        "nodes_with_implementations": sum(1 for nd in g.nodes if nd.implementations),
+        "outputs": g.outputs, "fixed_memory": g.fixed_memory, "units": g.units,
+        "baseline_peak": base.peak, "baseline_duration": base.duration,
+        "memory_floor": floor.amount, "memory_floor_node": floor.node,
+        "memory_floor_fraction": floor.amount / base.peak if base.peak else None,
+        "total_memory": g.memory.sum().item(),
+    }
+    if as_json:
+        print_json(data)
+        return
+    unit = g.units.get("memory", "")
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in data.items():
+        if key in ("baseline_peak", "memory_floor", "fixed_memory", "total_memory"):
+            value = fmt_amount(value, unit)
+        elif key == "memory_floor_fraction" and value is not None:
+            value = f"{value:.4f} of the baseline peak (no budget below it is feasible)"
+        elif key == "outputs":
+            value = ", ".join(value[:8]) + (f" ... ({len(value)} in all)" if len(value) > 8 else "")
+        table.add_row(key.replace("_", " "), str(value))
+    out.print(table)
+
+
+@graphs.command("validate")
+@click.argument("graph", nargs=-1, required=True)
+def graphs_validate(graph: tuple[str, ...]) -> None:
+    """Check graph files against the format; one line per file, exit 2 on the first bad one."""
+    for text in graph:
+        g = load(text)
+        out.print(f"{text}: ok ({g.n} nodes, {g.num_edges} edges, sha256 {g.sha256[:12]})")
+
+
+@graphs.command("import")
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
+def graphs_import(source: Path, output: Path) -> None:
+    """Convert a networkx node-link graph (Checkmate, Moccasin) to remat-bench JSON."""
+    from remat_bench.graph import load_graph, save_graph
+
+    g = load_graph(source)
+    check_output(output, [source], "remat-bench-graph")
+    save_graph(g, output)
+    out.print(f"wrote {output} ({g.n} nodes, {g.num_edges} edges)")
+
+
+@graphs.command("generate")
+@click.argument("kind")
+@click.option("--batch", type=int)
+@click.option("--layers", type=int, help="Chain/transformer layers; ResNet/U-Net depth.")
+@click.option("--nodes", type=int, help="Nodes of a random layered graph.")
+@click.option("--seed", type=int)
+@click.option("--resolution", type=int, help="Input image side, in pixels.")
+@click.option("--width", type=int, help="Transformer width; random layered mean layer width.")
+@click.option("--seq", type=int, help="Transformer sequence length.")
+@click.option("--implementations", is_flag=True, help="Emit alternative operator implementations.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
+def graphs_generate(kind: str, output: Path, **options: Any) -> None:
+    """Generate a graph: chain, random-layered, vgg16, resnet50, unet, densenet121, transformer."""
+    from remat_bench.generators import generate
+    from remat_bench.graph import save_graph
+
+    check_output(output, [], "remat-bench-graph")
+    g = generate(kind, **options)
+    save_graph(g, output)
+    out.print(f"wrote {output}: {g.name} ({g.n} nodes, {g.num_edges} edges)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""Errors a user can cause, each carrying one sentence and an exit status.
+
+The CLI prints ``str(error)`` and exits with ``error.exit_code``; nothing else
+of a user-caused error ever reaches the terminal.
+"""
+
+
+class RematBenchError(Exception):
+    """Base class: a problem with what the user asked for, explained in one sentence."""
+
+    exit_code = 2
+
+
+class GraphError(RematBenchError):
+    """A graph file that cannot be read, or does not describe a valid graph."""
+
+
+class ScheduleError(RematBenchError):
+    """A schedule file that cannot be read or does not fit its graph."""
+
+
+class BudgetError(RematBenchError):
+    """A budget string that cannot be understood."""
+
+
+class MethodError(RematBenchError):
+    """An unknown method, an unknown or mistyped parameter, or a missing dependency."""
+
+
+class ConfigError(RematBenchError):
+    """A sweep configuration that cannot be run."""
+
+
+class ModelTooLargeError(RematBenchError):
+    """A formulation whose model would not fit in memory; the message names the estimate."""
+
+    exit_code = 1

@@ -1,0 +1,607 @@
+"""The computation graph: nodes, their inputs, sizes and costs; loading, saving, validation.
+
+A node is both an operator and the one value it produces (design.md section 2):
+it produces ``memory`` units, costs ``duration`` to compute, and holds
+``workspace`` units of scratch memory while it computes. Nodes are listed in a
+topological order, the *input order* that stage-based formulations follow.
+
+`Graph` keeps the nodes as written and, beside them, integer-indexed arrays
+(sizes as numpy arrays, inputs as tuples of indices) that the simulator and the
+methods work on. Node *i* is ``graph.ids[i]``; the position in the file is the
+index.
+
+Implementations (MONeT) are alternative ways to compute a node. Every node has
+at least one *op*: a node without declared implementations has a single op,
+its own duration, workspace and inputs. Ops are numbered globally:
+``op_start[v] + k`` is implementation *k* of node *v*.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from remat_bench.errors import GraphError
+
+FORMAT = "remat-bench-graph"
+VERSION = 1
+KINDS = ("forward", "backward")
+
+Number = int | float
+
+
+@dataclass(frozen=True, slots=True)
+class Implementation:
+    """One way to compute a node: its duration, workspace and (optionally) its own inputs."""
+
+    name: str
+    duration: Number
+    workspace: Number = 0
+    inputs: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node of the graph: an operator and the value it produces."""
+
+    id: str
+    inputs: tuple[str, ...]
+    memory: Number
+    duration: Number
+    workspace: Number = 0
+    op: str = ""
+    kind: str = "forward"
+    grad_of: str | None = None
+    implementations: tuple[Implementation, ...] = ()
+    metadata: dict[str, Any] | None = field(default=None, compare=False)
+
+
+def _as_number(value: Number) -> Number:
+    """Integral floats become ints, so that 1.0 and 1 hash and print alike."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    return value
+
+
+def _number_array(values: Sequence[Number]) -> np.ndarray:
+    """int64 when every value is integral and sums stay exact, float64 otherwise."""
+    if all(isinstance(v, int) for v in values) and sum(values) < 2**62:
+        return np.asarray(values, dtype=np.int64)
+    return np.asarray(values, dtype=np.float64)
+
+
+class Graph:
+    """A validated computation graph (design.md section 2).
+
+    Raises `GraphError` with one sentence naming ``source`` and the offending
+    node or field when the nodes do not describe a valid graph.
+    """
+
+    def __init__(
+        self,
+        nodes: Iterable[Node],
+        *,
+        name: str = "",
+        outputs: Sequence[str] | None = None,
+        fixed_memory: Number = 0,
+        units: dict[str, str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        source: str = "graph",
+    ) -> None:
+        self.nodes: tuple[Node, ...] = tuple(nodes)
+        self.name = name
+        self.fixed_memory: Number = _as_number(fixed_memory)
+        self.units = dict(units or {"memory": "bytes", "duration": "flops"})
+        self.metadata = dict(metadata or {})
+        self.source = source
+        self._build_index(outputs)
+
+    # ------------------------------------------------------------------ building
+
+    def _fail(self, message: str) -> GraphError:
+        return GraphError(f"{self.source}: {message}")
+
+    def _build_index(self, outputs: Sequence[str] | None) -> None:
+        nodes = self.nodes
+        if not nodes:
+            raise self._fail("the graph has no nodes")
+        self.ids: list[str] = [node.id for node in nodes]
+        self.index: dict[str, int] = {}
+        for i, node in enumerate(nodes):
+            if node.id in self.index:
+                raise self._fail(
+                    f"node id '{node.id}' appears twice (nodes[{self.index[node.id]}] and nodes[{i}])"
+                )
+            self.index[node.id] = i
+        self.n = len(nodes)
+
+        for node in nodes:
+            for label, value in (
+                ("memory", node.memory),
+                ("duration", node.duration),
+                ("workspace", node.workspace),
+            ):
+                self._check_amount(node, label, value)
+            if node.kind not in KINDS:
+                raise self._fail(f"node '{node.id}' has kind '{node.kind}'; use 'forward' or 'backward'")
+            for impl in node.implementations:
+                self._check_amount(node, f"duration of implementation '{impl.name}'", impl.duration)
+                self._check_amount(node, f"workspace of implementation '{impl.name}'", impl.workspace)
+        if not math.isfinite(self.fixed_memory) or self.fixed_memory < 0:
+            raise self._fail(f"fixed_memory is {self.fixed_memory}; it must be a non-negative finite number")
+
+        # Inputs: every id must exist; duplicates are read once (a value is resident or not).
+        def resolve(node: Node, names: Sequence[str], what: str) -> tuple[int, ...]:
+            seen: dict[int, None] = {}
+            for name in names:
+                j = self.index.get(name)
+                if j is None:
+                    raise self._fail(f"node '{node.id}' lists {what} '{name}', which is not a node of the graph")
+                seen[j] = None
+            return tuple(seen)
+
+        self.inputs: list[tuple[int, ...]] = [resolve(node, node.inputs, "input") for node in nodes]
+        self._check_acyclic_and_ordered()
+
+        # Ops: one per implementation, or one for a node without implementations.
+        op_start = [0]
+        op_node: list[int] = []
+        op_names: list[str] = []
+        op_duration: list[Number] = []
+        op_workspace: list[Number] = []
+        op_inputs: list[tuple[int, ...]] = []
+        for i, node in enumerate(nodes):
+            if node.implementations:
+                names = [impl.name for impl in node.implementations]
+                if len(set(names)) != len(names):
+                    raise self._fail(f"node '{node.id}' names an implementation twice")
+                for impl in node.implementations:
+                    op_node.append(i)
+                    op_names.append(impl.name)
+                    op_duration.append(_as_number(impl.duration))
+                    op_workspace.append(_as_number(impl.workspace))
+                    if impl.inputs is None:
+                        op_inputs.append(self.inputs[i])
+                    else:
+                        ins = resolve(node, impl.inputs, f"input of implementation '{impl.name}'")
+                        for j in ins:
+                            if j >= i:
+                                raise self._fail(
+                                    f"implementation '{impl.name}' of node '{node.id}' uses "
+                                    f"'{self.ids[j]}', which is not listed before it; nodes must "
+                                    "appear in a topological order"
+                                )
+                        op_inputs.append(ins)
+            else:
+                op_node.append(i)
+                op_names.append("default")
+                op_duration.append(_as_number(node.duration))
+                op_workspace.append(_as_number(node.workspace))
+                op_inputs.append(self.inputs[i])
+            op_start.append(len(op_node))
+        self.op_start = np.asarray(op_start, dtype=np.int64)
+        self.op_node = np.asarray(op_node, dtype=np.int64)
+        self.op_names = op_names
+        self.op_inputs = op_inputs
+        self.n_ops = len(op_node)
+        self.op_in_ptr = np.zeros(self.n_ops + 1, dtype=np.int64)
+        self.op_in_ptr[1:] = np.cumsum([len(ins) for ins in op_inputs])
+        self.op_in_idx = np.fromiter(
+            (j for ins in op_inputs for j in ins), dtype=np.int64, count=int(self.op_in_ptr[-1])
+        )
+
+        self.memory = _number_array([_as_number(node.memory) for node in nodes])
+        self.op_duration = _number_array(op_duration)
+        self.op_workspace = _number_array(op_workspace)
+        # A node's own duration and workspace are those of its first op.
+        self.duration = self.op_duration[self.op_start[:-1]]
+        self.workspace = self.op_workspace[self.op_start[:-1]]
+
+        consumers: list[list[int]] = [[] for _ in nodes]
+        for v, ins in enumerate(self.inputs):
+            for u in ins:
+                consumers[u].append(v)
+        self.consumers: list[tuple[int, ...]] = [tuple(c) for c in consumers]
+
+        if outputs is None:
+            self.output_indices: tuple[int, ...] = tuple(
+                v for v in range(self.n) if not self.consumers[v]
+            )
+        else:
+            out: dict[int, None] = {}
+            for name in outputs:
+                j = self.index.get(name)
+                if j is None:
+                    raise self._fail(f"'outputs' names '{name}', which is not a node of the graph")
+                out[j] = None
+            self.output_indices = tuple(out)
+        self.outputs_given = outputs is not None
+        self.is_output = np.zeros(self.n, dtype=bool)
+        self.is_output[list(self.output_indices)] = True
+
+        self.is_forward = np.array([node.kind == "forward" for node in nodes], dtype=bool)
+        for node in nodes:
+            if node.grad_of is not None and node.grad_of not in self.index:
+                raise self._fail(
+                    f"node '{node.id}' has grad_of '{node.grad_of}', which is not a node of the graph"
+                )
+
+    def _check_amount(self, node: Node, label: str, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self._fail(f"node '{node.id}' has {label} {value!r}; it must be a number")
+        if not math.isfinite(value):
+            raise self._fail(f"node '{node.id}' has {label} {value}; it must be finite")
+        if value < 0:
+            raise self._fail(f"node '{node.id}' has negative {label} ({value}); sizes and costs must be >= 0")
+
+    def _check_acyclic_and_ordered(self) -> None:
+        late = None
+        for v, ins in enumerate(self.inputs):
+            for u in ins:
+                if u >= v:
+                    late = (v, u)
+                    break
+            if late:
+                break
+        if late is None:
+            return
+        # Something points forward (or at itself): a cycle, or merely a bad order.
+        cycle = self._find_cycle()
+        if cycle:
+            names = " -> ".join(f"'{self.ids[v]}'" for v in [*cycle, cycle[0]])
+            raise self._fail(f"the graph has a cycle: {names}")
+        v, u = late
+        raise self._fail(
+            f"node '{self.ids[v]}' (nodes[{v}]) uses '{self.ids[u]}', which is listed after it; "
+            "nodes must appear in a topological order"
+        )
+
+    def _find_cycle(self) -> list[int]:
+        import networkx as nx
+
+        g = nx.DiGraph()
+        g.add_nodes_from(range(self.n))
+        g.add_edges_from((u, v) for v, ins in enumerate(self.inputs) for u in ins)
+        try:
+            edges = nx.find_cycle(g)
+        except nx.NetworkXNoCycle:
+            return []
+        return [u for u, _ in edges]
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def outputs(self) -> list[str]:
+        return [self.ids[v] for v in self.output_indices]
+
+    @property
+    def num_edges(self) -> int:
+        return sum(len(ins) for ins in self.inputs)
+
+    @property
+    def has_backward(self) -> bool:
+        return not bool(self.is_forward.all())
+
+    @property
+    def has_implementations(self) -> bool:
+        return self.n_ops > self.n
+
+    def ops_of(self, v: int) -> range:
+        """Global op indices of node v (one per implementation)."""
+        return range(int(self.op_start[v]), int(self.op_start[v + 1]))
+
+    def implementation_index(self, v: int, name: str) -> int | None:
+        """Position of implementation ``name`` among node v's ops, or None."""
+        for k, op in enumerate(self.ops_of(v)):
+            if self.op_names[op] == name:
+                return k
+        return None
+
+    @cached_property
+    def forward_indices(self) -> list[int]:
+        return [v for v in range(self.n) if self.is_forward[v]]
+
+    @cached_property
+    def backward_indices(self) -> list[int]:
+        return [v for v in range(self.n) if not self.is_forward[v]]
+
+    @property
+    def total_duration(self) -> Number:
+        """Duration of computing every node once with its first implementation."""
+        return self.duration.sum().item()
+
+    @property
+    def min_total_duration(self) -> Number:
+        """Every node computed once, each with its fastest implementation: a bound for every schedule."""
+        fastest = np.minimum.reduceat(self.op_duration, self.op_start[:-1])
+        return fastest.sum().item()
+
+    def to_networkx(self):
+        """The graph as a networkx DiGraph on node indices, with memory and duration attributes."""
+        import networkx as nx
+
+        g = nx.DiGraph()
+        for v in range(self.n):
+            g.add_node(v, memory=self.memory[v].item(), duration=self.duration[v].item())
+        g.add_edges_from((u, v) for v, ins in enumerate(self.inputs) for u in ins)
+        return g
+
+    # ------------------------------------------------------------------ serialisation
+
+    def to_dict(self) -> dict[str, Any]:
+        """The graph in remat-bench JSON form, every default written out."""
+        nodes = []
+        for node in self.nodes:
+            d: dict[str, Any] = {
+                "id": node.id,
+                "op": node.op,
+                "kind": node.kind,
+                "inputs": list(node.inputs),
+                "memory": _as_number(node.memory),
+                "duration": _as_number(node.duration),
+                "workspace": _as_number(node.workspace),
+            }
+            if node.grad_of is not None:
+                d["grad_of"] = node.grad_of
+            if node.implementations:
+                d["implementations"] = []
+                for impl in node.implementations:
+                    di: dict[str, Any] = {
+                        "name": impl.name,
+                        "duration": _as_number(impl.duration),
+                        "workspace": _as_number(impl.workspace),
+                    }
+                    if impl.inputs is not None:
+                        di["inputs"] = list(impl.inputs)
+                    d["implementations"].append(di)
+            if node.metadata:
+                d["metadata"] = node.metadata
+            nodes.append(d)
+        out: dict[str, Any] = {
+            "format": FORMAT,
+            "version": VERSION,
+            "name": self.name,
+            "units": self.units,
+            "fixed_memory": self.fixed_memory,
+            "outputs": self.outputs,
+            "nodes": nodes,
+        }
+        if self.metadata:
+            out["metadata"] = self.metadata
+        return out
+
+    @cached_property
+    def sha256(self) -> str:
+        """Hash of the canonical form: everything that affects scheduling.
+
+        The name and free-form metadata are left out, so renaming a graph or
+        converting it from node-link JSON does not orphan its schedules.
+        """
+        d = self.to_dict()
+        d.pop("name", None)
+        d.pop("metadata", None)
+        for node in d["nodes"]:
+            node.pop("metadata", None)
+        text = json.dumps(d, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def __repr__(self) -> str:
+        return f"Graph({self.name!r}, {self.n} nodes, {self.num_edges} edges)"
+
+
+# ---------------------------------------------------------------------- reading
+
+_SCHEMA_CACHE: dict[str, Any] = {}
+
+
+def schema(kind: str = "graph") -> dict[str, Any]:
+    """The JSON Schema shipped with the package (``graph`` or ``schedule``)."""
+    if kind not in _SCHEMA_CACHE:
+        text = resources.files("remat_bench.schema").joinpath(f"{kind}.schema.json").read_text()
+        _SCHEMA_CACHE[kind] = json.loads(text)
+    return _SCHEMA_CACHE[kind]
+
+
+_NON_FINITE = re.compile(r"(?<![\w\"])(-?Infinity|NaN)(?![\w\"])")
+
+
+def parse_json(text: str, source: str, error: type[Exception] = GraphError) -> Any:
+    """json.loads with one-sentence errors (line and column) and no NaN or Infinity."""
+
+    def reject(constant: str) -> Any:
+        raise ValueError(constant)
+
+    try:
+        return json.loads(text, parse_constant=reject)
+    except json.JSONDecodeError as exc:
+        raise error(
+            f"{source}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
+    except ValueError as exc:
+        match = _NON_FINITE.search(text)
+        where = ""
+        if match:
+            line = text.count("\n", 0, match.start()) + 1
+            col = match.start() - (text.rfind("\n", 0, match.start()) + 1) + 1
+            where = f" at line {line}, column {col}"
+        raise error(f"{source}: {exc} is not a valid JSON number{where}; numbers must be finite") from None
+    except RecursionError:
+        raise error(f"{source}: the JSON nests too deeply to be a graph") from None
+
+
+def read_text(path: str | Path, error: type[Exception] = GraphError) -> str:
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise error(f"{path}: is a folder, not a file") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot be read ({exc.strerror})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: is not UTF-8 text (bad byte at offset {exc.start})") from None
+
+
+def load_graph(path: str | Path) -> Graph:
+    """Read a remat-bench graph or a networkx node-link graph (detected by content)."""
+    path = Path(path)
+    data = parse_json(read_text(path), str(path))
+    return graph_from_data(data, str(path), default_name=path.stem)
+
+
+def graph_from_data(data: Any, source: str = "graph", default_name: str = "") -> Graph:
+    """Build a Graph from parsed JSON of either supported format."""
+    from remat_bench import nodelink
+
+    if not isinstance(data, dict):
+        raise GraphError(f"{source}: expected a JSON object at the top level, found {_json_type(data)}")
+    if "format" in data:
+        if data["format"] != FORMAT:
+            raise GraphError(
+                f"{source}: 'format' is {data['format']!r}; a remat-bench graph has format '{FORMAT}'"
+            )
+        return graph_from_dict(data, source, default_name)
+    if nodelink.looks_like_nodelink(data):
+        return graph_from_dict(nodelink.to_remat_dict(data, source, default_name), source, default_name)
+    raise GraphError(
+        f"{source}: neither a remat-bench graph (no 'format' field) nor a networkx node-link "
+        "graph (no 'nodes' with 'links' or 'edges')"
+    )
+
+
+def graph_from_dict(data: dict[str, Any], source: str = "graph", default_name: str = "") -> Graph:
+    """Validate remat-bench JSON against the shipped schema and build the Graph."""
+    _validate_schema(data, source)
+    nodes = []
+    for nd in data["nodes"]:
+        impls = tuple(
+            Implementation(
+                name=im["name"],
+                duration=im["duration"],
+                workspace=im.get("workspace", 0),
+                inputs=tuple(im["inputs"]) if "inputs" in im else None,
+            )
+            for im in nd.get("implementations", ())
+        )
+        duration = nd["duration"]
+        workspace = nd.get("workspace", 0)
+        if impls:
+            # The node's own duration and workspace are those of its first implementation.
+            duration, workspace = impls[0].duration, impls[0].workspace
+        nodes.append(
+            Node(
+                id=nd["id"],
+                inputs=tuple(nd["inputs"]),
+                memory=nd["memory"],
+                duration=duration,
+                workspace=workspace,
+                op=nd.get("op", ""),
+                kind=nd.get("kind", "forward"),
+                grad_of=nd.get("grad_of"),
+                implementations=impls,
+                metadata=nd.get("metadata"),
+            )
+        )
+    return Graph(
+        nodes,
+        name=data.get("name") or default_name,
+        outputs=data.get("outputs"),
+        fixed_memory=data.get("fixed_memory", 0),
+        units=data.get("units"),
+        metadata=data.get("metadata"),
+        source=source,
+    )
+
+
+def _json_type(value: Any) -> str:
+    return {
+        dict: "an object",
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
+
+
+def _validate_schema(data: dict[str, Any], source: str) -> None:
+    """Check against the JSON Schema; turn the first problem into one sentence."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema("graph"))
+    error = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    if error is None:
+        return
+    raise GraphError(f"{source}: {describe_schema_error(error, data, 'node')}")
+
+
+def describe_schema_error(error: Any, data: Any, item_word: str) -> str:
+    """One sentence for a jsonschema error: where (node id or field path) and what."""
+    path = list(error.absolute_path)
+    where = "the top level"
+    # Name a node (or step) by its id where we can.
+    if len(path) >= 2 and path[0] in ("nodes", "steps") and isinstance(path[1], int):
+        item = data[path[0]][path[1]]
+        label = item_word if path[0] == "nodes" else "step"
+        if isinstance(item, dict) and isinstance(item.get("id"), str):
+            where = f"{label} '{item['id']}' (nodes[{path[1]}])"
+        else:
+            where = f"{label} {path[0]}[{path[1]}]"
+        rest = path[2:]
+        if rest:
+            where += ", field " + ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in rest)
+    elif path:
+        where = "field " + ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in path)
+
+    v = error.validator
+    inst = error.instance
+    if v == "required":
+        missing = [f for f in error.validator_value if not (isinstance(inst, dict) and f in inst)]
+        return f"{where} is missing the required field '{missing[0] if missing else '?'}'"
+    if v == "additionalProperties":
+        extra = sorted(set(inst) - set(error.schema.get("properties", {}))) if isinstance(inst, dict) else []
+        return f"{where} has an unknown field '{extra[0] if extra else '?'}'"
+    if v == "type":
+        want = error.validator_value
+        want = " or ".join(want) if isinstance(want, list) else want
+        return f"{where} must be {_article(want)}, not {_json_type(inst)} ({json.dumps(inst)[:40]})"
+    if v == "minimum":
+        return f"{where} is negative ({inst}); sizes and costs must be >= 0"
+    if v == "minItems" and path == ["nodes"]:
+        return "the graph has no nodes"
+    if v == "minLength":
+        return f"{where} is empty"
+    if v == "const":
+        return f"{where} is {json.dumps(inst)}, expected {json.dumps(error.validator_value)}"
+    if v == "enum":
+        choices = ", ".join(json.dumps(c) for c in error.validator_value)
+        return f"{where} is {json.dumps(inst)[:40]}; expected one of {choices}"
+    return f"{where}: {error.message}"
+
+
+def _article(word: str) -> str:
+    return ("an " if word[:1] in "aeiou" else "a ") + word
+
+
+# ---------------------------------------------------------------------- writing
+
+
+def save_graph(graph: Graph, path: str | Path) -> None:
+    """Write the graph as remat-bench JSON, atomically."""
+    from remat_bench.io import atomic_write_text
+
+    atomic_write_text(path, json.dumps(graph.to_dict(), indent=1) + "\n")

@@ -1,0 +1,128 @@
+"""The shared lowering: a forward-graph checkpoint plan -> a schedule of the whole training graph.
+
+Forward-graph methods (chen, kusumoto, fenghuang) decide which forward values
+to keep (checkpoints) and how the forward pass splits into segments; they do
+not deal with the backward pass. The lowering turns their plan into steps
+(design.md section 6):
+
+1. A forward pass computes every forward node once in file order. The plan's
+   kept values and the forward sinks (the values the loss reads at once) stay
+   resident; every other forward value is freed after its last forward use.
+2. The backward nodes follow in file order. When one needs a forward value that
+   was not kept, the missing values of that value's segment that some
+   remaining backward node still reads are recomputed, together with whatever
+   they need, before it; they then stay resident until their last use.
+
+Frees are placed by `remat_bench.simulate.place_frees`: each value right after
+its last use before it is computed again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from remat_bench.graph import Graph
+from remat_bench.schedule import Schedule
+from remat_bench.simulate import place_frees
+
+
+class LoweringError(ValueError):
+    """The graph's shape does not allow a forward-then-backward lowering."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A checkpoint plan over the forward nodes of a training graph (node indices).
+
+    ``kept``: forward values stored through the forward pass.
+    ``segments``: a partition of the forward nodes, each segment in file order;
+    a missing value is recomputed together with the rest of its segment.
+    """
+
+    kept: frozenset[int]
+    segments: tuple[tuple[int, ...], ...]
+
+
+def forward_consumers(graph: Graph) -> list[list[int]]:
+    """For each node, its consumers that are forward nodes."""
+    return [[w for w in graph.consumers[v] if graph.is_forward[w]] for v in range(graph.n)]
+
+
+def check_forward_then_backward(graph: Graph) -> None:
+    """Raise LoweringError when a forward node reads a backward value."""
+    for v in graph.forward_indices:
+        for u in graph.inputs[v]:
+            if not graph.is_forward[u]:
+                raise LoweringError(
+                    f"forward node '{graph.ids[v]}' reads backward node '{graph.ids[u]}'; "
+                    "a forward-graph plan needs every forward node to depend on forward nodes only"
+                )
+
+
+def plan_from_checkpoints(graph: Graph, checkpoints: Iterable[int]) -> Plan:
+    """Segments that end at each checkpoint, in the file order of the forward nodes."""
+    kept = frozenset(checkpoints)
+    segments: list[tuple[int, ...]] = []
+    current: list[int] = []
+    for v in graph.forward_indices:
+        current.append(v)
+        if v in kept:
+            segments.append(tuple(current))
+            current = []
+    if current:
+        segments.append(tuple(current))
+    return Plan(kept, tuple(segments))
+
+
+def lower_plan(graph: Graph, plan: Plan) -> Schedule:
+    """The full training schedule of design.md section 6 for ``plan``."""
+    check_forward_then_backward(graph)
+    forward = graph.forward_indices
+    backward = graph.backward_indices
+    segment_of = np.full(graph.n, -1, dtype=np.int64)
+    for s, segment in enumerate(plan.segments):
+        segment_of[list(segment)] = s
+    if (segment_of[forward] < 0).any():
+        missing = graph.ids[forward[int(np.argmax(segment_of[forward] < 0))]]
+        raise LoweringError(f"the plan's segments do not cover forward node '{missing}'")
+
+    # Position (in backward order) of the last backward node that reads each value.
+    last_backward_use = np.full(graph.n, -1, dtype=np.int64)
+    for pos, b in enumerate(backward):
+        last_backward_use[list(graph.inputs[b])] = pos
+
+    live = np.zeros(graph.n, dtype=bool)
+    live[list(plan.kept)] = True
+    fwd_cons = forward_consumers(graph)
+    for v in forward:
+        if not fwd_cons[v]:
+            live[v] = True  # forward sinks: the loss reads them right away
+    live[backward] = True  # backward values are computed once, in order, and held until used
+
+    computes: list[int] = list(forward)
+    inputs = graph.inputs
+
+    def recompute_segment(segment: Sequence[int], pos: int) -> None:
+        wanted = [x for x in segment if not live[x] and last_backward_use[x] >= pos]
+        closure: set[int] = set()
+        stack = list(wanted)
+        while stack:
+            x = stack.pop()
+            if x in closure or live[x]:
+                continue
+            closure.add(x)
+            stack.extend(u for u in inputs[x] if not live[u] and u not in closure)
+        for x in sorted(closure):  # file order is topological
+            computes.append(x)
+            live[x] = True
+
+    for pos, b in enumerate(backward):
+        for u in inputs[b]:
+            if not live[u]:
+                recompute_segment(plan.segments[segment_of[u]], pos)
+        computes.append(b)
+    nodes = np.asarray(computes, dtype=np.int64)
+    return place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64))

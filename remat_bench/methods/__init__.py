@@ -1,0 +1,64 @@
+"""The method registry: built-in methods plus the ``remat_bench.methods`` entry-point group.
+
+Built-in methods are named here by module path and imported only when used,
+so that ``remat-bench methods`` works, and reports what is missing, even when
+an optional solver is not installed.
+
+A third-party package adds a method by declaring, in its pyproject.toml::
+
+    [project.entry-points."remat_bench.methods"]
+    mymethod = "mypackage.module:MyMethod"
+
+where ``MyMethod`` subclasses `remat_bench.methods.base.Method`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+from remat_bench.errors import MethodError
+from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status
+
+__all__ = ["BUILTIN", "Deadline", "Method", "MethodResult", "Param", "Status", "all_methods", "get_method"]
+
+# CLI name -> "module:Class", in the order `remat-bench methods` lists them.
+BUILTIN: dict[str, str] = {
+    "none": "remat_bench.methods.none:NoRemat",
+    "chen": "remat_bench.methods.chen:Chen",
+    "greedy": "remat_bench.methods.greedy:Greedy",
+}
+
+
+def _load(target: str, name: str) -> type[Method]:
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:  # an optional dependency imported at module level
+        raise MethodError(f"method '{name}' cannot be loaded: {exc}") from None
+    cls = getattr(module, attr)
+    if not (isinstance(cls, type) and issubclass(cls, Method)):
+        raise MethodError(f"method '{name}' ({target}) is not a remat_bench Method subclass")
+    return cls
+
+
+def _plugins() -> dict[str, str]:
+    found = {}
+    for ep in entry_points(group="remat_bench.methods"):
+        if ep.name not in BUILTIN:
+            found[ep.name] = ep.value
+    return found
+
+
+def get_method(name: str) -> type[Method]:
+    """The method class registered as ``name``; an unknown name lists the known ones."""
+    target = BUILTIN.get(name) or _plugins().get(name)
+    if target is None:
+        known = ", ".join([*BUILTIN, *_plugins()])
+        raise MethodError(f"unknown method '{name}'; known methods: {known}")
+    return _load(target, name)
+
+
+def all_methods() -> list[type[Method]]:
+    """Every registered method class, built-ins first."""
+    return [get_method(name) for name in [*BUILTIN, *_plugins()]]

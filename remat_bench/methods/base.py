@@ -1,0 +1,164 @@
+"""What every method is and returns (design.md section 6).
+
+A method is a small class: a ``name``, a one-line ``description``, declared
+``params`` (name, type, default, help), the Python modules it ``requires``,
+and one ``solve``. It receives the graph, the budget (absolute units, or None
+for the lowest peak it can reach), a time limit and its parameters, and
+returns a `MethodResult`. It never reads files, parses arguments or prints;
+the pipeline (`remat_bench.pipeline`) cleans up and simulates what it returns.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from remat_bench.errors import MethodError
+from remat_bench.graph import Graph, Number
+from remat_bench.schedule import Schedule
+
+
+class Status(StrEnum):
+    """How a run ended. The first six come from methods; the rest from the pipeline and sweeps."""
+
+    OPTIMAL = "optimal"  # proven best in the method's own schedule space
+    FEASIBLE = "feasible"  # a schedule within budget, not proven best
+    INFEASIBLE = "infeasible"  # proven: no schedule in the method's space fits
+    NO_SOLUTION = "no_solution"  # a limit was reached (or a heuristic gave up) with none found
+    UNSUPPORTED = "unsupported"  # the method does not apply to this graph
+    ERROR = "error"  # the method failed; the message says how
+    OVER_BUDGET = "over_budget"  # the simulator measured a peak above the budget
+    TIMEOUT = "timeout"  # killed past the hard time limit (sweeps)
+    OOM = "oom"  # killed past the memory cap (sweeps)
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def found_schedule(self) -> bool:
+        return self in (Status.OPTIMAL, Status.FEASIBLE)
+
+
+@dataclass(frozen=True)
+class Param:
+    """A declared method parameter."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    choices: tuple[Any, ...] | None = None
+
+    def parse(self, text: Any, method: str) -> Any:
+        """Convert ``text`` (a string from the command line, or a YAML value) to this type."""
+        try:
+            if self.type is bool and isinstance(text, str):
+                low = text.strip().lower()
+                if low in ("1", "true", "yes", "on"):
+                    value: Any = True
+                elif low in ("0", "false", "no", "off"):
+                    value = False
+                else:
+                    raise ValueError
+            elif self.type is int and isinstance(text, float) and not text.is_integer():
+                raise ValueError
+            elif text is None:
+                value = None
+            else:
+                value = self.type(text)
+        except (TypeError, ValueError):
+            raise MethodError(
+                f"parameter '{self.name}' of method '{method}' must be {self.type.__name__}, got {text!r}"
+            ) from None
+        if self.choices is not None and value not in self.choices:
+            options = ", ".join(map(str, self.choices))
+            raise MethodError(
+                f"parameter '{self.name}' of method '{method}' must be one of {options}, got {text!r}"
+            )
+        return value
+
+
+@dataclass
+class MethodResult:
+    """What a method returns; the pipeline scores ``schedule`` with the simulator."""
+
+    status: Status
+    schedule: Schedule | None = None
+    objective: Number | None = None  # the method's own duration, before clean-up
+    lower_bound: Number | None = None  # valid for the method's own schedule space
+    solve_time_s: float = 0.0
+    stats: dict[str, Any] = field(default_factory=dict)
+    message: str = ""
+
+
+class Method:
+    """Base class of every method. Subclasses set the class attributes and implement `solve`."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    params: ClassVar[tuple[Param, ...]] = ()
+    requires: ClassVar[tuple[str, ...]] = ()  # importable module names
+    install_hint: ClassVar[str] = ""  # how to get the requirements, e.g. "pip install remat-bench[torch]"
+    needs_backward: ClassVar[bool] = False  # works on the forward graph of a training graph
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        """Whether the requirements import here, and if not, one sentence saying how to fix it."""
+        missing = [mod for mod in cls.requires if importlib.util.find_spec(mod) is None]
+        if not missing:
+            return True, ""
+        hint = cls.install_hint or f"pip install {' '.join(missing)}"
+        return False, f"method '{cls.name}' needs {', '.join(missing)}: install it with `{hint}`"
+
+    @classmethod
+    def parse_params(cls, given: dict[str, Any]) -> dict[str, Any]:
+        """Defaults overlaid with ``given``, each converted to its declared type."""
+        declared = {p.name: p for p in cls.params}
+        out = {p.name: p.default for p in cls.params}
+        for key, value in given.items():
+            if key not in declared:
+                known = ", ".join(declared) or "none"
+                raise MethodError(
+                    f"method '{cls.name}' has no parameter '{key}' (its parameters: {known})"
+                )
+            out[key] = declared[key].parse(value, cls.name)
+        return out
+
+    def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
+              **params: Any) -> MethodResult:
+        raise NotImplementedError
+
+
+class Deadline:
+    """A wall-clock deadline that methods poll (``None`` means no limit)."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.start = time.monotonic()
+        self.seconds = seconds
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def remaining(self) -> float | None:
+        if self.seconds is None:
+            return None
+        return max(0.0, self.seconds - self.elapsed())
+
+    def expired(self) -> bool:
+        return self.seconds is not None and self.elapsed() >= self.seconds
+
+
+def unsupported_without_backward(graph: Graph, method: str) -> MethodResult | None:
+    """The answer forward-graph methods give on a graph with no backward nodes."""
+    if graph.has_backward:
+        return None
+    return MethodResult(
+        Status.UNSUPPORTED,
+        message=(
+            f"method '{method}' plans checkpoints of a training graph's forward pass, and "
+            f"graph '{graph.name}' has no backward nodes (no node of kind 'backward')"
+        ),
+    )

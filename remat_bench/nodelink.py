@@ -1,0 +1,126 @@
+"""Reading the networkx node-link JSON that Checkmate and Moccasin graphs are distributed in.
+
+Two dialects are recognised by their content (design.md section 2):
+
+- Checkmate (exported from its Keras extraction): node attributes ``cost_ram``
+  (bytes), ``cost_cpu``, ``backward`` (bool), ``name``; edges ``source``/``target``;
+  node keys already in topological order. ``<layer>_backward`` nodes give
+  ``grad_of``; ``backward`` gives ``kind``.
+- Moccasin's random layered graphs: node attributes ``out_cost`` (memory) and
+  ``duration``; edges ``{"0": u, "1": v}``; the input order in ``graph.order``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from remat_bench.errors import GraphError
+
+_MEMORY_KEYS = ("cost_ram", "out_cost", "memory")
+_DURATION_KEYS = ("cost_cpu", "duration")
+
+
+def looks_like_nodelink(data: dict[str, Any]) -> bool:
+    return isinstance(data.get("nodes"), list) and ("links" in data or "edges" in data)
+
+
+def _edge_ends(edge: Any, source: str, k: int) -> tuple[Any, Any]:
+    if isinstance(edge, dict):
+        if "source" in edge and "target" in edge:
+            return edge["source"], edge["target"]
+        if "0" in edge and "1" in edge:
+            return edge["0"], edge["1"]
+    if isinstance(edge, list | tuple) and len(edge) >= 2:
+        return edge[0], edge[1]
+    raise GraphError(f"{source}: edge [{k}] has neither 'source'/'target' nor '0'/'1'")
+
+
+def _pick(attrs: dict[str, Any], keys: tuple[str, ...], what: str, source: str, key: Any) -> Any:
+    for name in keys:
+        if name in attrs:
+            return attrs[name]
+    raise GraphError(
+        f"{source}: node {key!r} has no {what} attribute (expected one of {', '.join(keys)})"
+    )
+
+
+def to_remat_dict(data: dict[str, Any], source: str, default_name: str = "") -> dict[str, Any]:
+    """Convert a node-link document to remat-bench graph JSON (validated afterwards)."""
+    graph_attrs = data.get("graph") or {}
+    raw_nodes = data["nodes"]
+    edges = data.get("links", data.get("edges")) or []
+    if not raw_nodes:
+        raise GraphError(f"{source}: the graph has no nodes")
+
+    keys: list[Any] = []
+    attrs_of: dict[Any, dict[str, Any]] = {}
+    for k, nd in enumerate(raw_nodes):
+        # networkx writes the node key as 'id' by default; Moccasin's files use 'name'.
+        if not isinstance(nd, dict) or ("id" not in nd and "name" not in nd):
+            raise GraphError(f"{source}: nodes[{k}] has neither 'id' nor 'name'")
+        key = nd["id"] if "id" in nd else nd["name"]
+        if key in attrs_of:
+            raise GraphError(f"{source}: node id {key!r} appears twice")
+        keys.append(key)
+        attrs_of[key] = nd
+
+    # Readable ids: the 'name' attribute where names are unique strings, else the key.
+    names = [attrs_of[k].get("name") for k in keys]
+    if all(isinstance(n, str) and n for n in names) and len(set(names)) == len(names):
+        id_of = {k: n for k, n in zip(keys, names)}
+    else:
+        id_of = {k: str(k) for k in keys}
+
+    inputs: dict[Any, list[str]] = {k: [] for k in keys}
+    for k, edge in enumerate(edges):
+        u, v = _edge_ends(edge, source, k)
+        if u not in attrs_of or v not in attrs_of:
+            missing = u if u not in attrs_of else v
+            raise GraphError(f"{source}: edge [{k}] refers to node {missing!r}, which is not a node")
+        inputs[v].append(id_of[u])
+
+    # The input order: graph.order (Moccasin), else integer keys ascending (Checkmate), else as listed.
+    order = graph_attrs.get("order")
+    if order is not None:
+        if sorted(map(str, order)) != sorted(map(str, keys)):
+            raise GraphError(f"{source}: graph.order does not list every node exactly once")
+        by_str = {str(k): k for k in keys}
+        keys = [by_str[str(k)] for k in order]
+    elif all(isinstance(k, int) for k in keys):
+        keys = sorted(keys)
+
+    is_checkmate = any("backward" in attrs_of[k] for k in keys)
+    known_ids = set(id_of.values())
+    nodes = []
+    for key in keys:
+        attrs = attrs_of[key]
+        node: dict[str, Any] = {
+            "id": id_of[key],
+            "inputs": inputs[key],
+            "memory": _pick(attrs, _MEMORY_KEYS, "memory", source, key),
+            "duration": _pick(attrs, _DURATION_KEYS, "duration", source, key),
+        }
+        if is_checkmate:
+            backward = bool(attrs.get("backward", False))
+            node["kind"] = "backward" if backward else "forward"
+            name = id_of[key]
+            if backward and name.endswith("_backward"):
+                forward = name[: -len("_backward")]
+                if forward in known_ids:
+                    node["grad_of"] = forward
+            if name.lower() == "loss":
+                node["op"] = "loss"
+        nodes.append(node)
+
+    fixed = sum(attrs_of[k].get("param_cost", 0) or 0 for k in keys)
+    return {
+        "format": "remat-bench-graph",
+        "version": 1,
+        "name": graph_attrs.get("name") or default_name,
+        "units": {"memory": "bytes", "duration": "flops"}
+        if is_checkmate
+        else {"memory": "units", "duration": "units"},
+        "fixed_memory": fixed,
+        "nodes": nodes,
+        "metadata": {"imported_from": "networkx node-link"},
+    }

@@ -1,0 +1,217 @@
+"""The shared pipeline every run goes through: solve, clean up, simulate, judge.
+
+A number a method reports about itself is never trusted. `run` checks the
+budget against the memory floor (answering ``infeasible`` at once below it),
+runs the method, checks its schedule with the simulator, applies the shared
+clean-up, simulates the cleaned schedule, and marks the run ``over_budget``
+if the simulated peak exceeds the budget, whatever the method believed.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from remat_bench.budget import Budget, memory_floor, parse_budget
+from remat_bench.errors import MethodError
+from remat_bench.graph import Graph, Number
+from remat_bench.methods import Method, MethodResult, Status, get_method
+from remat_bench.schedule import Schedule
+from remat_bench.simulate import Simulation, baseline, clean_up, simulate
+
+
+@dataclass
+class RunResult:
+    """One scored run: what ``solve --json`` prints and what a sweep row is built from."""
+
+    graph: str
+    graph_sha256: str
+    method: str
+    params: dict[str, Any]
+    status: Status
+    message: str
+    budget: Number | None
+    budget_fraction: float | None
+    baseline_peak: Number
+    baseline_duration: Number
+    peak: Number | None = None
+    duration: Number | None = None
+    overhead_pct: float | None = None
+    objective: Number | None = None
+    lower_bound: Number | None = None
+    lower_bound_any_order: Number | None = None
+    gap_pct: float | None = None
+    proven_optimal: bool = False
+    solve_time_s: float = 0.0
+    schedule_steps: int | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+    cleanup: dict[str, Any] | None = None
+    schedule: Schedule | None = None
+    simulation: Simulation | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """0 when a schedule within budget was found, 1 otherwise (design.md section 7)."""
+        return 0 if self.status.found_schedule else 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "graph": self.graph,
+            "method": self.method,
+            "params": self.params,
+            "status": self.status.value,
+            "message": self.message,
+            "budget": self.budget,
+            "budget_fraction": self.budget_fraction,
+            "peak": self.peak,
+            "duration": self.duration,
+            "baseline_peak": self.baseline_peak,
+            "baseline_duration": self.baseline_duration,
+            "overhead_pct": self.overhead_pct,
+            "objective": self.objective,
+            "lower_bound": self.lower_bound,
+            "lower_bound_any_order": self.lower_bound_any_order,
+            "gap_pct": self.gap_pct,
+            "proven_optimal": self.proven_optimal,
+            "solve_time_s": self.solve_time_s,
+            "schedule_steps": self.schedule_steps,
+            "graph_sha256": self.graph_sha256,
+            "cleanup": self.cleanup,
+            "stats": self.stats,
+        }
+
+
+def any_order_bound(graph: Graph, budget: Budget) -> Number | None:
+    """The best lower bound on duration known for every schedule at this budget.
+
+    Every node must be computed at least once, so the sum of the fastest
+    durations bounds every schedule.
+    """
+    return graph.min_total_duration
+
+
+def gap_pct(duration: Number, bound: Number | None) -> float | None:
+    """How far ``duration`` is above ``bound``, in percent of the bound."""
+    if bound is None:
+        return None
+    if bound == 0:
+        return 0.0 if duration == 0 else None
+    return max(0.0, 100.0 * (duration - bound) / bound)
+
+
+def resolve_method(name: str, params: dict[str, Any]) -> tuple[type[Method], dict[str, Any]]:
+    """The method class and its full parameter set; raises MethodError for anything unknown or missing."""
+    cls = get_method(name)
+    parsed = cls.parse_params(params)
+    ok, why = cls.available()
+    if not ok:
+        raise MethodError(why)
+    return cls, parsed
+
+
+def run(
+    graph: Graph,
+    method: str,
+    budget: str | float | Budget,
+    time_limit: float | None = None,
+    params: dict[str, Any] | None = None,
+) -> RunResult:
+    """Solve ``graph`` with ``method`` at ``budget`` and score the result with the simulator.
+
+    Raises MethodError / BudgetError for bad requests (exit status 2 on the
+    command line); every other outcome, a failing method included, is a
+    RunResult with a status and a message.
+    """
+    cls, parsed = resolve_method(method, params or {})
+    if not isinstance(budget, Budget):
+        budget = parse_budget(str(budget), graph)
+    base = baseline(graph)
+    result = RunResult(
+        graph=graph.name,
+        graph_sha256=graph.sha256,
+        method=method,
+        params=parsed,
+        status=Status.ERROR,
+        message="",
+        budget=budget.amount,
+        budget_fraction=budget.fraction,
+        baseline_peak=base.peak,
+        baseline_duration=base.duration,
+    )
+
+    floor = memory_floor(graph)
+    if budget.amount is not None and budget.amount < floor.amount:
+        result.status = Status.INFEASIBLE
+        result.message = floor.message(budget.amount)
+        return result
+    result.lower_bound_any_order = any_order_bound(graph, budget)
+
+    start = time.perf_counter()
+    try:
+        answer: MethodResult = cls().solve(graph, budget.amount, time_limit, **parsed)
+    except KeyboardInterrupt:
+        raise
+    except MemoryError:
+        answer = MethodResult(Status.ERROR, message=f"method '{method}' ran out of memory")
+    except Exception as exc:  # a method's bug is recorded, never lost
+        answer = MethodResult(
+            Status.ERROR,
+            message=f"method '{method}' failed: {type(exc).__name__}: {exc}",
+            stats={"traceback": traceback.format_exc(limit=8)},
+        )
+    wall = time.perf_counter() - start
+    result.solve_time_s = answer.solve_time_s or wall
+    result.objective = answer.objective
+    result.lower_bound = answer.lower_bound
+    result.stats = dict(answer.stats)
+    result.status = answer.status
+    result.message = answer.message
+    return _score(graph, budget, answer, result)
+
+
+def _score(graph: Graph, budget: Budget, answer: MethodResult, result: RunResult) -> RunResult:
+    if answer.schedule is None:
+        return result
+    raw = simulate(graph, answer.schedule)
+    if not raw.valid:
+        result.status = Status.ERROR
+        result.message = f"method '{result.method}' returned an invalid schedule: {raw.violation}"
+        return result
+    cleaned, report = clean_up(graph, answer.schedule)
+    cleaned = cleaned.with_meta(
+        method=result.method,
+        params=result.params,
+        budget=budget.amount,
+        solver={
+            "status": answer.status.value,
+            "objective": answer.objective,
+            "lower_bound": answer.lower_bound,
+            "solve_time_s": result.solve_time_s,
+            "stats": {k: v for k, v in answer.stats.items() if k != "traceback"},
+        },
+    )
+    sim = simulate(graph, cleaned)
+    result.schedule = cleaned
+    result.simulation = sim
+    result.cleanup = report.as_dict()
+    result.peak = sim.peak
+    result.duration = sim.duration
+    result.overhead_pct = sim.overhead_pct(result.baseline_duration)
+    result.schedule_steps = len(cleaned)
+    result.gap_pct = gap_pct(sim.duration, result.lower_bound_any_order)
+    if budget.amount is not None and sim.peak > budget.amount and answer.status.found_schedule:
+        result.status = Status.OVER_BUDGET
+        result.message = (
+            f"the simulated peak {sim.peak} is above the budget {budget.amount}"
+            + (f" ({answer.message})" if answer.message else "")
+        )
+    fits = budget.amount is None or sim.peak <= budget.amount
+    result.proven_optimal = bool(
+        fits
+        and result.status.found_schedule
+        and result.lower_bound_any_order is not None
+        and sim.duration <= result.lower_bound_any_order
+    )
+    return result

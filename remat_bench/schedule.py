@@ -1,0 +1,225 @@
+"""Schedules: sequences of ``compute`` and ``free`` steps, and their JSON file format.
+
+In memory a schedule is three parallel integer arrays over the graph's node
+indices (step kind, node, implementation position), so that long schedules
+cost a few bytes per step and the simulator can work on them with numpy. On
+disk it is the ``remat-bench-schedule`` JSON of design.md section 4, with node
+ids and implementation names.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from remat_bench.errors import ScheduleError
+from remat_bench.graph import Graph, Number, describe_schema_error, parse_json, read_text, schema
+from remat_bench.io import atomic_write_text
+
+FORMAT = "remat-bench-schedule"
+VERSION = 1
+COMPUTE = 0
+FREE = 1
+_KIND_WORD = {COMPUTE: "compute", FREE: "free"}
+
+
+@dataclass
+class Schedule:
+    """A schedule over one graph's node indices.
+
+    ``kinds[s]`` is `COMPUTE` or `FREE`, ``nodes[s]`` the node index and
+    ``impls[s]`` the position of the implementation used (0 for the node's
+    first, and for every free step).
+    """
+
+    kinds: np.ndarray
+    nodes: np.ndarray
+    impls: np.ndarray
+    method: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    budget: Number | None = None
+    solver: dict[str, Any] = field(default_factory=dict)
+    cleanup: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        self.kinds = np.asarray(self.kinds, dtype=np.int8)
+        self.nodes = np.asarray(self.nodes, dtype=np.int64)
+        self.impls = np.asarray(self.impls, dtype=np.int64)
+        if not (len(self.kinds) == len(self.nodes) == len(self.impls)):
+            raise ValueError("kinds, nodes and impls must have one entry per step")
+
+    def __len__(self) -> int:
+        return len(self.kinds)
+
+    @classmethod
+    def from_steps(cls, steps: Iterable[tuple], **meta: Any) -> Schedule:
+        """From ``("compute", v[, impl])`` and ``("free", v)`` tuples over node indices."""
+        kinds, nodes, impls = [], [], []
+        for step in steps:
+            kinds.append(COMPUTE if step[0] == "compute" else FREE)
+            nodes.append(step[1])
+            impls.append(step[2] if len(step) > 2 else 0)
+        return cls(np.array(kinds, dtype=np.int8), np.array(nodes, dtype=np.int64),
+                   np.array(impls, dtype=np.int64), **meta)
+
+    @classmethod
+    def from_computes(cls, nodes: Iterable[int], impls: Iterable[int] | None = None, **meta: Any) -> Schedule:
+        """A schedule of compute steps only (frees are placed by `simulate.clean_up`)."""
+        nodes = np.fromiter(nodes, dtype=np.int64)
+        impls = np.zeros(len(nodes), dtype=np.int64) if impls is None else np.fromiter(impls, dtype=np.int64)
+        return cls(np.zeros(len(nodes), dtype=np.int8), nodes, impls, **meta)
+
+    @property
+    def num_computes(self) -> int:
+        return int(np.count_nonzero(self.kinds == COMPUTE))
+
+    def ops(self, graph: Graph) -> np.ndarray:
+        """Global op index of every step (meaningful on compute steps)."""
+        return graph.op_start[self.nodes] + self.impls
+
+    def steps(self, graph: Graph) -> Iterator[tuple[str, str] | tuple[str, str, str]]:
+        """Steps with node ids and implementation names, as written to JSON."""
+        for kind, v, k in zip(self.kinds.tolist(), self.nodes.tolist(), self.impls.tolist()):
+            if kind == COMPUTE and graph.nodes[v].implementations:
+                yield ("compute", graph.ids[v], graph.op_names[graph.op_start[v] + k])
+            else:
+                yield (_KIND_WORD[kind], graph.ids[v])
+
+    def with_meta(self, **meta: Any) -> Schedule:
+        fields = {
+            "method": self.method, "params": self.params, "budget": self.budget,
+            "solver": self.solver, "cleanup": self.cleanup,
+        }
+        fields.update(meta)
+        return Schedule(self.kinds, self.nodes, self.impls, **fields)
+
+
+class ScheduleBuilder:
+    """Append steps one at a time (methods use it to emit schedules)."""
+
+    def __init__(self) -> None:
+        self._kinds: list[int] = []
+        self._nodes: list[int] = []
+        self._impls: list[int] = []
+
+    def compute(self, v: int, impl: int = 0) -> None:
+        self._kinds.append(COMPUTE)
+        self._nodes.append(v)
+        self._impls.append(impl)
+
+    def free(self, v: int) -> None:
+        self._kinds.append(FREE)
+        self._nodes.append(v)
+        self._impls.append(0)
+
+    def __len__(self) -> int:
+        return len(self._kinds)
+
+    def build(self, **meta: Any) -> Schedule:
+        return Schedule(np.array(self._kinds, dtype=np.int8), np.array(self._nodes, dtype=np.int64),
+                        np.array(self._impls, dtype=np.int64), **meta)
+
+
+# ---------------------------------------------------------------------- JSON
+
+
+def _json_number(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def schedule_to_dict(schedule: Schedule, graph: Graph) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "graph": {"name": graph.name, "sha256": graph.sha256},
+        "method": schedule.method,
+        "params": schedule.params,
+        "budget": _json_number(schedule.budget),
+        "steps": [list(step) for step in schedule.steps(graph)],
+        "solver": schedule.solver,
+    }
+    if schedule.cleanup is not None:
+        out["cleanup"] = schedule.cleanup
+    return out
+
+
+def save_schedule(schedule: Schedule, graph: Graph, path: str | Path) -> None:
+    """Write the schedule file atomically: one step per line, so diffs stay readable."""
+    d = schedule_to_dict(schedule, graph)
+    steps = d.pop("steps")
+    head = json.dumps(d, indent=1, default=_json_number)
+    body = ",\n  ".join(json.dumps(s, ensure_ascii=False) for s in steps)
+    text = head[:-2] + ',\n "steps": [\n  ' + body + "\n ]\n}\n" if steps else head[:-2] + ',\n "steps": []\n}\n'
+    atomic_write_text(path, text)
+
+
+def load_schedule(path: str | Path, graph: Graph, force: bool = False) -> Schedule:
+    path = Path(path)
+    data = parse_json(read_text(path, ScheduleError), str(path), ScheduleError)
+    return schedule_from_dict(data, graph, str(path), force=force)
+
+
+def schedule_from_dict(data: Any, graph: Graph, source: str = "schedule", force: bool = False) -> Schedule:
+    """Resolve a schedule document against ``graph``; refuse one written for another graph."""
+    import jsonschema
+
+    if not isinstance(data, dict):
+        raise ScheduleError(f"{source}: expected a JSON object at the top level")
+    if data.get("format") != FORMAT:
+        raise ScheduleError(
+            f"{source}: 'format' is {data.get('format')!r}; a schedule file has format '{FORMAT}'"
+        )
+    error = jsonschema.exceptions.best_match(
+        jsonschema.Draft202012Validator(schema("schedule")).iter_errors(data)
+    )
+    if error is not None:
+        raise ScheduleError(f"{source}: {describe_schema_error(error, data, 'step')}")
+
+    want = (data.get("graph") or {}).get("sha256")
+    if want and want != graph.sha256 and not force:
+        written_for = (data.get("graph") or {}).get("name") or "another graph"
+        raise ScheduleError(
+            f"{source} was written for graph '{written_for}' (sha256 {want[:12]}), not for "
+            f"'{graph.name}' (sha256 {graph.sha256[:12]}); pass --force to score it anyway"
+        )
+
+    steps = data["steps"]
+    kinds = np.empty(len(steps), dtype=np.int8)
+    nodes = np.empty(len(steps), dtype=np.int64)
+    impls = np.zeros(len(steps), dtype=np.int64)
+    index = graph.index
+    for s, step in enumerate(steps):
+        word, node_id = step[0], step[1]
+        v = index.get(node_id)
+        if v is None:
+            raise ScheduleError(
+                f"{source}: step {s} ({word} '{node_id}') names a node that is not in graph '{graph.name}'"
+            )
+        kinds[s] = COMPUTE if word == "compute" else FREE
+        nodes[s] = v
+        if len(step) > 2:
+            if word != "compute":
+                raise ScheduleError(f"{source}: step {s} (free '{node_id}') names an implementation; only compute steps do")
+            k = graph.implementation_index(v, step[2])
+            if k is None:
+                names = ", ".join(graph.op_names[op] for op in graph.ops_of(v))
+                raise ScheduleError(
+                    f"{source}: step {s} computes '{node_id}' with implementation '{step[2]}', "
+                    f"which it does not have (it has: {names})"
+                )
+            impls[s] = k
+    return Schedule(
+        kinds, nodes, impls,
+        method=data.get("method", ""),
+        params=data.get("params") or {},
+        budget=data.get("budget"),
+        solver=data.get("solver") or {},
+        cleanup=data.get("cleanup"),
+    )

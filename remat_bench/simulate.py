@@ -1,0 +1,349 @@
+"""The shared simulator, the baseline schedule and the shared clean-up (design.md section 3).
+
+The model: the resident set R starts empty. ``compute v`` needs every input of
+v (of the chosen implementation) in R and v not in R; the step's memory is
+``fixed + sum(memory(R)) + memory(v) + workspace(v)``; then v joins R and the
+duration grows by duration(v). ``free v`` needs v in R and removes it. A valid
+schedule computes every node at least once and ends with every output in R.
+
+`simulate` checks and scores a schedule with numpy rather than by walking it
+step by step in Python: residency at a step is decided by the last event of
+that node before it, which one sort and one binary search give for every step
+and every input at once. It handles millions of steps per second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from remat_bench.graph import Graph, Number
+from remat_bench.schedule import COMPUTE, FREE, Schedule
+
+
+@dataclass(frozen=True)
+class Violation:
+    """The first step at which a schedule breaks the model (``step == len(schedule)`` for end checks)."""
+
+    step: int
+    node: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass
+class Simulation:
+    """What the simulator measured. ``peak`` and ``duration`` cover the valid prefix when invalid."""
+
+    valid: bool
+    violation: Violation | None
+    peak: Number
+    peak_step: int
+    duration: Number
+    step_memory: np.ndarray
+    num_steps: int
+    computes: int
+    frees: int
+    recomputations: int
+
+    def overhead_pct(self, baseline_duration: Number) -> float:
+        """Extra duration over the baseline, in percent (the TDI of the Moccasin paper)."""
+        if baseline_duration == 0:
+            return 0.0 if self.duration == 0 else float("inf")
+        return 100.0 * (self.duration / baseline_duration - 1.0)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "valid": self.valid,
+            "violation": None if self.violation is None else self.violation.message,
+            "violation_step": None if self.violation is None else self.violation.step,
+            "peak": self.peak,
+            "peak_step": self.peak_step,
+            "duration": self.duration,
+            "steps": self.num_steps,
+            "computes": self.computes,
+            "frees": self.frees,
+            "recomputations": self.recomputations,
+        }
+
+
+def _item(x: Any) -> Number:
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def simulate(graph: Graph, schedule: Schedule) -> Simulation:
+    """Walk ``schedule`` over ``graph`` under the memory and time model of design.md section 3."""
+    kinds, nodes, impls = schedule.kinds, schedule.nodes, schedule.impls
+    S = len(kinds)
+    n = graph.n
+    is_compute = kinds == COMPUTE
+    violations: list[tuple[int, str, str]] = []  # (step, node id, message) candidates
+
+    # Indices out of range cannot be scored at all: report the first one.
+    bad = np.flatnonzero((nodes < 0) | (nodes >= n))
+    if len(bad):
+        s = int(bad[0])
+        return _invalid_at_start(graph, schedule, Violation(s, str(nodes[s]), f"step {s} names node index {nodes[s]}, which is not in the graph"))
+    n_impl = graph.op_start[1:] - graph.op_start[:-1]
+    bad = np.flatnonzero(is_compute & ((impls < 0) | (impls >= n_impl[nodes])))
+    if len(bad):
+        s = int(bad[0])
+        v = int(nodes[s])
+        return _invalid_at_start(graph, schedule, Violation(s, graph.ids[v], f"step {s} computes '{graph.ids[v]}' with implementation {impls[s]}, which it does not have"))
+    ops = np.where(is_compute, graph.op_start[nodes] + impls, -1)
+
+    # Events of each node in step order: sort by (node, step).
+    order = np.argsort(nodes, kind="stable")
+    sorted_nodes = nodes[order]
+    sorted_kinds = kinds[order]
+    first_of_node = np.ones(S, dtype=bool)
+    first_of_node[1:S] = sorted_nodes[1:] != sorted_nodes[:-1]
+    prev_kind = np.full(S, FREE, dtype=np.int8)
+    prev_kind[1:] = sorted_kinds[:-1]
+    resident_before = ~first_of_node & (prev_kind == COMPUTE)
+    # compute v with v resident; free v with v not resident.
+    bad_compute = order[(sorted_kinds == COMPUTE) & resident_before]
+    bad_free = order[(sorted_kinds == FREE) & ~resident_before]
+    if len(bad_compute):
+        s = int(bad_compute.min())
+        v = graph.ids[int(nodes[s])]
+        violations.append((s, v, f"step {s} (compute '{v}'): '{v}' is already resident; free it before computing it again"))
+    if len(bad_free):
+        s = int(bad_free.min())
+        v = graph.ids[int(nodes[s])]
+        violations.append((s, v, f"step {s} (free '{v}'): '{v}' is not resident"))
+
+    # Inputs: for every (compute step s, input u), the last event of u before s must be a compute.
+    comp_steps = np.flatnonzero(is_compute)
+    comp_ops = ops[comp_steps]
+    starts = graph.op_in_ptr[comp_ops]
+    counts = graph.op_in_ptr[comp_ops + 1] - starts
+    total = int(counts.sum())
+    if total:
+        pair_step = np.repeat(comp_steps, counts)
+        offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        pair_input = graph.op_in_idx[np.repeat(starts, counts) + offsets]
+        sorted_keys = sorted_nodes * (S + 1) + order
+        pos = np.searchsorted(sorted_keys, pair_input * (S + 1) + pair_step) - 1
+        pos_clipped = np.maximum(pos, 0)
+        ok = (pos >= 0) & (sorted_nodes[pos_clipped] == pair_input) & (sorted_kinds[pos_clipped] == COMPUTE)
+        missing = np.flatnonzero(~ok)
+        if len(missing):
+            k = int(missing[np.argmin(pair_step[missing])])
+            s = int(pair_step[k])
+            v, u = graph.ids[int(nodes[s])], graph.ids[int(pair_input[k])]
+            violations.append((s, v, f"step {s} (compute '{v}'): input '{u}' is not resident"))
+
+    # End of schedule: every node computed, every output resident.
+    end: list[tuple[int, str, str]] = []
+    computed = np.bincount(nodes[is_compute], minlength=n)
+    never = np.flatnonzero(computed == 0)
+    if len(never):
+        v = graph.ids[int(never[0])]
+        more = f" (and {len(never) - 1} other nodes)" if len(never) > 1 else ""
+        end.append((S, v, f"node '{v}'{more} is never computed; every node must be computed at least once"))
+    last_event_kind = np.full(n, FREE, dtype=np.int8)
+    last_of_node = np.ones(S, dtype=bool)
+    last_of_node[:-1] = sorted_nodes[:-1] != sorted_nodes[1:]
+    last_event_kind[sorted_nodes[last_of_node]] = sorted_kinds[last_of_node]
+    outs = np.asarray(graph.output_indices, dtype=np.int64)
+    gone = outs[last_event_kind[outs] != COMPUTE]
+    if len(gone) and not len(never):
+        v = graph.ids[int(gone[0])]
+        end.append((S, v, f"output '{v}' is not resident when the schedule ends"))
+
+    violation = None
+    if violations:
+        s, v, msg = min(violations)
+        violation = Violation(s, v, msg)
+    elif end:
+        s, v, msg = end[0]
+        violation = Violation(s, v, msg)
+    limit = violation.step if violation is not None and violation.step < S else S
+
+    # Memory: resident total after each step, plus the computed value's workspace on compute steps.
+    mem = graph.memory
+    delta = np.where(is_compute, mem[nodes], -mem[nodes])
+    resident_after = np.cumsum(delta)
+    ws = np.where(is_compute, graph.op_workspace[np.maximum(ops, 0)], 0)
+    step_memory = resident_after + ws + graph.fixed_memory
+    prefix_compute = is_compute[:limit]
+    if prefix_compute.any():
+        masked = np.where(prefix_compute, step_memory[:limit], step_memory.min() if S else 0)
+        peak_step = int(np.argmax(masked))
+        peak = _item(step_memory[peak_step])
+    else:
+        peak_step, peak = -1, graph.fixed_memory
+    duration = _item(graph.op_duration[ops[:limit][prefix_compute]].sum()) if limit else 0
+    n_computes = int(prefix_compute.sum())
+    return Simulation(
+        valid=violation is None,
+        violation=violation,
+        peak=peak,
+        peak_step=peak_step,
+        duration=duration,
+        step_memory=step_memory,
+        num_steps=S,
+        computes=n_computes,
+        frees=int(limit - n_computes),
+        recomputations=n_computes - int(np.count_nonzero(np.bincount(nodes[:limit][prefix_compute], minlength=n))),
+    )
+
+
+def _invalid_at_start(graph: Graph, schedule: Schedule, violation: Violation) -> Simulation:
+    return Simulation(False, violation, graph.fixed_memory, -1, 0, np.zeros(len(schedule)), len(schedule), 0, 0, 0)
+
+
+# ---------------------------------------------------------------------- clean-up
+
+
+@dataclass(frozen=True)
+class CleanUp:
+    """What the shared clean-up changed."""
+
+    computes_before: int
+    computes_after: int
+    dropped: int
+    duration_before: Number
+    duration_after: Number
+    peak_before: Number
+    peak_after: Number
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "computes_before": self.computes_before,
+            "computes_after": self.computes_after,
+            "dropped_computations": self.dropped,
+            "duration_before": self.duration_before,
+            "duration_after": self.duration_after,
+            "peak_before": self.peak_before,
+            "peak_after": self.peak_after,
+        }
+
+
+def place_frees(graph: Graph, nodes: np.ndarray, impls: np.ndarray) -> Schedule:
+    """A schedule from a sequence of computations: drop unused ones, free at last use.
+
+    ``nodes``/``impls`` list computations in order; each one's inputs must have
+    been computed at some earlier point (the most recent computation of a node
+    serves every use until it is computed again). A computation whose value is
+    never used is dropped, unless it is the node's only computation left; each
+    kept value is freed right after its last use (or right after it is
+    computed, if nothing uses it), except the last computation of an output.
+
+    This is both the shared clean-up (applied to a valid schedule with its frees
+    stripped) and how methods that decide only *what to compute when* get their
+    frees. Residency intervals only shrink, so neither peak nor duration grows.
+    """
+    nodes_l = nodes.tolist()
+    ops_l = (graph.op_start[nodes] + impls).tolist()
+    m = len(nodes_l)
+    op_inputs = graph.op_inputs
+
+    # Backward sweep: keep a computation if a kept later step (or the end, for outputs) reads it.
+    needed = graph.is_output.tolist()
+    kept_later = [False] * graph.n
+    remaining = np.bincount(nodes, minlength=graph.n).tolist()  # computations of v at or before i
+    keep = [False] * m
+    for i in range(m - 1, -1, -1):
+        v = nodes_l[i]
+        remaining[v] -= 1
+        if needed[v] or (not kept_later[v] and remaining[v] == 0):
+            keep[i] = True
+            needed[v] = False
+            kept_later[v] = True
+            for u in op_inputs[ops_l[i]]:
+                needed[u] = True
+
+    # Forward sweep: the last reader of each kept computation.
+    current = [-1] * graph.n  # position (in the kept sequence) of the live copy of each node
+    kept_nodes: list[int] = []
+    kept_ops: list[int] = []
+    for i in range(m):
+        if keep[i]:
+            kept_nodes.append(nodes_l[i])
+            kept_ops.append(ops_l[i])
+    k = len(kept_nodes)
+    free_at = list(range(k))  # step after which each copy is freed (its own, if unused)
+    for j in range(k):
+        for u in op_inputs[kept_ops[j]]:
+            free_at[current[u]] = j
+        current[kept_nodes[j]] = j
+    final_copy = set()
+    for v in graph.output_indices:
+        if current[v] >= 0:
+            final_copy.add(current[v])
+
+    frees_after: list[list[int]] = [[] for _ in range(k)]
+    for j in range(k):
+        if j not in final_copy:
+            frees_after[free_at[j]].append(kept_nodes[j])
+    kinds: list[int] = []
+    out_nodes: list[int] = []
+    out_impls: list[int] = []
+    op_start = graph.op_start.tolist()
+    for j in range(k):
+        v = kept_nodes[j]
+        kinds.append(COMPUTE)
+        out_nodes.append(v)
+        out_impls.append(kept_ops[j] - op_start[v])
+        for u in frees_after[j]:
+            kinds.append(FREE)
+            out_nodes.append(u)
+            out_impls.append(0)
+    return Schedule(np.array(kinds, dtype=np.int8), np.array(out_nodes, dtype=np.int64),
+                    np.array(out_impls, dtype=np.int64))
+
+
+def clean_up(graph: Graph, schedule: Schedule) -> tuple[Schedule, CleanUp]:
+    """The shared clean-up of design.md section 3, applied to a valid schedule.
+
+    Raises ValueError if the schedule is not valid: clean-up is defined only
+    for schedules the simulator accepts.
+    """
+    before = simulate(graph, schedule)
+    if not before.valid:
+        raise ValueError(f"cannot clean up an invalid schedule: {before.violation}")
+    computes = schedule.kinds == COMPUTE
+    steps = place_frees(graph, schedule.nodes[computes], schedule.impls[computes])
+    after = simulate(graph, steps)
+    report = CleanUp(
+        computes_before=before.computes,
+        computes_after=after.computes,
+        dropped=before.computes - after.computes,
+        duration_before=before.duration,
+        duration_after=after.duration,
+        peak_before=before.peak,
+        peak_after=after.peak,
+    )
+    cleaned = Schedule(
+        steps.kinds, steps.nodes, steps.impls,
+        method=schedule.method, params=schedule.params, budget=schedule.budget,
+        solver=schedule.solver, cleanup=report.as_dict(),
+    )
+    return cleaned, report
+
+
+def baseline_schedule(graph: Graph) -> Schedule:
+    """Method `none`: every node once in file order, each value freed after its last consumer."""
+    return place_frees(graph, np.arange(graph.n, dtype=np.int64), np.zeros(graph.n, dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class Baseline:
+    peak: Number
+    duration: Number
+
+
+def baseline(graph: Graph) -> Baseline:
+    """Peak and duration of the baseline schedule: the reference for budgets and overhead."""
+    cached = getattr(graph, "_baseline", None)
+    if cached is None:
+        sim = simulate(graph, baseline_schedule(graph))
+        cached = Baseline(sim.peak, sim.duration)
+        graph._baseline = cached  # type: ignore[attr-defined]
+    return cached

@@ -1,0 +1,74 @@
+"""Shared test helpers: hypothesis strategies for small graphs, and a naive reference simulator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import strategies as st
+
+from remat_bench.graph import Graph, Node
+from remat_bench.schedule import COMPUTE, Schedule
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = ROOT.parent / "shared" / "graphs" / "paper"
+SHIPPED = ROOT / "graphs"
+
+
+def make_graph(edges: dict[str, list[str]], memory: dict[str, int] | int = 1,
+               duration: dict[str, int] | int = 1, **kw) -> Graph:
+    """A graph from {node: inputs} in insertion order, with per-node or uniform sizes."""
+    nodes = []
+    for v, ins in edges.items():
+        m = memory[v] if isinstance(memory, dict) else memory
+        d = duration[v] if isinstance(duration, dict) else duration
+        nodes.append(Node(id=v, inputs=tuple(ins), memory=m, duration=d))
+    return Graph(nodes, name=kw.pop("name", "test"), **kw)
+
+
+@st.composite
+def dags(draw, min_nodes: int = 1, max_nodes: int = 9, max_memory: int = 10,
+         max_duration: int = 10, training: bool | None = False, workspace: bool = False) -> Graph:
+    """Random DAGs in topological order; ``training`` adds kinds (forward prefix, backward suffix)."""
+    n = draw(st.integers(min_nodes, max_nodes))
+    nodes = []
+    n_forward = n if not training else draw(st.integers(1, max(1, n - 1)))
+    for i in range(n):
+        candidates = list(range(i))
+        ins = draw(st.lists(st.sampled_from(candidates), max_size=min(3, i), unique=True)) if i else []
+        kind = "forward" if i < n_forward else "backward"
+        if kind == "forward":
+            ins = [j for j in ins if j < n_forward]
+        nodes.append(Node(
+            id=f"v{i}",
+            inputs=tuple(f"v{j}" for j in ins),
+            memory=draw(st.integers(0, max_memory)),
+            duration=draw(st.integers(0, max_duration)),
+            workspace=draw(st.integers(0, 3)) if workspace else 0,
+            kind=kind,
+        ))
+    return Graph(nodes, name="hypothesis")
+
+
+def naive_simulate(graph: Graph, schedule: Schedule) -> tuple[bool, int, int]:
+    """Deliberately plain walk of design.md section 3: (valid, peak, duration)."""
+    resident: set[int] = set()
+    peak = 0
+    duration = 0
+    computed: set[int] = set()
+    for kind, v, k in zip(schedule.kinds.tolist(), schedule.nodes.tolist(), schedule.impls.tolist()):
+        op = int(graph.op_start[v]) + k
+        if kind == COMPUTE:
+            if v in resident or any(u not in resident for u in graph.op_inputs[op]):
+                return False, peak, duration
+            step = graph.fixed_memory + sum(int(graph.memory[u]) for u in resident)
+            step += int(graph.memory[v]) + int(graph.op_workspace[op])
+            peak = max(peak, step)
+            resident.add(v)
+            computed.add(v)
+            duration += int(graph.op_duration[op])
+        else:
+            if v not in resident:
+                return False, peak, duration
+            resident.discard(v)
+    valid = len(computed) == graph.n and all(o in resident for o in graph.output_indices)
+    return valid, peak, duration

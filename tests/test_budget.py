@@ -1,0 +1,66 @@
+"""Budget parsing and the memory floor (design.md section 5)."""
+
+from __future__ import annotations
+
+import pytest
+
+from remat_bench.budget import memory_floor, parse_budget
+from remat_bench.errors import BudgetError
+from remat_bench.graph import load_graph
+from remat_bench.pipeline import run
+from tests.helpers import PAPER, make_graph
+
+
+@pytest.fixture(scope="module")
+def vgg():
+    return load_graph(PAPER / "checkmate_vgg16_train.json")
+
+
+@pytest.mark.parametrize(
+    "text, amount",
+    [
+        ("0.8", 12660087193),
+        ("80%", 12660087193),
+        ("80 %", 12660087193),
+        ("1", 15825108992),
+        ("12GiB", 12 * 2**30),
+        ("12GB", 12 * 10**9),
+        ("12 gib", 12 * 2**30),
+        ("1.2e10", 12_000_000_000),
+        ("15825108992", 15825108992),
+        ("1.5KiB", 1536),
+    ],
+)
+def test_budget_forms(vgg, text, amount):
+    assert parse_budget(text, vgg).amount == amount
+
+
+def test_min_budget(vgg):
+    b = parse_budget("min", vgg)
+    assert b.is_min and b.amount is None
+
+
+@pytest.mark.parametrize("text", ["abc", "0", "-1", "12XB", "%", "1e", ""])
+def test_bad_budgets(vgg, text):
+    with pytest.raises(BudgetError):
+        parse_budget(text, vgg)
+
+
+def test_floor_of_vgg16_is_0_831_of_baseline(vgg):
+    floor = memory_floor(vgg)
+    assert floor.node == "block1_conv1_backward"
+    assert floor.amount == 13153337344
+    assert round(floor.amount / 15825108992, 3) == 0.831
+
+
+def test_floor_counts_workspace_and_fixed_memory():
+    g = make_graph({"a": [], "b": ["a"]}, memory={"a": 5, "b": 7}, fixed_memory=3)
+    assert memory_floor(g).amount == 15
+
+
+def test_below_floor_is_infeasible_at_once(vgg):
+    r = run(vgg, "greedy", "0.8")
+    assert r.status.value == "infeasible"
+    assert r.exit_code == 1
+    assert "block1_conv1_backward" in r.message and "13153337344" in r.message
+    assert r.solve_time_s == 0.0
