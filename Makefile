@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PAPER_GRAPHS ?= $(abspath ../shared/graphs/paper)
+# The published graphs are read in place, never copied: ../shared/graphs/paper beside the checkout.
+PAPER_GRAPHS ?= $(firstword $(wildcard $(abspath ../shared/graphs/paper) /work/shared/graphs/paper))
 export PAPER_GRAPHS
 
 .PHONY: install demo test bench lint clean

@@ -14,7 +14,9 @@ from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER = Path(os.environ.get("PAPER_GRAPHS", ROOT.parent / "shared" / "graphs" / "paper"))
+PAPER = Path(os.environ.get("PAPER_GRAPHS") or next(
+    (p for p in (ROOT.parent / "shared" / "graphs" / "paper", Path("/work/shared/graphs/paper")) if p.is_dir()),
+    ROOT.parent / "shared" / "graphs" / "paper"))
 console = Console(highlight=False)
 
 

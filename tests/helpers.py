@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from hypothesis import strategies as st
@@ -10,7 +11,19 @@ from remat_bench.graph import Graph, Node
 from remat_bench.schedule import COMPUTE, Schedule
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER = ROOT.parent / "shared" / "graphs" / "paper"
+
+
+def _paper_graphs() -> Path:
+    """The published graphs: $PAPER_GRAPHS, else ../shared/graphs/paper beside the checkout."""
+    if os.environ.get("PAPER_GRAPHS"):
+        return Path(os.environ["PAPER_GRAPHS"])
+    for candidate in (ROOT.parent / "shared" / "graphs" / "paper", Path("/work/shared/graphs/paper")):
+        if candidate.is_dir():
+            return candidate
+    raise RuntimeError("the published graphs are missing: set PAPER_GRAPHS to ../shared/graphs/paper")
+
+
+PAPER = _paper_graphs()
 SHIPPED = ROOT / "graphs"
 
 
