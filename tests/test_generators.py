@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -25,8 +23,7 @@ from remat_bench.generators import (
 )
 from remat_bench.graph import Implementation, load_graph, save_graph
 from remat_bench.simulate import baseline
-
-PAPER_GRAPHS = Path(__file__).resolve().parents[2] / "shared" / "graphs" / "paper"
+from tests.helpers import PAPER as PAPER_GRAPHS
 
 
 def node(graph, id):
@@ -102,8 +99,6 @@ def test_training_graph_grad_duration_override_and_implementations():
 )
 def test_training_graph_reproduces_the_published_checkmate_graphs(name):
     path = PAPER_GRAPHS / f"{name}.json"
-    if not path.exists():
-        pytest.skip(f"{path} is not available")
     published = load_graph(path)
     fwd = [
         ForwardOp(n.id, n.op, n.inputs, n.memory, n.duration)
