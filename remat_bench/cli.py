@@ -286,14 +286,14 @@ def simulate(graph: str, schedule: Path, as_json: bool, force: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 def methods(as_json: bool) -> None:
     """List every method, its parameters and whether it can run here."""
-    from remat_bench.methods import BUILTIN, get_method
+    from remat_bench.methods import get_method, method_names
 
     rows = []
-    for name in BUILTIN:
+    for name in method_names():
         cls = get_method(name)
         ok, why = cls.available()
         rows.append({
-            "name": cls.name,
+            "name": name,
             "description": cls.description,
             "available": ok,
             "missing": why,

@@ -96,3 +96,18 @@ def test_generate_writes_a_valid_graph(tmp_path):
     assert load_graph(out).n == 40
     r = invoke("graphs", "generate", "vgg16", "--nodes", "40", "-o", str(tmp_path / "x.json"))
     assert r.exit_code == 2
+
+
+def test_third_party_methods_come_from_the_entry_point_group(monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    import remat_bench.methods as registry
+
+    fake = EntryPoint(name="plugin-none", value="remat_bench.methods.none:NoRemat", group="remat_bench.methods")
+    monkeypatch.setattr(registry, "entry_points", lambda group: [fake] if group == "remat_bench.methods" else [])
+    assert registry.get_method("plugin-none").name == "none"
+    assert any(cls.name == "none" for cls in registry.all_methods())
+    r = invoke("solve", CHAIN, "-m", "plugin-none", "-b", "1", "--json")
+    assert r.exit_code == 0, r.output
+    listed = [m["name"] for m in json.loads(invoke("methods", "--json").output)]
+    assert "plugin-none" in listed and "none" in listed

@@ -20,7 +20,7 @@ from importlib.metadata import entry_points
 from remat_bench.errors import MethodError
 from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status
 
-__all__ = ["BUILTIN", "Deadline", "Method", "MethodResult", "Param", "Status", "all_methods", "get_method"]
+__all__ = ["BUILTIN", "Deadline", "Method", "MethodResult", "Param", "Status", "all_methods", "get_method", "method_names"]
 
 # CLI name -> "module:Class", in the order `remat-bench methods` lists them.
 BUILTIN: dict[str, str] = {
@@ -54,11 +54,16 @@ def get_method(name: str) -> type[Method]:
     """The method class registered as ``name``; an unknown name lists the known ones."""
     target = BUILTIN.get(name) or _plugins().get(name)
     if target is None:
-        known = ", ".join([*BUILTIN, *_plugins()])
+        known = ", ".join(method_names())
         raise MethodError(f"unknown method '{name}'; known methods: {known}")
     return _load(target, name)
 
 
+def method_names() -> list[str]:
+    """Every registered method name, built-ins first."""
+    return [*BUILTIN, *_plugins()]
+
+
 def all_methods() -> list[type[Method]]:
     """Every registered method class, built-ins first."""
-    return [get_method(name) for name in [*BUILTIN, *_plugins()]]
+    return [get_method(name) for name in method_names()]
