@@ -225,7 +225,7 @@ class CleanUp:
         }
 
 
-def place_frees(graph: Graph, nodes: np.ndarray, impls: np.ndarray) -> Schedule:
+def place_frees(graph: Graph, nodes: np.ndarray, impls: np.ndarray, drop_unused: bool = True) -> Schedule:
     """A schedule from a sequence of computations: drop unused ones, free at last use.
 
     ``nodes``/``impls`` list computations in order; each one's inputs must have
@@ -238,6 +238,8 @@ def place_frees(graph: Graph, nodes: np.ndarray, impls: np.ndarray) -> Schedule:
     This is both the shared clean-up (applied to a valid schedule with its frees
     stripped) and how methods that decide only *what to compute when* get their
     frees. Residency intervals only shrink, so neither peak nor duration grows.
+    With ``drop_unused=False`` every computation is kept (an unused one is freed
+    at once): the schedule a method meant, before clean-up.
     """
     nodes_l = nodes.tolist()
     ops_l = (graph.op_start[nodes] + impls).tolist()
@@ -252,7 +254,7 @@ def place_frees(graph: Graph, nodes: np.ndarray, impls: np.ndarray) -> Schedule:
     for i in range(m - 1, -1, -1):
         v = nodes_l[i]
         remaining[v] -= 1
-        if needed[v] or (not kept_later[v] and remaining[v] == 0):
+        if needed[v] or not drop_unused or (not kept_later[v] and remaining[v] == 0):
             keep[i] = True
             needed[v] = False
             kept_later[v] = True

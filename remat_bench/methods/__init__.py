@@ -27,6 +27,8 @@ BUILTIN: dict[str, str] = {
     "none": "remat_bench.methods.none:NoRemat",
     "chen": "remat_bench.methods.chen:Chen",
     "greedy": "remat_bench.methods.greedy:Greedy",
+    "checkmate": "remat_bench.methods.checkmate:Checkmate",
+    "checkmate-lp": "remat_bench.methods.checkmate_lp:CheckmateLP",
 }
 
 

@@ -1,0 +1,190 @@
+"""Checkmate's LP relaxation with two-phase rounding (Jain et al., MLSys 2020, section 5).
+
+Solve the relaxation of the Checkmate MILP (`remat_bench.methods.checkmate`):
+its optimum is a lower bound on the staged optimum. Then round:
+
+1. Round the checkpoint matrix S*: deterministically at each threshold of a
+   sweep (S = S* >= theta), and randomly, S[t,i] ~ Bernoulli(S*[t,i]) with a
+   seeded generator.
+2. Complete each rounded S into a schedule by recomputing what it leaves
+   missing: in stage t, compute t, every i that S keeps into stage t+1 but
+   does not hold entering t, and, closing over inputs in reverse order, every
+   input that is not held entering t. This is the least R that S allows.
+
+Every candidate is scored with the simulator (values freed at last use) and
+the fastest one within budget is kept. Rounding ignores memory, so at tight
+budgets every candidate may overshoot; then the LP is solved again at a
+tightened budget (``tighten`` steps down to 70% of it), and its roundings are
+scored against the real budget. Only the LP at the real budget gives the lower
+bound.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from remat_bench.graph import Graph, Number
+from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status
+from remat_bench.methods.checkmate import CheckmateModel, check_fits, model_stats
+from remat_bench.milp import parse_backend, solve_milp
+from remat_bench.schedule import Schedule
+from remat_bench.simulate import place_frees, simulate
+
+
+def lp_checkpoints(cm: CheckmateModel, x: np.ndarray) -> np.ndarray:
+    """The fractional S* of an LP point as an (n+1) x n matrix (row n: outputs, kept to the end)."""
+    n = cm.n
+    st, si = np.tril_indices(n, -1)
+    S = np.zeros((n + 1, n))
+    S[st, si] = np.clip(x[cm.s0:cm.s0 + len(st)], 0.0, 1.0)
+    S[n, list(cm.graph.output_indices)] = 1.0
+    return S
+
+
+def complete(graph: Graph, S: np.ndarray) -> list[int]:
+    """The compute sequence of the least R that a 0/1 checkpoint matrix S allows."""
+    n = graph.n
+    inputs = graph.inputs
+    sequence: list[int] = []
+    for t in range(n):
+        held = S[t]
+        need = np.zeros(t + 1, dtype=bool)
+        need[t] = True
+        need[:t] |= S[t + 1, :t].astype(bool) & ~held[:t].astype(bool)
+        for v in range(t, -1, -1):
+            if need[v]:
+                for u in inputs[v]:
+                    if not held[u]:
+                        need[u] = True
+        sequence.extend(np.flatnonzero(need).tolist())
+    return sequence
+
+
+def round_candidates(cm: CheckmateModel, x: np.ndarray, thresholds: int, samples: int,
+                     seed: int, deadline: Deadline) -> list[tuple[list[int], str]]:
+    """Compute sequences from the threshold sweep and the randomised roundings of S*."""
+    graph = cm.graph
+    S = lp_checkpoints(cm, x)
+    st, si = np.tril_indices(cm.n, -1)
+    out: list[tuple[list[int], str]] = []
+    seen: set[bytes] = set()
+
+    def add(rounded: np.ndarray, label: str) -> None:
+        rounded[cm.n] = S[cm.n]
+        key = np.packbits(rounded[st, si].astype(bool)).tobytes()
+        if key not in seen:
+            seen.add(key)
+            out.append((complete(graph, rounded), label))
+
+    for theta in np.linspace(0.0, 1.0, thresholds + 2)[1:-1]:
+        add((S >= theta).astype(np.float64), f"threshold {theta:.3f}")
+        if deadline.expired():
+            return out
+    rng = np.random.default_rng(seed)
+    for k in range(samples):
+        add((rng.random(S.shape) < S).astype(np.float64), f"random #{k}")
+        if deadline.expired():
+            break
+    return out
+
+
+def best_rounding(cm: CheckmateModel, x: np.ndarray, budget: Number, thresholds: int, samples: int,
+                  seed: int, deadline: Deadline) -> tuple[Schedule | None, Number | None, str, int]:
+    """The fastest rounded schedule within budget: (schedule, its pre-clean-up duration, label, tried)."""
+    graph = cm.graph
+    best: tuple[tuple, Schedule, Number, str] | None = None
+    candidates = round_candidates(cm, x, thresholds, samples, seed, deadline)
+    for sequence, label in candidates:
+        nodes = np.asarray(sequence, dtype=np.int64)
+        # The rounded schedule itself (every computation kept) must fit: it is the method's own.
+        schedule = place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64), drop_unused=False)
+        sim = simulate(graph, schedule)
+        if not sim.valid or sim.peak > budget:
+            continue
+        raw = sim.duration
+        key = (simulate(graph, place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64))).duration, raw)
+        if best is None or key < best[0]:
+            best = (key, schedule, raw, label)
+    if best is None:
+        return None, None, "", len(candidates)
+    return best[1], best[2], best[3], len(candidates)
+
+
+def lp_rounding(graph: Graph, budget: Number, *, thresholds: int, samples: int, seed: int,
+                backend: str, deadline: Deadline, tighten: int,
+                stats: dict[str, Any]) -> tuple[Schedule | None, Number | None, float | None, str]:
+    """Solve the LP (tightening the budget if its roundings overshoot) and round it.
+
+    Returns (schedule, its pre-clean-up duration, the LP bound at ``budget``, a
+    sentence on why nothing came out). Fills ``stats``.
+    """
+    from remat_bench.budget import memory_floor
+
+    floor = memory_floor(graph).amount
+    factors = [1.0, *np.linspace(1.0, 0.7, tighten + 1)[1:]] if tighten else [1.0]
+    lower = None
+    tried = 0
+    why = ""
+    for factor in factors:
+        internal = budget * factor if factor < 1 else budget
+        if isinstance(budget, int):
+            internal = int(internal)
+        if internal < floor or (factor < 1 and deadline.expired()):
+            break
+        cm = CheckmateModel.build(graph, internal)
+        if factor == 1.0:
+            stats.update(model_stats(cm))
+        sol = solve_milp(cm.model, backend=backend, time_limit=deadline.remaining(), relax=True)
+        stats["lp_time_s"] = round(stats.get("lp_time_s", 0.0) + sol.solve_time_s, 3)
+        stats["solver"] = sol.solver
+        if sol.status == "infeasible":
+            why = ("the LP relaxation is infeasible, so no staged schedule fits the budget"
+                   if factor == 1.0 else why)
+            break
+        if sol.status != "optimal" or sol.x is None:
+            why = f"the LP relaxation did not solve within the time limit ({sol.message})"
+            break
+        if factor == 1.0:
+            lower = float(sol.objective) * cm.dur_scale
+        schedule, raw, label, count = best_rounding(cm, sol.x, budget, thresholds, samples, seed, deadline)
+        tried += count
+        if schedule is not None:
+            stats.update({"roundings_tried": tried, "best_rounding": label, "lp_budget_factor": round(factor, 3)})
+            return schedule, raw, lower, ""
+        why = f"none of the {tried} rounded schedules fits the budget"
+    stats["roundings_tried"] = tried
+    return None, None, lower, why
+
+
+class CheckmateLP(Method):
+    name = "checkmate-lp"
+    description = "Checkmate's LP relaxation (a lower bound) with two-phase deterministic and randomised rounding"
+    params = (
+        Param("thresholds", int, 19, "deterministic rounding thresholds, evenly spread in (0, 1)"),
+        Param("samples", int, 40, "randomised roundings per LP solution"),
+        Param("seed", int, 0, "seed of the randomised rounding"),
+        Param("tighten", int, 6, "LP re-solves at budgets down to 70% when no rounding fits (0: none)"),
+        Param("backend", str, "highs", "LP solver: highs, or pulp:NAME"),
+    )
+    requires = ("highspy", "pulp")
+
+    def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
+              **params: Any) -> MethodResult:
+        deadline = Deadline(time_limit)
+        parse_backend(params["backend"])
+        if budget is None:
+            return MethodResult(Status.UNSUPPORTED, message=(
+                "checkmate-lp minimises duration under a budget; give a budget rather than 'min'"))
+        stats = check_fits(graph.n, graph.num_edges, "Checkmate LP")
+        schedule, raw, lower, why = lp_rounding(
+            graph, budget, thresholds=params["thresholds"], samples=params["samples"], seed=params["seed"],
+            backend=params["backend"], deadline=deadline, tighten=params["tighten"], stats=stats)
+        if lower is not None and graph.total_duration:
+            stats["lp_overhead_pct"] = 100 * (lower / graph.total_duration - 1)
+        if schedule is None:
+            status = Status.INFEASIBLE if why.startswith("the LP relaxation is infeasible") else Status.NO_SOLUTION
+            return MethodResult(status, lower_bound=lower, solve_time_s=deadline.elapsed(), stats=stats, message=why)
+        return MethodResult(Status.FEASIBLE, schedule, objective=raw, lower_bound=lower,
+                            solve_time_s=deadline.elapsed(), stats=stats)

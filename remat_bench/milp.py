@@ -1,0 +1,336 @@
+"""Sparse mixed-integer models, handed to HiGHS (highspy) or to any solver PuLP knows.
+
+Formulations (checkmate, checkmate-lp, monet) build their models as numpy
+arrays in blocks, never term by term in Python objects: a `ModelBuilder`
+collects variable blocks and COO constraint blocks, and `build` turns them
+into one CSR matrix. `solve_milp` passes it to HiGHS in one call
+(``Highs.passModel``), or, with ``backend="pulp:NAME"``, writes the same model
+through PuLP for CBC, Gurobi, CPLEX or any other solver PuLP finds.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from remat_bench.errors import MethodError
+
+
+@dataclass
+class SparseModel:
+    """min cost @ x  s.t.  row_lower <= A x <= row_upper,  lower <= x <= upper,  x[integer] integral."""
+
+    cost: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    integer: np.ndarray  # bool per column
+    A: sp.csr_matrix
+    row_lower: np.ndarray
+    row_upper: np.ndarray
+
+    @property
+    def num_cols(self) -> int:
+        return len(self.cost)
+
+    @property
+    def num_rows(self) -> int:
+        return self.A.shape[0]
+
+    def violation(self, x: np.ndarray) -> float:
+        """Largest bound or row violation of ``x`` (0 for a feasible point)."""
+        act = self.A @ x
+        return float(max(
+            np.max(self.lower - x, initial=0.0), np.max(x - self.upper, initial=0.0),
+            np.max(self.row_lower - act, initial=0.0), np.max(act - self.row_upper, initial=0.0),
+            np.max(np.abs(x[self.integer] - np.round(x[self.integer])), initial=0.0),
+        ))
+
+
+class ModelBuilder:
+    """Collects variable blocks and constraint blocks, then builds one `SparseModel`."""
+
+    def __init__(self) -> None:
+        self._cost: list[np.ndarray] = []
+        self._lower: list[np.ndarray] = []
+        self._upper: list[np.ndarray] = []
+        self._integer: list[np.ndarray] = []
+        self.num_cols = 0
+        self._rows: list[np.ndarray] = []
+        self._cols: list[np.ndarray] = []
+        self._vals: list[np.ndarray] = []
+        self._row_lower: list[np.ndarray] = []
+        self._row_upper: list[np.ndarray] = []
+        self.num_rows = 0
+
+    def add_vars(self, count: int, lower: Any = 0.0, upper: Any = 1.0, cost: Any = 0.0,
+                 integer: bool = True) -> np.ndarray:
+        """Add ``count`` columns; returns their indices."""
+        self._cost.append(np.broadcast_to(np.asarray(cost, dtype=np.float64), (count,)).copy())
+        self._lower.append(np.broadcast_to(np.asarray(lower, dtype=np.float64), (count,)).copy())
+        self._upper.append(np.broadcast_to(np.asarray(upper, dtype=np.float64), (count,)).copy())
+        self._integer.append(np.full(count, integer, dtype=bool))
+        idx = np.arange(self.num_cols, self.num_cols + count, dtype=np.int64)
+        self.num_cols += count
+        return idx
+
+    def add_rows(self, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
+                 lower: Any, upper: Any, count: int | None = None) -> None:
+        """Add a block of rows from COO triplets whose row ids are local (0..count-1)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if count is None:
+            count = int(rows.max()) + 1 if len(rows) else 0
+        if count == 0:
+            return
+        self._rows.append(rows + self.num_rows)
+        self._cols.append(np.asarray(cols, dtype=np.int64))
+        self._vals.append(np.asarray(vals, dtype=np.float64))
+        self._row_lower.append(np.broadcast_to(np.asarray(lower, dtype=np.float64), (count,)).copy())
+        self._row_upper.append(np.broadcast_to(np.asarray(upper, dtype=np.float64), (count,)).copy())
+        self.num_rows += count
+
+    def build(self) -> SparseModel:
+        def cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+            return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+        A = sp.csr_matrix(
+            (cat(self._vals, np.float64), (cat(self._rows, np.int64), cat(self._cols, np.int64))),
+            shape=(self.num_rows, self.num_cols),
+        )
+        A.sum_duplicates()
+        return SparseModel(
+            cost=cat(self._cost, np.float64), lower=cat(self._lower, np.float64),
+            upper=cat(self._upper, np.float64), integer=cat(self._integer, bool), A=A,
+            row_lower=cat(self._row_lower, np.float64), row_upper=cat(self._row_upper, np.float64),
+        )
+
+
+@dataclass
+class Incumbent:
+    time_s: float
+    objective: float
+    x: np.ndarray | None = None
+
+
+@dataclass
+class MilpSolution:
+    """A solver's answer. ``status`` is one of optimal, feasible, infeasible, no_solution, error."""
+
+    status: str
+    x: np.ndarray | None = None
+    objective: float | None = None
+    dual_bound: float | None = None
+    gap: float | None = None
+    nodes: int | None = None
+    solve_time_s: float = 0.0
+    solver: str = ""
+    message: str = ""
+    incumbents: list[Incumbent] = field(default_factory=list)
+
+
+def available_memory_bytes() -> int:
+    """Physical memory available now (Linux /proc/meminfo), or total memory elsewhere."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def parse_backend(backend: str) -> tuple[str, str | None]:
+    """``highs`` or ``pulp:NAME``; raises MethodError naming the installed PuLP solvers otherwise."""
+    if backend == "highs":
+        return "highs", None
+    if backend.startswith("pulp:"):
+        import pulp
+
+        name = backend[5:]
+        if name not in pulp.listSolvers():
+            raise MethodError(f"PuLP has no solver '{name}'; it knows: {', '.join(pulp.listSolvers())}")
+        if name not in pulp.listSolvers(onlyAvailable=True):
+            raise MethodError(
+                f"PuLP solver '{name}' is not available here (installed and licensed: "
+                f"{', '.join(pulp.listSolvers(onlyAvailable=True))})"
+            )
+        return "pulp", name
+    raise MethodError(f"backend '{backend}' is not understood; use 'highs' or 'pulp:NAME' (e.g. pulp:PULP_CBC_CMD)")
+
+
+def solve_milp(
+    model: SparseModel,
+    *,
+    backend: str = "highs",
+    time_limit: float | None = None,
+    threads: int | None = None,
+    mip_gap: float | None = None,
+    seed: int | None = None,
+    start: np.ndarray | None = None,
+    relax: bool = False,
+    keep_incumbents: bool = False,
+) -> MilpSolution:
+    """Solve ``model`` (its LP relaxation when ``relax``); ``start`` is a feasible point to begin from."""
+    kind, name = parse_backend(backend)
+    if kind == "highs":
+        return _solve_highs(model, time_limit, threads, mip_gap, seed, start, relax, keep_incumbents)
+    return _solve_pulp(model, name or "", time_limit, threads, mip_gap, start, relax)
+
+
+def _solve_highs(model: SparseModel, time_limit: float | None, threads: int | None,
+                 mip_gap: float | None, seed: int | None, start: np.ndarray | None,
+                 relax: bool, keep_incumbents: bool) -> MilpSolution:
+    import highspy
+
+    h = highspy.Highs()
+    h.silent()
+    lp = highspy.HighsLp()
+    lp.num_col_ = model.num_cols
+    lp.num_row_ = model.num_rows
+    lp.col_cost_ = model.cost
+    lp.col_lower_ = model.lower
+    lp.col_upper_ = model.upper
+    lp.row_lower_ = np.where(np.isfinite(model.row_lower), model.row_lower, -highspy.kHighsInf)
+    lp.row_upper_ = np.where(np.isfinite(model.row_upper), model.row_upper, highspy.kHighsInf)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = model.A.indptr.astype(np.int32)
+    lp.a_matrix_.index_ = model.A.indices.astype(np.int32)
+    lp.a_matrix_.value_ = model.A.data
+    if not relax and model.integer.any():
+        kinds = np.where(model.integer, int(highspy.HighsVarType.kInteger), int(highspy.HighsVarType.kContinuous))
+        lp.integrality_ = [highspy.HighsVarType(int(k)) for k in kinds]
+    h.passModel(lp)
+    if time_limit is not None:
+        h.setOptionValue("time_limit", max(float(time_limit), 0.01))
+    if threads:
+        h.setOptionValue("threads", int(threads))
+    if mip_gap is not None:
+        h.setOptionValue("mip_rel_gap", float(mip_gap))
+    if seed is not None:
+        h.setOptionValue("random_seed", int(seed))
+    if start is not None and not relax:
+        sol = highspy.HighsSolution()
+        sol.col_value = np.asarray(start, dtype=np.float64)
+        sol.value_valid = True
+        h.setSolution(sol)
+
+    incumbents: list[Incumbent] = []
+    lock = threading.Lock()
+    t0 = time.perf_counter()
+
+    def on_improving(event: Any) -> None:
+        data = event.data_out
+        with lock:
+            incumbents.append(Incumbent(
+                time.perf_counter() - t0, float(data.objective_function_value),
+                np.array(data.mip_solution, dtype=np.float64) if keep_incumbents else None,
+            ))
+
+    if not relax:
+        h.cbMipImprovingSolution.subscribe(on_improving)
+    h.HandleKeyboardInterrupt = True
+    h.run()
+    elapsed = time.perf_counter() - t0
+    status = h.getModelStatus()
+    info = h.getInfo()
+    solution = h.getSolution()
+    has_x = bool(solution.value_valid) and info.primal_solution_status >= 2
+    x = np.array(solution.col_value, dtype=np.float64) if has_x else None
+    S = highspy.HighsModelStatus
+    if status == S.kOptimal:
+        out = "optimal"
+    elif status == S.kInfeasible:
+        out = "infeasible"
+    elif x is not None:
+        out = "feasible"
+    elif status in (S.kTimeLimit, S.kIterationLimit, S.kInterrupt, S.kSolutionLimit, S.kObjectiveBound,
+                    S.kObjectiveTarget):
+        out = "no_solution"
+    else:
+        out = "error"
+    mip = not relax and model.integer.any()
+    dual = getattr(info, "mip_dual_bound", None) if mip else (info.objective_function_value if out == "optimal" else None)
+    if dual is not None and not np.isfinite(dual):
+        dual = None
+    return MilpSolution(
+        status=out,
+        x=x,
+        objective=float(info.objective_function_value) if x is not None else None,
+        dual_bound=None if dual is None else float(dual),
+        gap=float(info.mip_gap) if mip and x is not None and np.isfinite(info.mip_gap) else None,
+        nodes=int(info.mip_node_count) if mip else None,
+        solve_time_s=elapsed,
+        solver=f"HiGHS {highspy.Highs().version()}",
+        message=h.modelStatusToString(status),
+        incumbents=incumbents,
+    )
+
+
+def _solve_pulp(model: SparseModel, name: str, time_limit: float | None, threads: int | None,
+                mip_gap: float | None, start: np.ndarray | None, relax: bool) -> MilpSolution:
+    import pulp
+
+    # PuLP's own API is term by term; that is the price of reaching every solver it knows.
+    prob = pulp.LpProblem("remat_bench", pulp.LpMinimize)
+    xs = []
+    for j in range(model.num_cols):
+        cat = pulp.LpInteger if (model.integer[j] and not relax) else pulp.LpContinuous
+        lo = None if not np.isfinite(model.lower[j]) else float(model.lower[j])
+        hi = None if not np.isfinite(model.upper[j]) else float(model.upper[j])
+        var = prob.add_variable(f"x{j}", lowBound=lo, upBound=hi, cat=cat)
+        if start is not None:
+            var.setInitialValue(float(round(start[j]) if model.integer[j] else start[j]))
+        xs.append(var)
+    prob += pulp.LpAffineExpression([(xs[j], float(c)) for j, c in enumerate(model.cost) if c != 0])
+    A = model.A
+    for r in range(model.num_rows):
+        lo_idx, hi_idx = A.indptr[r], A.indptr[r + 1]
+        expr = pulp.LpAffineExpression([(xs[j], float(v)) for j, v in zip(A.indices[lo_idx:hi_idx], A.data[lo_idx:hi_idx])])
+        lo, hi = model.row_lower[r], model.row_upper[r]
+        if np.isfinite(lo) and np.isfinite(hi) and lo == hi:
+            prob += expr == float(lo)
+        else:
+            if np.isfinite(lo):
+                prob += expr >= float(lo)
+            if np.isfinite(hi):
+                prob += expr <= float(hi)
+    options: dict[str, Any] = {"msg": False}
+    if time_limit is not None:
+        options["timeLimit"] = max(1, int(time_limit))
+    if mip_gap is not None:
+        options["gapRel"] = mip_gap
+    if threads:
+        options["threads"] = threads
+    if start is not None:
+        options["warmStart"] = True
+    solver = pulp.getSolver(name, **options)
+    t0 = time.perf_counter()
+    prob.solve(solver)
+    elapsed = time.perf_counter() - t0
+    values = [v.varValue for v in xs]
+    has_x = all(v is not None for v in values) and prob.sol_status in (
+        pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
+    x = np.array(values, dtype=np.float64) if has_x else None
+    if prob.sol_status == pulp.LpSolutionOptimal and prob.status == pulp.LpStatusOptimal:
+        out = "optimal"
+    elif prob.status == pulp.LpStatusInfeasible or prob.sol_status == pulp.LpSolutionInfeasible:
+        out = "infeasible"
+    elif x is not None:
+        out = "feasible"
+    else:
+        out = "no_solution"
+    objective = float(model.cost @ x) if x is not None else None
+    return MilpSolution(
+        status=out, x=x, objective=objective,
+        dual_bound=objective if out == "optimal" else None,
+        gap=0.0 if out == "optimal" else None,
+        solve_time_s=elapsed, solver=f"PuLP {pulp.__version__} {name}",
+        message=pulp.LpStatus.get(prob.status, str(prob.status)),
+    )
+

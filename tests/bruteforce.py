@@ -1,0 +1,70 @@
+"""Exact brute forces for tiny graphs, to test formulations against.
+
+`staged_optimum`: the schedule space of Checkmate and Moccasin with
+input-order stages. Stage t ends with the first computation of node t; before
+it, nodes i < t may be recomputed, each at most once and in increasing order;
+nothing is computed after the last node's first computation. Values may be
+freed at any time. A shortest-path search (Dijkstra, cost = duration) over
+states (stage, index of the last node computed in the stage, resident set).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from remat_bench.graph import Graph
+
+
+def _masks(graph: Graph) -> tuple[list[int], list[int], list[int], list[int], int]:
+    n = graph.n
+    mem = [int(x) for x in graph.memory]
+    size = [0] * (1 << n)
+    for mask in range(1, 1 << n):
+        low = mask & -mask
+        size[mask] = size[mask ^ low] + mem[low.bit_length() - 1]
+    need = [sum(1 << u for u in graph.inputs[v]) for v in range(n)]
+    out = sum(1 << o for o in graph.output_indices)
+    return mem, size, need, [int(x) for x in graph.workspace], out
+
+
+def staged_optimum(graph: Graph, budget: int) -> int | None:
+    """Least duration over staged schedules within ``budget``, or None if there is none."""
+    n = graph.n
+    assert n <= 12, "the brute force is for tiny graphs"
+    mem, size, need, ws, outputs = _masks(graph)
+    dur = [int(x) for x in graph.duration]
+    fixed = int(graph.fixed_memory)
+    start = (0, -1, 0)
+    best = {start: 0}
+    heap = [(0, start)]
+    while heap:
+        cost, state = heapq.heappop(heap)
+        if best.get(state, 1 << 62) < cost:
+            continue
+        t, j, resident = state
+        if t == n:
+            if resident & outputs == outputs:
+                return cost
+            continue
+        moves = []
+        # Free any resident value.
+        rest = resident
+        while rest:
+            low = rest & -rest
+            rest ^= low
+            moves.append((0, (t, j, resident ^ low)))
+        # Recompute i (j < i < t), or compute the stage's own node t.
+        for i in range(j + 1, t + 1):
+            bit = 1 << i
+            if resident & bit or need[i] & ~resident:
+                continue
+            if fixed + size[resident] + mem[i] + ws[i] > budget:
+                continue
+            nxt = (t + 1, -1, resident | bit) if i == t else (t, i, resident | bit)
+            moves.append((dur[i], nxt))
+        for step, nxt in moves:
+            c = cost + step
+            if c < best.get(nxt, 1 << 62):
+                best[nxt] = c
+                heapq.heappush(heap, (c, nxt))
+    return None
