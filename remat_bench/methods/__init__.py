@@ -29,6 +29,7 @@ BUILTIN: dict[str, str] = {
     "greedy": "remat_bench.methods.greedy:Greedy",
     "checkmate": "remat_bench.methods.checkmate:Checkmate",
     "checkmate-lp": "remat_bench.methods.checkmate_lp:CheckmateLP",
+    "moccasin": "remat_bench.methods.moccasin:Moccasin",
 }
 
 

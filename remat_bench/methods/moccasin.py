@@ -1,0 +1,524 @@
+"""Moccasin: retention intervals on CP-SAT (Bartan et al., ICML 2023).
+
+Each node v has up to C retention intervals [s, e) (parameter
+``max_intervals``) with presence literals p: interval 1 is present, interval
+j present implies interval j-1 present, and a node's intervals are ordered
+and disjoint (paper (2), (3), (7)). An interval's first event computes v; the
+value is held until its end. With the input-order stages of the paper's
+section 2.3, stage i ends with the first computation of node i; earlier events
+of stage i may recompute nodes before i, each at the position reserved for
+it, so two computations never share an event (6).
+
+- Memory (4): one cumulative constraint over all intervals, demand memory(v),
+  capacity budget - fixed memory. Workspace is held only while v computes: a
+  unit interval at each start, demand workspace(v), so that the model's peak
+  is the simulator's.
+- Precedence (5): for each edge (u, v) and each copy b of v, some present copy
+  a of u covers the start of b: s_u^a < s_v^b < e_u^a.
+- Outputs are held to the end; the objective (1) is sum_j p_v^j duration(v).
+- Two phases (2.4): phase 1 minimises max(peak, budget) from a hint, phase 2
+  minimises duration from phase 1's solution.
+
+What this implementation changes, measured on this repository's 2-core
+machine (docs/benchmarks.md, ../shared/notes/solver-measurements.md):
+
+- Events are numbered stage * n + position, and the start of a recomputation
+  of v is the affine expression n * stage + v of a contiguous stage variable,
+  rather than the paper's packed numbering with gappy domains (presolve 0.3 s
+  instead of 5.5 s on random_layered_n100).
+- Precedence uses one Boolean per (edge, copy of v, copy of u) meaning "this
+  copy of u is present and covers this start", at least one per present copy
+  of v, instead of add_reservoir_constraint_with_active: faster presolve,
+  earlier first solutions, and a lower bound where the reservoir gave none.
+- Every recomputation feeds some consumer (a redundant constraint that
+  shortens proofs about 4x on random_layered_n250 at 0.9).
+- Hints are complete (interval sizes and precedence flags too), and phase 1
+  is hinted with the best of the baseline and the greedy and chen schedules,
+  so that CP-SAT starts from them at once.
+- Memory is divided by its gcd; the budget is rounded down in that unit.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from remat_bench.graph import Graph, Number
+from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status
+from remat_bench.schedule import COMPUTE, Schedule, ScheduleBuilder
+from remat_bench.simulate import baseline_schedule, place_frees, simulate
+
+
+def integer_scale(values: np.ndarray, extra: list[Number]) -> tuple[int | float, bool]:
+    """(q, exact): divide memory by q to get integers; exact when every value is a multiple of q."""
+    arrays = [values, np.asarray(extra)]
+    if all(a.dtype.kind in "iu" or np.all(np.mod(a, 1) == 0) for a in arrays):
+        ints = [int(x) for a in arrays for x in np.unique(a) if x]
+        return (math.gcd(*ints) if ints else 1), True
+    # Fractional sizes: a fixed-point grid, rounding sizes up (the model is then conservative).
+    top = max(float(np.max(values)), *map(float, extra), 1.0)
+    return top / 1e6, False
+
+
+@dataclass
+class Copy:
+    """One retention interval of a node in the model."""
+
+    node: int
+    index: int
+    start: Any  # linear expression
+    end: Any  # IntVar
+    size: Any  # IntVar
+    present: Any  # BoolVar or True
+    stage: Any | None = None  # IntVar (None for the fixed first copy)
+    stage_lb: int = 0
+
+
+@dataclass
+class StagedModel:
+    """The staged retention-interval model of one graph, with what is needed to hint and decode."""
+
+    graph: Graph
+    model: Any
+    copies: list[list[Copy]]
+    flags: dict[tuple[int, int, int, int], Any]  # (u, v, b, a) -> covers
+    horizon: int
+    capacity: Any
+    scale: float
+    dur_scale: float
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return self.graph.n
+
+    # ------------------------------------------------------------------ hints
+
+    def intervals_of(self, schedule: Schedule) -> list[list[tuple[int, int]]] | None:
+        """Per node, the (start, end) events of a staged schedule; None if outside the space.
+
+        ``schedule`` is a compute order whose values are freed at last use (unused
+        computations kept), its first computations in input order.
+        """
+        n = self.n
+        kinds, nodes = schedule.kinds, schedule.nodes
+        first = np.full(n, -1, dtype=np.int64)
+        stage_of_step = np.zeros(len(kinds), dtype=np.int64)
+        seen = 0
+        for s in range(len(kinds)):
+            if kinds[s] == COMPUTE:
+                v = int(nodes[s])
+                if first[v] < 0:
+                    if v != seen:
+                        return None
+                    first[v] = s
+                    seen += 1
+                stage_of_step[s] = seen - 1 if first[v] == s else seen
+        if seen != n:
+            return None
+        out: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        open_at: dict[int, int] = {}
+        last_event = 0
+        for s in range(len(kinds)):
+            v = int(nodes[s])
+            if kinds[s] == COMPUTE:
+                stage = int(stage_of_step[s])
+                if stage >= n or v > stage:
+                    return None
+                event = stage * n + v
+                if event <= last_event and s > 0:
+                    return None  # two computations in one event, or out of order in a stage
+                last_event = event
+                open_at[v] = event
+            else:
+                out[v].append((open_at.pop(v), last_event + 1))
+        for v, start in open_at.items():
+            out[v].append((start, self.horizon))
+        for v in range(n):
+            out[v].sort()
+            if len(out[v]) > len(self.copies[v]):
+                return None
+        return out
+
+    def hint(self, intervals: list[list[tuple[int, int]]]) -> None:
+        """A complete hint: presences, stages, ends, sizes and every precedence flag."""
+        m = self.model
+        m.clear_hints()
+        n = self.n
+        for v in range(n):
+            for j, c in enumerate(self.copies[v]):
+                if j < len(intervals[v]):
+                    s, e = intervals[v][j]
+                    if j:
+                        m.add_hint(c.present, True)
+                        m.add_hint(c.stage, s // n)
+                    m.add_hint(c.end, e)
+                    m.add_hint(c.size, e - s)
+                else:
+                    m.add_hint(c.present, False)
+                    lo = c.stage_lb
+                    m.add_hint(c.stage, lo)
+                    m.add_hint(c.end, lo * n + v + 1)
+                    m.add_hint(c.size, 1)
+        for (u, v, b, a), flag in self.flags.items():
+            value = False
+            if b < len(intervals[v]) and a < len(intervals[u]):
+                sv = intervals[v][b][0]
+                su, eu = intervals[u][a]
+                value = su < sv < eu
+            m.add_hint(flag, value)
+
+    def decode(self, solver: Any) -> Schedule:
+        """Compute at each present interval's start, free at its end (frees first within an event)."""
+        events: list[tuple[int, int, int]] = []  # (event, 0 free / 1 compute, node)
+        for v in range(self.n):
+            for c in self.copies[v]:
+                if c.present is True or solver.boolean_value(c.present):
+                    start = solver.value(c.start)
+                    end = solver.value(c.end)
+                    events.append((start, 1, v))
+                    if end < self.horizon:
+                        events.append((end, 0, v))
+        events.sort()
+        out = ScheduleBuilder()
+        for _, kind, v in events:
+            if kind == 1:
+                out.compute(v)
+            else:
+                out.free(v)
+        return out.build()
+
+
+def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
+                 feeds_consumer: bool = True) -> StagedModel:
+    """The staged model; ``budget`` None leaves the capacity a variable (phase 1 form)."""
+    from ortools.sat.python import cp_model
+
+    t0 = time.perf_counter()
+    n = graph.n
+    T = n * n  # events 0 .. n*n - 1; an interval ending at T is held to the end
+    q, _ = integer_scale(graph.memory, [*np.unique(graph.workspace).tolist(), graph.fixed_memory])
+    mem = np.ceil(np.asarray(graph.memory, dtype=np.float64) / q).astype(np.int64)
+    ws = np.ceil(np.asarray(graph.workspace, dtype=np.float64) / q).astype(np.int64)
+    fixed = math.ceil(graph.fixed_memory / q)
+    dur = np.asarray(graph.duration)
+    dur_scale = 1.0
+    if dur.dtype.kind == "f" and not np.all(np.mod(dur, 1) == 0):
+        dur_scale = max(float(dur.max()), 1e-12) / 1e6  # fractional durations: a fixed-point grid
+        dur = np.round(dur / dur_scale)
+    dur = dur.astype(np.int64)
+    m = cp_model.CpModel()
+    copies: list[list[Copy]] = []
+    for v in range(n):
+        row = []
+        for j in range(max_intervals):
+            if j == 0:
+                start = v * n + v
+                end = m.new_int_var(start + 1, T, f"e{v}_0")
+                size = m.new_int_var(1, T - start, f"z{v}_0")
+                row.append(Copy(v, 0, start, end, size, True))
+            elif v + j <= n - 1:
+                stage = m.new_int_var(v + j, n - 1, f"t{v}_{j}")
+                present = m.new_bool_var(f"p{v}_{j}")
+                start = stage * n + v
+                end = m.new_int_var(v * n + v + 1, T, f"e{v}_{j}")
+                size = m.new_int_var(1, T, f"z{v}_{j}")
+                row.append(Copy(v, j, start, end, size, present, stage, v + j))
+        copies.append(row)
+    intervals, demands, ws_intervals, ws_demands = [], [], [], []
+    for v in range(n):
+        for j, c in enumerate(copies[v]):
+            if j == 0:
+                intervals.append(m.new_interval_var(c.start, c.size, c.end, f"i{v}_0"))
+                if ws[v]:
+                    ws_intervals.append(m.new_fixed_size_interval_var(c.start, 1, f"w{v}_0"))
+            else:
+                intervals.append(m.new_optional_interval_var(c.start, c.size, c.end, c.present, f"i{v}_{j}"))
+                if ws[v]:
+                    ws_intervals.append(m.new_optional_fixed_size_interval_var(c.start, 1, c.present, f"w{v}_{j}"))
+                # (7) copy j present implies copy j-1 present; (3) ordered, disjoint.
+                prev = copies[v][j - 1]
+                if j > 1:
+                    m.add_implication(c.present, prev.present)
+                m.add(prev.end <= c.start).only_enforce_if(c.present)
+                if j > 1:
+                    m.add(prev.stage + 1 <= c.stage).only_enforce_if(c.present)
+            demands.append(int(mem[v]))
+            if ws[v]:
+                ws_demands.append(int(ws[v]))
+    # Outputs held to the end: the last present copy ends at T.
+    for o in graph.output_indices:
+        row = copies[o]
+        for j, c in enumerate(row):
+            nxt = row[j + 1].present if j + 1 < len(row) else None
+            if nxt is None:
+                if c.present is True:
+                    m.add(c.end == T)
+                else:
+                    m.add(c.end == T).only_enforce_if(c.present)
+            else:
+                enforce = [nxt.Not()] if c.present is True else [c.present, nxt.Not()]
+                m.add(c.end == T).only_enforce_if(enforce)
+
+    # Precedence (5): flags[(u, v, b, a)] -> copy a of u is present and covers the start of copy b of v.
+    flags: dict[tuple[int, int, int, int], Any] = {}
+    feeds: dict[tuple[int, int], list[Any]] = {}
+    for v in range(n):
+        for u in graph.inputs[v]:
+            for b, cv in enumerate(copies[v]):
+                options = []
+                for a, cu in enumerate(copies[u]):
+                    f = m.new_bool_var(f"f{u}_{v}_{b}_{a}")
+                    flags[(u, v, b, a)] = f
+                    if cu.present is not True:
+                        m.add_implication(f, cu.present)
+                    # u's copy starts no later (stages: u < v, so an earlier or equal stage) ...
+                    if cu.stage is not None or cv.stage is not None:
+                        su = u if cu.stage is None else cu.stage
+                        sv = v if cv.stage is None else cv.stage
+                        m.add(su <= sv).only_enforce_if(f)
+                    # ... and is held at v's start.
+                    m.add(cu.end >= cv.start + 1).only_enforce_if(f)
+                    options.append(f)
+                    feeds.setdefault((u, a), []).append(f)
+                if cv.present is True:
+                    m.add_bool_or(options)
+                else:
+                    m.add_bool_or(options).only_enforce_if(cv.present)
+    if feeds_consumer:
+        # A recomputation exists only to feed some consumer (outputs may also feed the end).
+        for v in range(n):
+            if graph.is_output[v]:
+                continue
+            for a, c in enumerate(copies[v]):
+                if a == 0:
+                    continue
+                options = feeds.get((v, a), [])
+                if options:
+                    m.add_bool_or(options).only_enforce_if(c.present)
+                else:
+                    m.add(c.present == 0)
+
+    if budget is None:
+        capacity = m.new_int_var(0, int(mem.sum() + ws.max(initial=0)), "peak")
+    else:
+        capacity = max(0, math.floor(budget / q) - fixed)
+    m.add_cumulative(intervals + ws_intervals, demands + ws_demands, capacity)
+    m.minimize(sum(int(dur[c.node]) * (1 if c.present is True else c.present)
+                   for row in copies for c in row if dur[c.node]))
+    stats = {
+        "intervals": sum(len(r) for r in copies),
+        "precedence_flags": len(flags),
+        "build_time_s": round(time.perf_counter() - t0, 3),
+        "memory_scale": q,
+    }
+    return StagedModel(graph, m, copies, flags, T, capacity, q, dur_scale, stats)
+
+
+class _Recorder:
+    """Solution callback: time and objective of every improving solution, for stats and benchmarks."""
+
+    def __init__(self, offset: float, on_solution: Any = None) -> None:
+        from ortools.sat.python import cp_model
+
+        class Callback(cp_model.CpSolverSolutionCallback):
+            def __init__(inner) -> None:
+                super().__init__()
+
+            def on_solution_callback(inner) -> None:
+                self.points.append((round(offset + time.perf_counter() - self.t0, 3), inner.objective_value))
+                if on_solution is not None:
+                    on_solution(inner)
+
+        self.points: list[tuple[float, float]] = []
+        self.t0 = time.perf_counter()
+        self.callback = Callback()
+
+
+def _solve(sm: StagedModel, seconds: float, params: dict[str, Any], offset: float,
+           on_solution: Any = None) -> tuple[Any, Any, list]:
+    from ortools.sat.python import cp_model
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.05, seconds)
+    solver.parameters.num_workers = params["num_workers"] or (os.cpu_count() or 1)
+    solver.parameters.random_seed = params["seed"]
+    if params["search"] == "hint":
+        # Stay near the hint: LNS around it first (helps when the hint is already good).
+        solver.parameters.repair_hint = True
+        solver.parameters.hint_conflict_limit = 100
+    recorder = _Recorder(offset, on_solution)
+    status = solver.solve(sm.model, recorder.callback)
+    return solver, status, recorder.points
+
+
+def staged_hint_candidates(graph: Graph, budget: Number | None, deadline: Deadline) -> list[tuple[str, Schedule]]:
+    """Compute orders to hint phase 1 with: the baseline, and greedy's and chen's schedules."""
+    from remat_bench.methods.chen import Chen
+    from remat_bench.methods.greedy import Greedy
+
+    out = [("baseline", baseline_schedule(graph))]
+    if budget is None:
+        return out
+    for method in (Greedy(), Chen()):
+        if deadline.expired():
+            break
+        try:
+            answer = method.solve(graph, budget, deadline.remaining(), **method.parse_params({}))
+        except Exception:  # a failing heuristic only costs a hint
+            continue
+        if answer.schedule is not None and answer.status.found_schedule:
+            out.append((method.name, answer.schedule))
+    return out
+
+
+class Moccasin(Method):
+    name = "moccasin"
+    description = "Bartan et al. 2023 retention intervals on CP-SAT (input-order stages, two phases)"
+    params = (
+        Param("max_intervals", int, 2, "retention intervals per node (C)"),
+        Param("num_workers", int, 0, "CP-SAT workers (0: all cores)"),
+        Param("phase1_share", float, 0.5, "largest share of the time limit phase 1 may use"),
+        Param("seed", int, 0, "CP-SAT random seed"),
+        Param("search", str, "default", "default: CP-SAT's portfolio; hint: repair and stay near the hint",
+              choices=("default", "hint")),
+        Param("feeds_consumer", bool, True, "add: every recomputation feeds some consumer (faster proofs)"),
+    )
+    requires = ("ortools",)
+
+    def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
+              **params: Any) -> MethodResult:
+        from ortools.sat.python import cp_model
+
+        deadline = Deadline(time_limit if time_limit is not None else 3600.0)
+        C = params["max_intervals"]
+        if C < 1:
+            return MethodResult(Status.ERROR, message="max_intervals must be at least 1")
+        stats: dict[str, Any] = {}
+        progress: list[tuple[str, float, float]] = []
+
+        # Phase 1: reach the budget (or, for 'min', the lowest peak) from the best hint.
+        p1 = build_staged(graph, None, C, params["feeds_consumer"])
+        stats.update({f"model_{k}": v for k, v in p1.stats.items()})
+        q = p1.scale
+        budget_units = None if budget is None else math.floor(budget / q) - math.ceil(graph.fixed_memory / q)
+        best_hint, best_peak = None, None
+        hints_tried = []
+        for label, schedule in staged_hint_candidates(graph, budget, deadline):
+            computes = schedule.kinds == COMPUTE
+            staged = place_frees(graph, schedule.nodes[computes], schedule.impls[computes], drop_unused=False)
+            intervals = p1.intervals_of(staged)
+            if intervals is None:
+                continue
+            peak = simulate(graph, staged).peak
+            hints_tried.append(label)
+            if best_peak is None or peak < best_peak:
+                best_hint, best_peak, hint_label = intervals, peak, label
+        stats["hints"] = hints_tried
+        if best_hint is None:
+            return MethodResult(Status.ERROR, stats=stats, message=(
+                "could not express the baseline schedule in the staged model (is every node computable "
+                "in input order?)"))
+        stats["phase1_hint"] = hint_label
+        p1.hint(best_hint)
+        z = p1.model.new_int_var(0, 1 << 60, "max_peak_budget")
+        p1.model.add(z >= p1.capacity)
+        if budget_units is not None:
+            p1.model.add(z >= budget_units)
+        p1.model.minimize(z)
+        share = min(max(params["phase1_share"], 0.0), 1.0)
+        p1_limit = deadline.remaining() * share
+        if budget is not None and best_peak is not None and best_peak <= budget:
+            # The hint already fits: phase 1 has nothing to do.
+            phase1_solution = best_hint
+            stats["phase1_time_s"] = 0.0
+        else:
+            t1 = deadline.elapsed()
+            solver1, status1, points1 = _solve(p1, p1_limit, params, t1)
+            progress += [("phase1", t, v) for t, v in points1]
+            stats["phase1_time_s"] = round(deadline.elapsed() - t1, 3)
+            stats["phase1_status"] = solver1.status_name(status1)
+            if status1 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                if status1 == cp_model.INFEASIBLE:
+                    return MethodResult(Status.INFEASIBLE, stats=stats, solve_time_s=deadline.elapsed(),
+                                        message="CP-SAT proved that no staged schedule exists")
+                return MethodResult(Status.NO_SOLUTION, stats=stats, solve_time_s=deadline.elapsed(),
+                                    message="phase 1 found no schedule within the time limit")
+            peak_units = solver1.value(p1.capacity)
+            if budget is None:
+                # Lowest peak: phase 2 keeps it while minimising duration.
+                budget_units = peak_units
+                budget = peak_units * q + math.ceil(graph.fixed_memory / q) * q
+                stats["lowest_peak_proven"] = status1 == cp_model.OPTIMAL
+            if peak_units > budget_units:
+                lb = solver1.best_objective_bound
+                proven = status1 == cp_model.OPTIMAL or lb > budget_units
+                return MethodResult(
+                    Status.INFEASIBLE if proven else Status.NO_SOLUTION, stats=stats,
+                    solve_time_s=deadline.elapsed(),
+                    message=("CP-SAT proved that no staged schedule with at most "
+                             f"{C} intervals per node fits the budget" if proven else
+                             f"phase 1 reached a peak of {peak_units * q + graph.fixed_memory}, "
+                             f"not the budget {budget}, within its time"))
+            phase1_solution = self._intervals_from(p1, solver1)
+
+        # Phase 2: least duration within the budget, from phase 1's solution.
+        p2 = build_staged(graph, budget, C, params["feeds_consumer"])
+        p2.hint(phase1_solution)
+        t2 = deadline.elapsed()
+        solver2, status2, points2 = _solve(p2, deadline.remaining(), params, t2)
+        progress += [("phase2", t, v) for t, v in points2]
+        stats["phase2_time_s"] = round(deadline.elapsed() - t2, 3)
+        stats["phase2_status"] = solver2.status_name(status2)
+        stats["progress"] = progress
+        stats["branches"] = solver2.num_branches
+        stats["conflicts"] = solver2.num_conflicts
+        if status2 == cp_model.INFEASIBLE:
+            return MethodResult(Status.INFEASIBLE, stats=stats, solve_time_s=deadline.elapsed(),
+                                message="CP-SAT proved that no staged schedule fits the budget")
+        if status2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            # Phase 1's schedule fits: fall back to it rather than report nothing.
+            schedule = self._schedule_from_intervals(graph, phase1_solution, p2.horizon)
+            sim = simulate(graph, schedule)
+            return MethodResult(Status.FEASIBLE, schedule, objective=sim.duration, stats=stats,
+                                solve_time_s=deadline.elapsed(),
+                                message="phase 2 found nothing better than phase 1 in time")
+        schedule = p2.decode(solver2)
+        objective = solver2.objective_value * p2.dur_scale
+        lower = solver2.best_objective_bound * p2.dur_scale
+        status = Status.OPTIMAL if status2 == cp_model.OPTIMAL else Status.FEASIBLE
+        return MethodResult(status, schedule, objective=_number(objective), lower_bound=_number(lower),
+                            solve_time_s=deadline.elapsed(), stats=stats)
+
+    @staticmethod
+    def _intervals_from(sm: StagedModel, solver: Any) -> list[list[tuple[int, int]]]:
+        out: list[list[tuple[int, int]]] = [[] for _ in range(sm.n)]
+        for v in range(sm.n):
+            for c in sm.copies[v]:
+                if c.present is True or solver.boolean_value(c.present):
+                    out[v].append((solver.value(c.start), solver.value(c.end)))
+        return out
+
+    @staticmethod
+    def _schedule_from_intervals(graph: Graph, intervals: list[list[tuple[int, int]]], horizon: int) -> Schedule:
+        events = []
+        for v, row in enumerate(intervals):
+            for s, e in row:
+                events.append((s, 1, v))
+                if e < horizon:
+                    events.append((e, 0, v))
+        events.sort()
+        out = ScheduleBuilder()
+        for _, kind, v in events:
+            out.compute(v) if kind == 1 else out.free(v)
+        return out.build()
+
+
+def _number(x: float) -> Number:
+    return round(x) if abs(x - round(x)) < 1e-9 else x
+
