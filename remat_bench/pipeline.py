@@ -14,6 +14,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from remat_bench.bound import Bound, any_order_bound
 from remat_bench.budget import Budget, memory_floor, parse_budget
 from remat_bench.errors import MethodError
 from remat_bench.graph import Graph, Number
@@ -47,6 +48,7 @@ class RunResult:
     solve_time_s: float = 0.0
     schedule_steps: int | None = None
     stats: dict[str, Any] = field(default_factory=dict)
+    stats_bound: dict[str, Any] = field(default_factory=dict)
     cleanup: dict[str, Any] | None = None
     schedule: Schedule | None = None
     simulation: Simulation | None = None
@@ -83,13 +85,17 @@ class RunResult:
         }
 
 
-def any_order_bound(graph: Graph, budget: Budget) -> Number | None:
-    """The best lower bound on duration known for every schedule at this budget.
+_BOUND_CACHE: dict[tuple[str, Number | None], Bound] = {}
 
-    Every node must be computed at least once, so the sum of the fastest
-    durations bounds every schedule.
-    """
-    return graph.min_total_duration
+
+def bound_for(graph: Graph, budget: Number | None) -> Bound:
+    """The any-order lower bound (`remat_bench.bound`), cached per graph and budget."""
+    key = (graph.sha256, budget)
+    if key not in _BOUND_CACHE:
+        if len(_BOUND_CACHE) > 256:
+            _BOUND_CACHE.clear()
+        _BOUND_CACHE[key] = any_order_bound(graph, budget)
+    return _BOUND_CACHE[key]
 
 
 def gap_pct(duration: Number, bound: Number | None) -> float | None:
@@ -146,7 +152,9 @@ def run(
         result.status = Status.INFEASIBLE
         result.message = floor.message(budget.amount)
         return result
-    result.lower_bound_any_order = any_order_bound(graph, budget)
+    bound = bound_for(graph, budget.amount)
+    result.lower_bound_any_order = bound.value
+    result.stats_bound = bound.as_dict()
 
     start = time.perf_counter()
     try:
@@ -165,7 +173,7 @@ def run(
     result.solve_time_s = answer.solve_time_s or wall
     result.objective = answer.objective
     result.lower_bound = answer.lower_bound
-    result.stats = dict(answer.stats)
+    result.stats = {**answer.stats, "bound_any_order": result.stats_bound}
     result.status = answer.status
     result.message = answer.message
     return _score(graph, budget, answer, result)

@@ -68,3 +68,82 @@ def staged_optimum(graph: Graph, budget: int) -> int | None:
                 best[nxt] = c
                 heapq.heappush(heap, (c, nxt))
     return None
+
+
+def any_order_optimum(graph: Graph, budget: int) -> int | None:
+    """Least duration over every schedule (any order, any recomputation) within ``budget``.
+
+    Dijkstra over (resident set, set of nodes computed at least once); cost = duration.
+    """
+    n = graph.n
+    assert n <= 8, "the brute force is for tiny graphs"
+    mem, size, need, ws, outputs = _masks(graph)
+    dur = [int(x) for x in graph.duration]
+    fixed = int(graph.fixed_memory)
+    full = (1 << n) - 1
+    start = (0, 0)
+    best = {start: 0}
+    heap = [(0, start)]
+    while heap:
+        cost, state = heapq.heappop(heap)
+        if best.get(state, 1 << 62) < cost:
+            continue
+        resident, done = state
+        if done == full and resident & outputs == outputs:
+            return cost
+        moves = []
+        rest = resident
+        while rest:
+            low = rest & -rest
+            rest ^= low
+            moves.append((0, (resident ^ low, done)))
+        for i in range(n):
+            bit = 1 << i
+            if resident & bit or need[i] & ~resident:
+                continue
+            if fixed + size[resident] + mem[i] + ws[i] > budget:
+                continue
+            moves.append((dur[i], (resident | bit, done | bit)))
+        for step, nxt in moves:
+            c = cost + step
+            if c < best.get(nxt, 1 << 62):
+                best[nxt] = c
+                heapq.heappush(heap, (c, nxt))
+    return None
+
+
+def topological_orders(graph: Graph):
+    """Every topological order of a tiny graph."""
+    n = graph.n
+    indegree = [len(graph.inputs[v]) for v in range(n)]
+    order: list[int] = []
+
+    def extend():
+        if len(order) == n:
+            yield list(order)
+            return
+        for v in range(n):
+            if indegree[v] == 0 and v not in order:
+                order.append(v)
+                for w in graph.consumers[v]:
+                    indegree[w] -= 1
+                yield from extend()
+                for w in graph.consumers[v]:
+                    indegree[w] += 1
+                order.pop()
+
+    yield from extend()
+
+
+def best_order_peak(graph: Graph) -> int:
+    """Lowest peak over all topological orders, each value freed after its last use."""
+    import numpy as np
+
+    from remat_bench.simulate import place_frees, simulate
+
+    best = None
+    for order in topological_orders(graph):
+        nodes = np.asarray(order, dtype=np.int64)
+        peak = simulate(graph, place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64))).peak
+        best = peak if best is None else min(best, peak)
+    return best

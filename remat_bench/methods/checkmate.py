@@ -335,15 +335,21 @@ class CheckmateModel:
         if np.any(np.triu(R, 1)):
             return None
         # Minimal S: keep i into stage t when a consumer reads it there (without recomputing
-        # it) or it must be kept further; outputs are kept past the last stage.
-        S = np.zeros((n + 1, n), dtype=bool)
-        S[n] = graph.is_output
-        used = np.zeros((n, n), dtype=bool)  # used[t, i]: some consumer of i computed in stage t
-        for k in range(n):
-            for i in graph.inputs[k]:
-                used[R[:, k], i] = True
-        for t in range(n - 1, 0, -1):
-            S[t, :t] = ~R[t, :t] & (used[t, :t] | S[t + 1, :t])
+        # it) or it must be kept further; outputs are kept past the last stage. Then drop
+        # recomputations nothing reads or keeps (the model forbids them), until stable.
+        while True:
+            S = np.zeros((n + 1, n), dtype=bool)
+            S[n] = graph.is_output
+            used = np.zeros((n, n), dtype=bool)  # used[t, i]: some consumer of i computed in stage t
+            for k in range(n):
+                for i in graph.inputs[k]:
+                    used[R[:, k], i] = True
+            for t in range(n - 1, 0, -1):
+                S[t, :t] = ~R[t, :t] & (used[t, :t] | S[t + 1, :t])
+            idle = np.tril(R, -1) & ~used & ~S[1:]
+            if not idle.any():
+                break
+            R &= ~idle
         x = np.zeros(self.model.num_cols)
         tt, ii = np.tril_indices(n)
         x[self.r0:self.r0 + len(tt)] = R[tt, ii]
@@ -431,6 +437,7 @@ def warm_start(cm: CheckmateModel, graph: Graph, budget: Number,
     LP rounding (`checkmate_lp`), given at most a quarter of the time left
     and a minute, when neither is accepted.
     """
+    from remat_bench.improve import drop_recomputations
     from remat_bench.methods.checkmate_lp import lp_rounding
     from remat_bench.methods.chen import Chen
     from remat_bench.methods.greedy import Greedy
@@ -441,8 +448,9 @@ def warm_start(cm: CheckmateModel, graph: Graph, budget: Number,
         nonlocal best
         # Compute order only: the model places its own frees (frees at last use are its rule
         # too). Unused computations stay: dropping one can move a first computation out of order.
-        computes = schedule.kinds == COMPUTE
-        staged = place_frees(graph, schedule.nodes[computes], schedule.impls[computes], drop_unused=False)
+        # Recomputations the budget does not need are undone first (`remat_bench.improve`).
+        nodes = drop_recomputations(graph, schedule.nodes[schedule.kinds == COMPUTE], budget, deadline)
+        staged = place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64), drop_unused=False)
         x = cm.encode(staged)
         if x is None or cm.model.violation(x) > 1e-6:
             return

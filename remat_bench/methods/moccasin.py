@@ -195,7 +195,7 @@ class StagedModel:
 
 
 def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
-                 feeds_consumer: bool = True) -> StagedModel:
+                 feeds_consumer: bool = True, precedence: str = "flags") -> StagedModel:
     """The staged model; ``budget`` None leaves the capacity a variable (phase 1 form)."""
     from ortools.sat.python import cp_model
 
@@ -268,7 +268,26 @@ def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
     # Precedence (5): flags[(u, v, b, a)] -> copy a of u is present and covers the start of copy b of v.
     flags: dict[tuple[int, int, int, int], Any] = {}
     feeds: dict[tuple[int, int], list[Any]] = {}
-    for v in range(n):
+    if precedence == "reservoir":
+        # The paper's encoding (10): u's copies raise a level over their interval; each start of
+        # v lowers it for one event; the level may not go below zero.
+        true = m.new_constant(1)
+        for v in range(n):
+            for u in graph.inputs[v]:
+                times, changes, actives = [], [], []
+                for cu in copies[u]:
+                    lit = true if cu.present is True else cu.present
+                    times += [cu.start, cu.end]
+                    changes += [1, -1]
+                    actives += [lit, lit]
+                for cv in copies[v]:
+                    lit = true if cv.present is True else cv.present
+                    times += [cv.start, cv.start + 1]
+                    changes += [-1, 1]
+                    actives += [lit, lit]
+                m.add_reservoir_constraint_with_active(times, changes, actives, 0, len(copies[u]))
+        feeds_consumer = False  # it is stated over the flags, which this encoding has not
+    for v in range(n if precedence == "flags" else 0):
         for u in graph.inputs[v]:
             for b, cv in enumerate(copies[v]):
                 options = []
@@ -388,6 +407,10 @@ class Moccasin(Method):
         Param("search", str, "default", "default: CP-SAT's portfolio; hint: repair and stay near the hint",
               choices=("default", "hint")),
         Param("feeds_consumer", bool, True, "add: every recomputation feeds some consumer (faster proofs)"),
+        Param("precedence", str, "flags", "flags: one Boolean per (edge, copy, copy); reservoir: the paper's (10)",
+              choices=("flags", "reservoir")),
+        Param("hints", str, "all", "phase-1 hint from the baseline only, or the best of baseline/greedy/chen",
+              choices=("all", "baseline")),
     )
     requires = ("ortools",)
 
@@ -403,13 +426,14 @@ class Moccasin(Method):
         progress: list[tuple[str, float, float]] = []
 
         # Phase 1: reach the budget (or, for 'min', the lowest peak) from the best hint.
-        p1 = build_staged(graph, None, C, params["feeds_consumer"])
+        p1 = build_staged(graph, None, C, params["feeds_consumer"], params["precedence"])
         stats.update({f"model_{k}": v for k, v in p1.stats.items()})
         q = p1.scale
         budget_units = None if budget is None else math.floor(budget / q) - math.ceil(graph.fixed_memory / q)
         best_hint, best_peak = None, None
         hints_tried = []
-        for label, schedule in staged_hint_candidates(graph, budget, deadline):
+        candidates = staged_hint_candidates(graph, budget if params["hints"] == "all" else None, deadline)
+        for label, schedule in candidates:
             computes = schedule.kinds == COMPUTE
             staged = place_frees(graph, schedule.nodes[computes], schedule.impls[computes], drop_unused=False)
             intervals = p1.intervals_of(staged)
@@ -468,7 +492,7 @@ class Moccasin(Method):
             phase1_solution = self._intervals_from(p1, solver1)
 
         # Phase 2: least duration within the budget, from phase 1's solution.
-        p2 = build_staged(graph, budget, C, params["feeds_consumer"])
+        p2 = build_staged(graph, budget, C, params["feeds_consumer"], params["precedence"])
         p2.hint(phase1_solution)
         t2 = deadline.elapsed()
         solver2, status2, points2 = _solve(p2, deadline.remaining(), params, t2)
