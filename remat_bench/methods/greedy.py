@@ -34,9 +34,10 @@ from remat_bench.simulate import baseline, simulate
 
 
 class _Stuck(Exception):
-    def __init__(self, node: int, need: Number) -> None:
+    def __init__(self, node: int, need: Number, thrashing: bool = False) -> None:
         self.node = node
         self.need = need
+        self.thrashing = thrashing
 
 
 def greedy_schedule(graph: Graph, budget: Number) -> Schedule:
@@ -58,8 +59,9 @@ def greedy_schedule(graph: Graph, budget: Number) -> Schedule:
     out = ScheduleBuilder()
 
     # holds[i]: evicted values, still needed, that read i. Like XLA, a value is evicted
-    # only to be recomputed from operands that stay live, so recomputation never
-    # cascades back through the graph (which pins most of a wide graph at once).
+    # preferably to be recomputed from operands that stay live, so that recomputation
+    # does not cascade back through the graph (which pins most of a wide graph at once);
+    # values that would cascade are evicted only when nothing else makes room.
     holds = [0] * n
     evicted = [False] * n
 
@@ -94,26 +96,48 @@ def greedy_schedule(graph: Graph, budget: Number) -> Schedule:
 
     def make_room(v: int) -> None:
         need = mem[v] + ws[v]
-        skipped = []
+        skipped: list[tuple[float, int, int]] = []  # pinned now: back into the heap afterwards
+        second: list[tuple[float, int, int]] = []  # evictable only at the price of a cascade
         while used + need > budget:
-            if not heap:
+            if heap:
+                item = heapq.heappop(heap)
+                _, u, ver = item
+                if not resident[u] or ver != version[u]:
+                    continue
+                if pinned[u] or mem[u] == 0:
+                    skipped.append(item)
+                elif holds[u] or not all(resident[i] for i in inputs[u]):
+                    heapq.heappush(second, item)
+                else:
+                    free(u)
+                    set_evicted(u, True)
+                continue
+            # Last resort: values whose recomputation would cascade (operands held for evicted
+            # values, or values whose own inputs are gone), cheapest first.
+            while second:
+                _, u, ver = heapq.heappop(second)
+                if resident[u] and ver == version[u] and not pinned[u]:
+                    free(u)
+                    set_evicted(u, True)
+                    break
+            else:
                 for item in skipped:
                     heapq.heappush(heap, item)
                 raise _Stuck(v, used + need)
-            item = heapq.heappop(heap)
-            _, u, ver = item
-            if not resident[u] or ver != version[u]:
-                continue
-            if pinned[u] or holds[u] or mem[u] == 0 or not all(resident[i] for i in inputs[u]):
-                skipped.append(item)
-                continue
-            free(u)
-            set_evicted(u, True)
-        for item in skipped:
-            heapq.heappush(heap, item)
+        for item in skipped + second:
+            if resident[item[1]] and item[2] == version[item[1]]:
+                heapq.heappush(heap, item)
+
+    # Cascading evictions can thrash (each recomputation evicting what the next one needs);
+    # past this many computations the pass gives up rather than run for minutes.
+    max_computes = 20 * n + 1000
+    computes = 0
 
     def compute(v: int) -> None:
-        nonlocal used
+        nonlocal used, computes
+        computes += 1
+        if computes > max_computes:
+            raise _Stuck(v, used, thrashing=True)
         make_room(v)
         out.compute(v)
         resident[v] = True
@@ -186,13 +210,13 @@ class Greedy(Method):
             try:
                 schedule = greedy_schedule(graph, budget)
             except _Stuck as stuck:
-                return MethodResult(
-                    Status.NO_SOLUTION, solve_time_s=time.perf_counter() - start,
-                    message=(
-                        f"greedy could not make room for node '{graph.ids[stuck.node]}': it needs "
-                        f"{stuck.need} with everything evictable evicted, above the budget {budget}"
-                    ),
-                )
+                if stuck.thrashing:
+                    why = (f"greedy gave up after {20 * graph.n + 1000} computations: its evictions "
+                           "thrash at this budget")
+                else:
+                    why = (f"greedy could not make room for node '{graph.ids[stuck.node]}': it needs "
+                           f"{stuck.need} with everything evictable evicted, above the budget {budget}")
+                return MethodResult(Status.NO_SOLUTION, solve_time_s=time.perf_counter() - start, message=why)
             sim = simulate(graph, schedule)
             return MethodResult(Status.FEASIBLE, schedule, objective=sim.duration,
                                 solve_time_s=time.perf_counter() - start)
