@@ -27,6 +27,7 @@ BUILTIN: dict[str, str] = {
     "none": "remat_bench.methods.none:NoRemat",
     "chen": "remat_bench.methods.chen:Chen",
     "greedy": "remat_bench.methods.greedy:Greedy",
+    "reorder": "remat_bench.methods.reorder:Reorder",
     "checkmate": "remat_bench.methods.checkmate:Checkmate",
     "checkmate-lp": "remat_bench.methods.checkmate_lp:CheckmateLP",
     "moccasin": "remat_bench.methods.moccasin:Moccasin",

@@ -145,6 +145,31 @@ class StagedModel:
                 return None
         return out
 
+    def free_intervals_of(self, schedule: Schedule) -> list[list[tuple[int, int]]] | None:
+        """Per node, the (start, end) events of any valid schedule in the order-free model.
+
+        Compute steps take events 0, 1, 2, ... in order; a value freed after the k-th
+        computation ends at event k. None if the schedule needs more events or copies.
+        """
+        out: list[list[tuple[int, int]]] = [[] for _ in range(self.n)]
+        open_at: dict[int, int] = {}
+        event = -1
+        for kind, v in zip(schedule.kinds.tolist(), schedule.nodes.tolist()):
+            if kind == COMPUTE:
+                event += 1
+                open_at[v] = event
+            else:
+                out[v].append((open_at.pop(v), event + 1))
+        if event >= self.horizon:
+            return None
+        for v, start in open_at.items():
+            out[v].append((start, self.horizon))
+        for v in range(self.n):
+            out[v].sort()
+            if len(out[v]) > len(self.copies[v]):
+                return None
+        return out
+
     def hint(self, intervals: list[list[tuple[int, int]]]) -> None:
         """A complete hint: presences, stages, ends, sizes and every precedence flag."""
         m = self.model
@@ -156,14 +181,24 @@ class StagedModel:
                     s, e = intervals[v][j]
                     if j:
                         m.add_hint(c.present, True)
+                    if c.stage is not None:
                         m.add_hint(c.stage, s // n)
+                    elif not isinstance(c.start, int):
+                        m.add_hint(c.start, s)
                     m.add_hint(c.end, e)
                     m.add_hint(c.size, e - s)
-                else:
+                elif c.stage is not None:
                     m.add_hint(c.present, False)
                     lo = c.stage_lb
                     m.add_hint(c.stage, lo)
                     m.add_hint(c.end, lo * n + v + 1)
+                    m.add_hint(c.size, 1)
+                else:  # order-free: an absent copy parks after the present ones
+                    m.add_hint(c.present, False)
+                    last = intervals[v][-1][1] if intervals[v] else 0
+                    s_hint = min(max(last, j), self.horizon - 1)
+                    m.add_hint(c.start, s_hint)
+                    m.add_hint(c.end, s_hint + 1)
                     m.add_hint(c.size, 1)
         for (u, v, b, a), flag in self.flags.items():
             value = False
@@ -195,13 +230,21 @@ class StagedModel:
 
 
 def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
-                 feeds_consumer: bool = True, precedence: str = "flags") -> StagedModel:
-    """The staged model; ``budget`` None leaves the capacity a variable (phase 1 form)."""
+                 feeds_consumer: bool = True, precedence: str = "flags",
+                 order: str = "staged", events: int = 0) -> StagedModel:
+    """The retention-interval model; ``budget`` None leaves the capacity a variable (phase 1 form).
+
+    ``order="staged"``: the input-order stages (events stage * n + position).
+    ``order="free"``: the paper's general formulation (its section 2.1): every copy
+    starts at any of ``events`` events, compute events pairwise distinct.
+    """
     from ortools.sat.python import cp_model
 
     t0 = time.perf_counter()
     n = graph.n
-    T = n * n  # events 0 .. n*n - 1; an interval ending at T is held to the end
+    free = order == "free"
+    # Events 0 .. T-1; an interval ending at T is held to the end.
+    T = max(events, n) if free else n * n
     q, _ = integer_scale(graph.memory, [*np.unique(graph.workspace).tolist(), graph.fixed_memory])
     mem = np.ceil(np.asarray(graph.memory, dtype=np.float64) / q).astype(np.int64)
     ws = np.ceil(np.asarray(graph.workspace, dtype=np.float64) / q).astype(np.int64)
@@ -217,7 +260,13 @@ def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
     for v in range(n):
         row = []
         for j in range(max_intervals):
-            if j == 0:
+            if free:
+                start = m.new_int_var(j, T - 1, f"s{v}_{j}")
+                end = m.new_int_var(j + 1, T, f"e{v}_{j}")
+                size = m.new_int_var(1, T, f"z{v}_{j}")
+                present = True if j == 0 else m.new_bool_var(f"p{v}_{j}")
+                row.append(Copy(v, j, start, end, size, present))
+            elif j == 0:
                 start = v * n + v
                 end = m.new_int_var(start + 1, T, f"e{v}_0")
                 size = m.new_int_var(1, T - start, f"z{v}_0")
@@ -246,7 +295,7 @@ def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
                 if j > 1:
                     m.add_implication(c.present, prev.present)
                 m.add(prev.end <= c.start).only_enforce_if(c.present)
-                if j > 1:
+                if j > 1 and not free:
                     m.add(prev.stage + 1 <= c.stage).only_enforce_if(c.present)
             demands.append(int(mem[v]))
             if ws[v]:
@@ -296,8 +345,10 @@ def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
                     flags[(u, v, b, a)] = f
                     if cu.present is not True:
                         m.add_implication(f, cu.present)
-                    # u's copy starts no later (stages: u < v, so an earlier or equal stage) ...
-                    if cu.stage is not None or cv.stage is not None:
+                    # u's copy starts before (stages: u < v, so an earlier or equal stage) ...
+                    if free:
+                        m.add(cu.start + 1 <= cv.start).only_enforce_if(f)
+                    elif cu.stage is not None or cv.stage is not None:
                         su = u if cu.stage is None else cu.stage
                         sv = v if cv.stage is None else cv.stage
                         m.add(su <= sv).only_enforce_if(f)
@@ -328,6 +379,17 @@ def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
     else:
         capacity = max(0, math.floor(budget / q) - fixed)
     m.add_cumulative(intervals + ws_intervals, demands + ws_demands, capacity)
+    if free:
+        # (6): compute events are pairwise distinct.
+        units = []
+        for row in copies:
+            for c in row:
+                if c.present is True:
+                    units.append(m.new_fixed_size_interval_var(c.start, 1, f"c{c.node}_{c.index}"))
+                else:
+                    units.append(m.new_optional_fixed_size_interval_var(c.start, 1, c.present,
+                                                                        f"c{c.node}_{c.index}"))
+        m.add_no_overlap(units)
     m.minimize(sum(int(dur[c.node]) * (1 if c.present is True else c.present)
                    for row in copies for c in row if dur[c.node]))
     stats = {
@@ -398,9 +460,9 @@ def staged_hint_candidates(graph: Graph, budget: Number | None, deadline: Deadli
 
 class Moccasin(Method):
     name = "moccasin"
-    description = "Bartan et al. 2023 retention intervals on CP-SAT (input-order stages, two phases)"
+    description = "Bartan et al. 2023 retention intervals on CP-SAT (input-order stages or order=free)"
     params = (
-        Param("max_intervals", int, 2, "retention intervals per node (C)"),
+        Param("max_intervals", int, 0, "retention intervals per node, C (0: 2 staged, 3 order-free)"),
         Param("num_workers", int, 0, "CP-SAT workers (0: all cores)"),
         Param("phase1_share", float, 0.5, "largest share of the time limit phase 1 may use"),
         Param("seed", int, 0, "CP-SAT random seed"),
@@ -411,92 +473,161 @@ class Moccasin(Method):
               choices=("flags", "reservoir")),
         Param("hints", str, "all", "phase-1 hint from the baseline only, or the best of baseline/greedy/chen",
               choices=("all", "baseline")),
+        Param("order", str, "staged", "staged: the input-order stages (section 2.3); free: any order (section 2.1)",
+              choices=("staged", "free")),
+        Param("events", int, 0, "events of the order-free model (0: 2n)"),
     )
     requires = ("ortools",)
 
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
               **params: Any) -> MethodResult:
+        deadline = Deadline(time_limit if time_limit is not None else 3600.0)
+        if params["max_intervals"] < 0:
+            return MethodResult(Status.ERROR, message="max_intervals must be at least 1 (0: automatic)")
+        if params["order"] == "free":
+            return self._solve_free(graph, budget, deadline, params)
+        C = params["max_intervals"] or 2
+        stats: dict[str, Any] = {}
+        candidates = []
+        for label, schedule in staged_hint_candidates(graph, budget if params["hints"] == "all" else None, deadline):
+            computes = schedule.kinds == COMPUTE
+            candidates.append((label, place_frees(graph, schedule.nodes[computes], schedule.impls[computes],
+                                                  drop_unused=False)))
+        return self._two_phase(graph, budget, deadline, params, C, "staged", 0, candidates, stats)
+
+    def _solve_free(self, graph: Graph, budget: Number | None, deadline: Deadline,
+                    params: dict[str, Any]) -> MethodResult:
+        """The general formulation, in the steps measured to work (issue: order-free scheduling).
+
+        1. Order only (`remat_bench.methods.reorder`): often fits at 0% overhead already.
+        2. The staged model, whose solution is a complete hint for the free model.
+        3. The free model, from the best of those.
+        """
+        from remat_bench.methods.reorder import best_order
+        from remat_bench.simulate import clean_up
+
+        C = params["max_intervals"] or 3
+        stats: dict[str, Any] = {}
+        t0 = deadline.elapsed()
+        share = deadline.remaining() * 0.3
+        answer = best_order(graph, budget, Deadline(share), params["num_workers"], params["seed"])
+        order_nodes = np.asarray(answer.order, dtype=np.int64)
+        order_schedule = place_frees(graph, order_nodes, np.zeros(graph.n, dtype=np.int64))
+        stats.update({"order_only_peak": answer.peak, "order_only_time_s": round(deadline.elapsed() - t0, 3),
+                      "order_only_proven": answer.proven})
+        total = graph.total_duration
+        if budget is not None and answer.peak <= budget:
+            # Every node computed once: no schedule can be shorter.
+            return MethodResult(Status.OPTIMAL, order_schedule, objective=total, lower_bound=total,
+                                solve_time_s=deadline.elapsed(), stats=stats,
+                                message="an order fits the budget with no recomputation")
+        candidates = [("order", order_schedule)]
+        staged_result = None
+        if budget is not None and not deadline.expired():
+            t1 = deadline.elapsed()
+            staged_result = self._solve_staged_for_hint(graph, budget, Deadline(deadline.remaining() * 0.4), params)
+            stats["staged_time_s"] = round(deadline.elapsed() - t1, 3)
+            stats["staged_status"] = staged_result.status.value
+            if staged_result.schedule is not None and staged_result.status.found_schedule:
+                cleaned, _ = clean_up(graph, staged_result.schedule)
+                candidates.insert(0, ("staged", cleaned))
+        events = max([params["events"] or 2 * graph.n] + [int((c.kinds == COMPUTE).sum()) for _, c in candidates])
+        free_result = self._two_phase(graph, budget, deadline, params, C, "free", events, candidates, stats)
+        # Keep the better of the free model's answer and the staged one (both simulated here).
+        best = free_result
+        if staged_result is not None and staged_result.schedule is not None and staged_result.status.found_schedule:
+            def cleaned_duration(r: MethodResult) -> float:
+                return simulate(graph, clean_up(graph, r.schedule)[0]).duration
+            if not free_result.status.found_schedule or free_result.schedule is None or (
+                    cleaned_duration(staged_result) < cleaned_duration(free_result)):
+                best = MethodResult(Status.FEASIBLE, staged_result.schedule, objective=staged_result.objective,
+                                    lower_bound=free_result.lower_bound, solve_time_s=deadline.elapsed(),
+                                    stats=free_result.stats,
+                                    message="the staged solution beat the free model within the time limit")
+        best.stats["events"] = events
+        return best
+
+    def _solve_staged_for_hint(self, graph: Graph, budget: Number, deadline: Deadline,
+                               params: dict[str, Any]) -> MethodResult:
+        staged_params = {**params, "order": "staged", "max_intervals": 2}
+        return self.solve(graph, budget, deadline.remaining(), **staged_params)
+
+    def _two_phase(self, graph: Graph, budget: Number | None, deadline: Deadline, params: dict[str, Any],
+                   C: int, order: str, events: int, candidates: list[tuple[str, Schedule]],
+                   stats: dict[str, Any]) -> MethodResult:
+        """Phase 1 (reach the budget, or the lowest peak) then phase 2 (least duration), section 2.4."""
         from ortools.sat.python import cp_model
 
-        deadline = Deadline(time_limit if time_limit is not None else 3600.0)
-        C = params["max_intervals"]
-        if C < 1:
-            return MethodResult(Status.ERROR, message="max_intervals must be at least 1")
-        stats: dict[str, Any] = {}
         progress: list[tuple[str, float, float]] = []
-
-        # Phase 1: reach the budget (or, for 'min', the lowest peak) from the best hint.
-        p1 = build_staged(graph, None, C, params["feeds_consumer"], params["precedence"])
+        build = lambda cap: build_staged(graph, cap, C, params["feeds_consumer"],  # noqa: E731
+                                         params["precedence"], order=order, events=events)
+        p1 = build(None)
         stats.update({f"model_{k}": v for k, v in p1.stats.items()})
         q = p1.scale
         budget_units = None if budget is None else math.floor(budget / q) - math.ceil(graph.fixed_memory / q)
-        best_hint, best_peak = None, None
+        best_hint, best_peak, hint_label = None, None, None
         hints_tried = []
-        candidates = staged_hint_candidates(graph, budget if params["hints"] == "all" else None, deadline)
         for label, schedule in candidates:
-            computes = schedule.kinds == COMPUTE
-            staged = place_frees(graph, schedule.nodes[computes], schedule.impls[computes], drop_unused=False)
-            intervals = p1.intervals_of(staged)
+            intervals = p1.intervals_of(schedule) if order == "staged" else p1.free_intervals_of(schedule)
             if intervals is None:
                 continue
-            peak = simulate(graph, staged).peak
+            peak = simulate(graph, schedule).peak
             hints_tried.append(label)
             if best_peak is None or peak < best_peak:
                 best_hint, best_peak, hint_label = intervals, peak, label
         stats["hints"] = hints_tried
         if best_hint is None:
             return MethodResult(Status.ERROR, stats=stats, message=(
-                "could not express the baseline schedule in the staged model (is every node computable "
-                "in input order?)"))
+                f"could not express any starting schedule in the {order} model"))
         stats["phase1_hint"] = hint_label
-        p1.hint(best_hint)
-        z = p1.model.new_int_var(0, 1 << 60, "max_peak_budget")
-        p1.model.add(z >= p1.capacity)
-        if budget_units is not None:
-            p1.model.add(z >= budget_units)
-        p1.model.minimize(z)
-        share = min(max(params["phase1_share"], 0.0), 1.0)
-        p1_limit = deadline.remaining() * share
-        if budget is not None and best_peak is not None and best_peak <= budget:
+        if budget is not None and best_peak <= budget:
             # The hint already fits: phase 1 has nothing to do.
             phase1_solution = best_hint
             stats["phase1_time_s"] = 0.0
         else:
+            p1.hint(best_hint)
+            z = p1.model.new_int_var(0, 1 << 60, "max_peak_budget")
+            p1.model.add(z >= p1.capacity)
+            if budget_units is not None:
+                p1.model.add(z >= budget_units)
+            p1.model.minimize(z)
+            share = min(max(params["phase1_share"], 0.0), 1.0)
             t1 = deadline.elapsed()
-            solver1, status1, points1 = _solve(p1, p1_limit, params, t1)
+            solver1, status1, points1 = _solve(p1, deadline.remaining() * share, params, t1)
             progress += [("phase1", t, v) for t, v in points1]
             stats["phase1_time_s"] = round(deadline.elapsed() - t1, 3)
             stats["phase1_status"] = solver1.status_name(status1)
             if status1 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                stats["progress"] = progress
                 if status1 == cp_model.INFEASIBLE:
                     return MethodResult(Status.INFEASIBLE, stats=stats, solve_time_s=deadline.elapsed(),
-                                        message="CP-SAT proved that no staged schedule exists")
+                                        message=f"CP-SAT proved that no {order} schedule exists")
                 return MethodResult(Status.NO_SOLUTION, stats=stats, solve_time_s=deadline.elapsed(),
                                     message="phase 1 found no schedule within the time limit")
             peak_units = solver1.value(p1.capacity)
             if budget is None:
                 # Lowest peak: phase 2 keeps it while minimising duration.
                 budget_units = peak_units
-                budget = peak_units * q + math.ceil(graph.fixed_memory / q) * q
+                budget = (peak_units + math.ceil(graph.fixed_memory / q)) * q
                 stats["lowest_peak_proven"] = status1 == cp_model.OPTIMAL
             if peak_units > budget_units:
-                lb = solver1.best_objective_bound
-                proven = status1 == cp_model.OPTIMAL or lb > budget_units
+                stats["progress"] = progress
+                proven = status1 == cp_model.OPTIMAL or solver1.best_objective_bound > budget_units
+                space = f"{order} schedule with at most {C} intervals per node"
                 return MethodResult(
                     Status.INFEASIBLE if proven else Status.NO_SOLUTION, stats=stats,
                     solve_time_s=deadline.elapsed(),
-                    message=("CP-SAT proved that no staged schedule with at most "
-                             f"{C} intervals per node fits the budget" if proven else
+                    message=(f"CP-SAT proved that no {space} fits the budget" if proven else
                              f"phase 1 reached a peak of {peak_units * q + graph.fixed_memory}, "
                              f"not the budget {budget}, within its time"))
             phase1_solution = self._intervals_from(p1, solver1)
 
         # Phase 2: least duration within the budget, from phase 1's solution.
-        p2 = build_staged(graph, budget, C, params["feeds_consumer"], params["precedence"])
+        p2 = build(budget)
         p2.hint(phase1_solution)
         t2 = deadline.elapsed()
         solver2, status2, points2 = _solve(p2, deadline.remaining(), params, t2)
-        progress += [("phase2", t, v) for t, v in points2]
+        progress += [("phase2", t, v * p2.dur_scale) for t, v in points2]
         stats["phase2_time_s"] = round(deadline.elapsed() - t2, 3)
         stats["phase2_status"] = solver2.status_name(status2)
         stats["progress"] = progress
@@ -504,7 +635,7 @@ class Moccasin(Method):
         stats["conflicts"] = solver2.num_conflicts
         if status2 == cp_model.INFEASIBLE:
             return MethodResult(Status.INFEASIBLE, stats=stats, solve_time_s=deadline.elapsed(),
-                                message="CP-SAT proved that no staged schedule fits the budget")
+                                message=f"CP-SAT proved that no {order} schedule fits the budget")
         if status2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             # Phase 1's schedule fits: fall back to it rather than report nothing.
             schedule = self._schedule_from_intervals(graph, phase1_solution, p2.horizon)
