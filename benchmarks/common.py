@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAPER = Path(os.environ.get("PAPER_GRAPHS") or next(
     (p for p in (ROOT.parent / "shared" / "graphs" / "paper", Path("/work/shared/graphs/paper")) if p.is_dir()),
     ROOT.parent / "shared" / "graphs" / "paper"))
-console = Console(highlight=False)
+console = Console(highlight=False, soft_wrap=True)
 
 
 def machine() -> str:

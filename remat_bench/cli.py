@@ -240,7 +240,9 @@ def _print_result(g: Graph, r: Any, output: Path | None) -> None:
 @click.argument("schedule", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--force", is_flag=True, help="Score a schedule written for a graph with another hash.")
-def simulate(graph: str, schedule: Path, as_json: bool, force: bool) -> None:
+@click.option("--timeline", type=click.Path(path_type=Path), metavar="FILE",
+              help="Also draw memory at every step to FILE (.png or .svg).")
+def simulate(graph: str, schedule: Path, as_json: bool, force: bool, timeline: Path | None) -> None:
     """Score any SCHEDULE file on GRAPH: peak, duration, overhead, first violation."""
     from remat_bench.errors import ScheduleError
     from remat_bench.schedule import load_schedule
@@ -264,6 +266,12 @@ def simulate(graph: str, schedule: Path, as_json: bool, force: bool) -> None:
         "recomputations": sim.recomputations,
         "peak_step": sim.peak_step,
     }
+    if timeline is not None:
+        from remat_bench.charts import timeline as draw_timeline
+
+        draw_timeline(g, [(sched.method or schedule.stem, sched)], timeline, budget=sched.budget,
+                      title=f"{g.name}: {schedule.name}")
+        err.print(f"wrote {timeline}")
     if as_json:
         print_json(data)
         return
@@ -441,6 +449,132 @@ def graphs_generate(kind: str, output: Path, **options: Any) -> None:
     g = generate(kind, **options)
     save_graph(g, output)
     out.print(f"wrote {output}: {g.name} ({g.n} nodes, {g.num_edges} edges)")
+
+
+# ---------------------------------------------------------------------- sweep, plot, report
+
+
+@main.command()
+@click.argument("config", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Results folder (default: the config's `output`, else results/<config name>).")
+@click.option("-j", "--workers", type=click.IntRange(min=1),
+              help="Runs at once (default: the config's, else the number of cores).")
+@click.option("--executor", type=click.Choice(["local", "dask"]), help="Where runs go (default: the config's, else local).")
+@click.option("--address", metavar="tcp://HOST:PORT", help="A Dask scheduler (implies --executor dask).")
+@click.option("--resume", is_flag=True, help="Continue the sweep in the output folder, skipping finished runs.")
+@click.option("--csv", is_flag=True, help="Write results.csv beside results.parquet.")
+@click.option("--dry-run", is_flag=True, help="Check the config and count the runs; run nothing.")
+def sweep(config: Path, output: Path | None, workers: int | None, executor: str | None, address: str | None,
+          resume: bool, csv: bool, dry_run: bool) -> None:
+    """Run every graph x method x parameters x budget x seed x repeat of CONFIG, each in its own process.
+
+    Every finished run is appended to <output>/journal.jsonl at once; the table
+    is <output>/results.parquet. Exit status 0 when every run was recorded, 1
+    when some were lost by the executor (rerun with --resume), 2 for a bad
+    config, 130 when interrupted (rerun with --resume).
+    """
+    from remat_bench.sweep import load_config, plan, run_sweep, summarize
+    from remat_bench.sweep.progress import SweepProgress, summary_table
+
+    if executor == "local" and address:
+        raise click.BadParameter("--address names a Dask scheduler; use it with --executor dask",
+                                 param_hint="--address")
+    cfg = load_config(config, output=output)
+    if dry_run:
+        pending, skipped = plan(cfg, resume)
+        out.print(f"{config}: ok; {len(cfg.runs)} runs ({len(cfg.graphs)} graphs, {len(cfg.methods)} methods), "
+                  f"{skipped} already in {cfg.output}, {len(pending)} to run; time limit {cfg.time_limit:g} s "
+                  f"(+{cfg.grace:g} s grace) per run")
+        return
+    result = run_sweep(cfg, workers=workers, executor=executor, address=address, resume=resume, csv=csv,
+                       reporter=SweepProgress(err))
+    if len(result.table):
+        out.print(summary_table(summarize(result.table), title=f"{cfg.name}: {len(result.table)} runs"))
+    out.print("wrote " + ", ".join(str(p) for p in result.written) + f" ({result.finished} runs this time)")
+    if result.interrupted:
+        err.print(f"interrupted: finished runs are recorded; continue with `remat-bench sweep {config} "
+                  f"--output {cfg.output} --resume`")
+        sys.exit(130)
+    if result.lost:
+        err.print(f"{len(result.lost)} runs were lost by the executor (not recorded); run again with --resume")
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--kind", "-k", type=click.Choice(["tradeoff", "scaling", "timeline", "intervals"]),
+              default="tradeoff", show_default=True)
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Image file (.png, .svg).")
+@click.option("--graph", "-g", help="timeline/intervals: the graph (a name in the results, or a graph file "
+                                     "when SOURCES are schedule files); tradeoff/scaling: only this graph.")
+@click.option("--budget", "-b", help="timeline/intervals from results: the budget as written in the config.")
+@click.option("--method", "-m", "methods", multiple=True, help="Only these methods (repeatable).")
+def plot(sources: tuple[Path, ...], kind: str, output: Path, graph: str | None, budget: str | None,
+         methods: tuple[str, ...]) -> None:
+    """Draw a chart from a results folder, or timeline/intervals from schedule files.
+
+    \b
+    remat-bench plot results/smoke --kind tradeoff -o tradeoff.png
+    remat-bench plot results/smoke --kind timeline --graph chain-16 --budget 0.8 -o t.svg
+    remat-bench plot a.json b.json --graph graphs/chain-16-train.json --kind timeline -o t.png
+    """
+    from remat_bench import charts
+    from remat_bench.schedule import load_schedule
+    from remat_bench.sweep.results import load_table, schedules_at
+
+    folder = sources[0] if len(sources) == 1 and sources[0].is_dir() else None
+    if folder is None:
+        if kind not in ("timeline", "intervals"):
+            raise click.BadParameter(f"a {kind} chart is drawn from one results folder", param_hint="SOURCES")
+        if not graph:
+            raise click.BadParameter("schedule files need --graph, the graph file they were written for",
+                                     param_hint="--graph")
+        g = load(graph)
+        scheds = [(path.stem, load_schedule(path, g)) for path in sources]
+        if kind == "intervals" and len(scheds) != 1:
+            raise click.BadParameter("an intervals chart shows one schedule", param_hint="SOURCES")
+        if kind == "timeline":
+            charts.timeline(g, [(s.method or name, s) for name, s in scheds], output, budget=scheds[0][1].budget)
+        else:
+            charts.intervals(g, scheds[0][1], output)
+        out.print(f"wrote {output}: {kind} of {', '.join(str(p) for p in sources)}")
+        return
+
+    table = load_table(folder)
+    if kind in ("tradeoff", "scaling"):
+        if graph:
+            table = table[table["graph"] == graph]
+        if methods:
+            table = table[table["method"].isin(methods)]
+        if table.empty:
+            raise click.BadParameter("no runs left after --graph/--method", param_hint="--graph")
+        (charts.tradeoff if kind == "tradeoff" else charts.scaling)(table, output)
+        out.print(f"wrote {output}: {kind} of {len(table)} runs")
+        return
+    chosen = schedules_at(folder, table, graph=graph, budget=budget, methods=methods or None)
+    if kind == "timeline":
+        charts.timeline(chosen.graph, chosen.schedules, output, budget=chosen.budget,
+                        title=f"{chosen.graph.name} at budget {chosen.budget_text}: memory at every step")
+        shown = ", ".join(label for label, _ in chosen.schedules)
+    else:
+        label, best = chosen.schedules[int(chosen.rows["duration"].astype(float).to_numpy().argmin())]
+        charts.intervals(chosen.graph, best, output,
+                         title=f"{chosen.graph.name}, {label} at budget {chosen.budget_text}: when each value is held")
+        shown = label
+    out.print(f"wrote {output}: {kind} of {chosen.graph.name} at budget {chosen.budget_text} ({shown})")
+
+
+@main.command()
+@click.argument("results", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Markdown file (.md).")
+@click.option("--title", help="The report's title (default: from the sweep's config).")
+def report(results: Path, output: Path, title: str | None) -> None:
+    """Write a Markdown report of a RESULTS folder: summary, best method per budget, charts, tables."""
+    from remat_bench.report import write_report
+
+    written = write_report(results, output, title=title)
+    out.print(f"wrote {written} (charts in {written.parent / (written.stem + '-figures')})")
 
 
 if __name__ == "__main__":

@@ -175,17 +175,22 @@ def solve_milp(
     start: np.ndarray | None = None,
     relax: bool = False,
     keep_incumbents: bool = False,
+    options: dict[str, Any] | None = None,
 ) -> MilpSolution:
-    """Solve ``model`` (its LP relaxation when ``relax``); ``start`` is a feasible point to begin from."""
+    """Solve ``model`` (its LP relaxation when ``relax``); ``start`` is a feasible point to begin from.
+
+    ``options`` are passed to HiGHS as they are (``setOptionValue``), e.g. ``mip_heuristic_effort``.
+    """
     kind, name = parse_backend(backend)
     if kind == "highs":
-        return _solve_highs(model, time_limit, threads, mip_gap, seed, start, relax, keep_incumbents)
+        return _solve_highs(model, time_limit, threads, mip_gap, seed, start, relax, keep_incumbents,
+                            options or {})
     return _solve_pulp(model, name or "", time_limit, threads, mip_gap, start, relax)
 
 
 def _solve_highs(model: SparseModel, time_limit: float | None, threads: int | None,
                  mip_gap: float | None, seed: int | None, start: np.ndarray | None,
-                 relax: bool, keep_incumbents: bool) -> MilpSolution:
+                 relax: bool, keep_incumbents: bool, options: dict[str, Any]) -> MilpSolution:
     import highspy
 
     h = highspy.Highs()
@@ -214,6 +219,8 @@ def _solve_highs(model: SparseModel, time_limit: float | None, threads: int | No
         h.setOptionValue("mip_rel_gap", float(mip_gap))
     if seed is not None:
         h.setOptionValue("random_seed", int(seed))
+    for key, value in options.items():
+        h.setOptionValue(key, value)
     if start is not None and not relax:
         sol = highspy.HighsSolution()
         sol.col_value = np.asarray(start, dtype=np.float64)

@@ -162,7 +162,8 @@ def run(
     except KeyboardInterrupt:
         raise
     except MemoryError:
-        answer = MethodResult(Status.ERROR, message=f"method '{method}' ran out of memory")
+        # The sweep worker recognises this status (and sentence) to record the run as 'oom'.
+        answer = MethodResult(Status.OOM, message=f"method '{method}' ran out of memory")
     except Exception as exc:  # a method's bug is recorded, never lost
         answer = MethodResult(
             Status.ERROR,

@@ -390,6 +390,7 @@ class Checkmate(Method):
               "stops 0.01% of the duration short of optimal: overheads differ by less than that)"),
         Param("seed", int, 0, "solver random seed"),
         Param("warm_start", bool, True, "start from the best chen/greedy schedule the model accepts"),
+        Param("heuristic_effort", float, 0.05, "HiGHS mip_heuristic_effort (share of effort on primal heuristics)"),
     )
     requires = ("highspy", "pulp")
 
@@ -413,6 +414,7 @@ class Checkmate(Method):
             cm.model, backend=params["backend"], time_limit=remaining,
             threads=params["threads"] or None, mip_gap=params["mip_gap"],
             seed=params["seed"], start=start, keep_incumbents=True,
+            options={"mip_heuristic_effort": params["heuristic_effort"]} if params["backend"] == "highs" else None,
         )
         return milp_result(cm, sol, stats, deadline)
 

@@ -1,0 +1,260 @@
+"""A Markdown report of a results folder: summary per method, best method per budget, charts, per-graph tables.
+
+The report is plain Markdown (GitHub-flavoured tables) with the charts as
+images beside it, linked relatively, so the report folder can be moved or
+committed as it is. Aggregates follow qpbenchmark (`remat_bench.sweep.results`):
+success rate, and shifted geometric means of overhead (shift 1 point, over
+successful runs) and solve time (shift 1 s, over applicable runs, with a run
+that found no schedule within budget counted at its time limit).
+
+Bounds are shown generically: where runs carry ``lower_bound_any_order`` (a
+bound valid for every schedule), the per-graph table shows it as the overhead
+it implies; a method that only computes bounds or reorders (``bound``,
+``reorder``) is a method like any other here.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from remat_bench.errors import RematBenchError
+from remat_bench.io import atomic_write_text
+from remat_bench.sweep.results import (
+    OVERHEAD_SHIFT_PCT,
+    TIME_SHIFT_S,
+    MethodSummary,
+    labels,
+    load_table,
+    schedules_at,
+    succeeded,
+    summarize,
+)
+
+MAX_GRAPH_CHARTS = 12
+
+
+def _cell(value: object, fmt: str = "{}") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return "-"
+    try:
+        if pd.isna(value):
+            return "-"
+    except (TypeError, ValueError):
+        pass
+    return fmt.format(value)
+
+
+def _table(columns: list[str], rows: list[list[str]]) -> str:
+    def clean(text: str) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    lines += ["| " + " | ".join(clean(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _link(target: Path, report: Path) -> str:
+    return Path(os.path.relpath(target, report.parent)).as_posix()
+
+
+def summary_section(summaries: list[MethodSummary]) -> str:
+    rows = []
+    for s in summaries:
+        rate = "n/a" if not s.applicable else f"{100 * s.success_rate:.0f}% ({s.successes}/{s.applicable})"
+        rows.append([s.label, str(s.runs), rate, str(s.timeouts), str(s.failures),
+                     _cell(s.overhead_sgm, "{:.2f}"), _cell(s.solve_time_sgm, "{:.2f}")])
+    return _table(["method", "runs", "success rate", "timeouts", "failures", "overhead % (sgm)",
+                   "solve time s (sgm)"], rows) + (
+        f"\n\nSuccess means a schedule within budget (status optimal or feasible); runs answered "
+        f"`unsupported` (the method does not apply to the graph) are left out. sgm is the shifted geometric "
+        f"mean exp(mean(log(x + s))) - s: of overhead over the method's successful runs with s = "
+        f"{OVERHEAD_SHIFT_PCT:g} percentage point, and of solve time over its applicable runs with s = "
+        f"{TIME_SHIFT_S:g} s, a run without a schedule within budget counted at its time limit. Failures are "
+        "errors, out-of-memory, over-budget schedules and timeouts."
+    )
+
+
+def best_section(frame: pd.DataFrame) -> str:
+    """Per graph and budget, the method(s) with the least overhead (ties: all of them), and a tally."""
+    ok = frame[frame["ok"] & frame["overhead_pct"].notna()]
+    budgets = _budget_order(frame)
+    rows, wins = [], {b: {} for b in budgets}
+    for graph in dict.fromkeys(frame["graph"]):
+        row = [graph]
+        for budget in budgets:
+            runs = ok[(ok["graph"] == graph) & (ok["budget_text"] == budget)]
+            if frame[(frame["graph"] == graph) & (frame["budget_text"] == budget)].empty:
+                row.append("")
+                continue
+            if runs.empty:
+                row.append("none found")
+                continue
+            best = runs["overhead_pct"].min()
+            tied = list(dict.fromkeys(runs.loc[runs["overhead_pct"] <= best + 1e-9, "label"]))
+            for label in tied:
+                wins[budget][label] = wins[budget].get(label, 0) + 1
+            row.append(f"{', '.join(tied)} ({best:+.2f}%)")
+        rows.append(row)
+    tally = ["**most often best**"]
+    for budget in budgets:
+        if not wins[budget]:
+            tally.append("-")
+            continue
+        top = max(wins[budget].values())
+        tally.append(", ".join(f"{k} ({v})" for k, v in wins[budget].items() if v == top))
+    rows.append(tally)
+    return _table(["graph", *[f"budget {b}" for b in budgets]], rows) + (
+        "\n\nThe least overhead found at each budget (ties list every method that reached it); the last "
+        "row counts on how many graphs each method was best.")
+
+
+def _budget_order(frame: pd.DataFrame) -> list[str]:
+    first = frame.drop_duplicates("budget_text")
+    key = first["budget_fraction"].astype(float).fillna(-1.0)
+    return list(first.assign(key=key).sort_values("key", ascending=False, kind="stable")["budget_text"])
+
+
+def graph_table(frame: pd.DataFrame) -> str:
+    """One row per method and budget: status, overhead, peak, solve time, gap (and bounds where known)."""
+    has_bound = frame["lower_bound_any_order"].notna().any()
+    columns = ["method", "budget", "status", "overhead %", "peak (% of baseline)", "solve time s", "gap %"]
+    if has_bound:
+        columns.append("any-order bound (overhead %)")
+    rows = []
+    budgets = _budget_order(frame)
+    for budget in budgets:
+        at = frame[frame["budget_text"] == budget]
+        for label in dict.fromkeys(at["label"]):
+            runs = at[at["label"] == label]
+            best = runs.sort_values(["ok", "duration"], ascending=[False, True], kind="stable").iloc[0]
+            if len(runs) == 1:
+                proven = not pd.isna(best["proven_optimal"]) and bool(best["proven_optimal"])
+                status = str(best["status"]) + (" (proven)" if proven else "")
+            else:
+                status = f"{int(runs['ok'].sum())}/{len(runs)} ok ({', '.join(sorted(set(runs['status'])))})"
+            peak = (100 * best["peak"] / best["baseline_peak"]
+                    if _cell(best["peak"]) != "-" and best["baseline_peak"] else None)
+            row = [str(label), str(budget), status,
+                   _cell(best["overhead_pct"] if best["ok"] else None, "{:+.2f}"),
+                   _cell(peak, "{:.1f}"),
+                   _cell(runs["solve_time_s"].astype(float).median(), "{:.2f}"),
+                   _cell(best["gap_pct"] if best["ok"] else None, "{:.2f}")]
+            if has_bound:
+                bound = runs["lower_bound_any_order"].dropna()
+                implied = (100 * (float(bound.max()) / float(best["baseline_duration"]) - 1)
+                           if len(bound) and best["baseline_duration"] else None)
+                row.append(_cell(implied, "{:+.2f}"))
+            rows.append(row)
+    note = ("Where a method ran with several seeds or repeats, the row shows its best schedule and the median "
+            "solve time. gap % is measured against the best bound known for every order.")
+    return _table(columns, rows) + "\n\n" + note
+
+
+def write_report(results: str | Path, path: str | Path, title: str | None = None) -> Path:
+    """Write the Markdown report of the results folder ``results`` to ``path``, charts beside it."""
+    from remat_bench import __version__, charts
+
+    results, path = Path(results), Path(path)
+    if path.suffix.lower() != ".md":
+        raise RematBenchError(f"{path}: the report is Markdown; give a file name ending in .md")
+    table = load_table(results)
+    if table.empty:
+        raise RematBenchError(f"{results}: the results hold no runs yet")
+    frame = table.assign(label=labels(table), ok=succeeded(table))
+    figures = path.parent / f"{path.stem}-figures"
+    name = title or _sweep_name(results)
+
+    parts = [f"# {name}", ""]
+    hosts = ", ".join(sorted(set(table["host"].dropna())))
+    versions = _versions(table)
+    parts.append(
+        f"{len(table)} runs of {table['method'].nunique()} methods on {table['graph'].nunique()} graphs, "
+        f"{int(frame['ok'].sum())} of them with a schedule within budget; time limit "
+        f"{', '.join(f'{t:g} s' for t in sorted(table['time_limit'].dropna().unique()))} per run. "
+        f"Results from `{results}`, on {hosts or 'an unknown host'}; {versions}. Report written "
+        f"{_dt.datetime.now().strftime('%Y-%m-%d %H:%M')} by remat-bench {__version__}.")
+    parts += ["", "## Summary per method", "", summary_section(summarize(table)), ""]
+    parts += ["## Best method at each budget", "", best_section(frame), ""]
+
+    chart_lines = []
+    for kind, draw, wanted in (
+        ("tradeoff", charts.tradeoff, frame["budget_fraction"].nunique() >= 2),
+        ("scaling", charts.scaling, frame["nodes"].nunique() >= 2),
+    ):
+        if not wanted:
+            continue
+        try:
+            written = draw(table, figures / f"{kind}.png")
+        except charts.ChartError as exc:
+            chart_lines.append(f"No {kind} chart: {exc}.")
+            continue
+        chart_lines.append(f"![{kind}]({_link(written, path)})")
+    if chart_lines:
+        parts += ["## Charts", ""]
+        for line in chart_lines:
+            parts += [line, ""]
+
+    for i, graph in enumerate(dict.fromkeys(frame["graph"])):
+        mine = frame[frame["graph"] == graph]
+        first = mine.iloc[0]
+        parts += [f"## {graph}", "",
+                  f"{first['nodes']} nodes, {first['edges']} edges; baseline peak {_cell(first['baseline_peak'], '{:,}')}, "
+                  f"baseline duration {_cell(first['baseline_duration'], '{:,}')}; sha256 "
+                  f"`{str(first['graph_sha256'])[:12]}`.", ""]
+        if i < MAX_GRAPH_CHARTS:
+            parts += _graph_charts(results, table, graph, figures, path, i)
+        parts += [graph_table(mine), ""]
+    atomic_write_text(path, "\n".join(parts).rstrip() + "\n")
+    return path
+
+
+def _graph_charts(results: Path, table: pd.DataFrame, graph: str, figures: Path, report: Path,
+                  i: int) -> list[str]:
+    """The memory timeline of every method at the budget most methods met, and the best one's intervals."""
+    from remat_bench import charts
+
+    try:
+        chosen = schedules_at(results, table[table["graph"] == graph], graph=graph)
+    except RematBenchError:
+        return ["No schedule within budget was found on this graph, so there is no timeline.", ""]
+    stem = f"{i:02d}-{''.join(c if c.isalnum() or c in '-_' else '_' for c in graph)}"
+    lines = []
+    timeline = charts.timeline(chosen.graph, chosen.schedules, figures / f"{stem}-timeline.png",
+                               budget=chosen.budget,
+                               title=f"{graph} at budget {chosen.budget_text}: memory at every step")
+    lines += [f"Memory at every step at budget {chosen.budget_text}, one line per method:", "",
+              f"![timeline of {graph}]({_link(timeline, report)})", ""]
+    best_label, best = chosen.schedules[int(chosen.rows["duration"].astype(float).to_numpy().argmin())]
+    drawn = charts.intervals(chosen.graph, best, figures / f"{stem}-intervals.png",
+                             title=f"{graph}, {best_label} at budget {chosen.budget_text}: when each value is held")
+    lines += [f"When each value is held in the shortest of these schedules ({best_label}):", "",
+              f"![intervals of {graph}]({_link(drawn, report)})", ""]
+    return lines
+
+
+def _sweep_name(results: Path) -> str:
+    import yaml
+
+    config = results / "config.yaml"
+    try:
+        data = yaml.safe_load(config.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and data.get("name"):
+            return f"Sweep report: {data['name']}"
+    except (OSError, yaml.YAMLError):
+        pass
+    return f"Sweep report: {results.name}"
+
+
+def _versions(table: pd.DataFrame) -> str:
+    parts = []
+    for column, name in (("python_version", "Python"), ("ortools_version", "OR-Tools"),
+                         ("highspy_version", "highspy"), ("pulp_version", "PuLP")):
+        values = sorted(set(table[column].dropna()))
+        if values:
+            parts.append(f"{name} {', '.join(values)}")
+    return ", ".join(parts) or "versions unknown"

@@ -1,0 +1,224 @@
+"""Running runs: `supervise` launches and watches one worker process; two executors call it.
+
+`supervise` is the whole of a run as the sweep sees it, and the same function
+for both executors: it starts ``python -m remat_bench.sweep.worker`` in a new
+process group, hands it the run spec, waits at most the time limit plus the
+grace, kills the group past that, and turns whatever happened into a row:
+
+- the worker's own outcome line, when it finished;
+- ``timeout`` when it had to be killed;
+- ``error`` naming the signal (a solver's segfault) or the exit status, with
+  the last line the run printed, when it crashed; ``oom`` when what it printed
+  shows that an allocation failed under the memory cap.
+
+Executors only decide where `supervise` runs. Local: a thread pool, whose
+threads do nothing but wait on their worker processes, so the runs use every
+core. Distributed: ``dask.distributed.Client(address).get_executor()``, or a
+LocalCluster without an address; `supervise` then runs in a Dask worker, which
+starts the run's process on its own machine. Both are `concurrent.futures`
+executors, so the runner has one code path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Executor, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from remat_bench.errors import ConfigError
+from remat_bench.sweep.results import make_row
+from remat_bench.sweep.worker import OOM_SIGNS
+
+# Worker processes of this process that are still running, so that Ctrl-C can end them: they run in
+# their own process groups, out of reach of the terminal's SIGINT.
+_live: dict[int, subprocess.Popen] = {}
+_lock = threading.Lock()
+_stopping = threading.Event()
+
+
+class RunInterrupted(Exception):
+    """The sweep was interrupted while this run was going on: nothing to record."""
+
+
+def schedule_path(output: Path, spec: dict[str, Any]) -> Path:
+    """Where a run's cleaned schedule goes: ``<output>/schedules/<graph>/<run id>.json``."""
+    folder = re.sub(r"[^A-Za-z0-9._-]+", "_", spec["graph"]) or "graph"
+    return output / "schedules" / folder / f"{spec['run_id']}.json"
+
+
+def supervise(spec: dict[str, Any], output: str) -> dict[str, Any]:
+    """Run one spec in its own worker process under the hard limits; return its full results row."""
+    out_dir = Path(output)
+    payload = dict(spec, schedule_path=str(schedule_path(out_dir, spec)))
+    limit = float(spec["time_limit"]) + float(spec["grace"])
+    with tempfile.TemporaryDirectory(prefix="remat-bench-run-") as tmp:
+        out_file, err_file = Path(tmp, "out"), Path(tmp, "err")
+        with out_file.open("wb") as out, err_file.open("wb") as err, _lock:
+            if _stopping.is_set():
+                raise RunInterrupted(spec["run_id"])
+            start = time.perf_counter()
+            proc = subprocess.Popen([sys.executable, "-m", "remat_bench.sweep.worker"], stdin=subprocess.PIPE,
+                                    stdout=out, stderr=err, start_new_session=True)
+            _live[proc.pid] = proc
+        try:
+            with contextlib.suppress(BrokenPipeError):
+                proc.stdin.write(json.dumps(payload).encode() + b"\n")
+                proc.stdin.flush()
+            # stdin stays open while the run lasts: the worker ends itself when it closes (we died).
+            status, usage, timed_out = _wait(proc.pid, limit)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+        finally:
+            with _lock:
+                _live.pop(proc.pid, None)
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        wall = time.perf_counter() - start
+        if _stopping.is_set() and not timed_out and proc.returncode < 0:
+            raise RunInterrupted(spec["run_id"])
+        text = out_file.read_text(encoding="utf-8", errors="replace").strip()
+        log = _tail(err_file)
+        outcome = _outcome(spec, proc.returncode, timed_out, wall, text, log)
+        if log.strip() and outcome["status"] in ("error", "oom", "timeout"):
+            kept = out_dir / "logs" / f"{spec['run_id']}.log"
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(err_file, kept)
+            outcome["message"] += f" (its output: logs/{kept.name})"
+    outcome["wall_time_s"] = wall
+    # The kernel's count covers a run killed before it could report its own.
+    kernel_rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    outcome["peak_rss"] = max(outcome.get("peak_rss") or 0, kernel_rss)
+    return make_row(payload, outcome, out_dir)
+
+
+def _tail(path: Path, size: int = 1 << 16) -> str:
+    """The end of a run's output (a solver's log can be long; the end says how it ended)."""
+    with path.open("rb") as fh:
+        fh.seek(max(0, path.stat().st_size - size))
+        return fh.read().decode("utf-8", errors="replace")
+
+
+def _outcome(spec: dict[str, Any], code: int, timed_out: bool, wall: float, text: str, log: str) -> dict[str, Any]:
+    last = _last_line(log)
+    if timed_out:
+        return {"status": "timeout", "message": (
+            f"killed after {wall:.1f} s: the run overstayed its time limit of {spec['time_limit']:g} s "
+            f"(and {spec['grace']:g} s of grace)")}
+    if code == 0 and text:
+        try:
+            return json.loads(text.splitlines()[-1])
+        except ValueError:
+            return {"status": "error", "message": f"the run printed an unreadable result: {text[-200:]!r}"}
+    oom = bool(spec.get("memory_limit")) and bool(OOM_SIGNS.search(log))
+    if code < 0:
+        sig = signal.Signals(-code)
+        what = f"the run crashed: killed by signal {sig.name} ({signal.strsignal(sig) or sig.name})"
+        if sig == signal.SIGKILL:
+            what += ", sent from outside the sweep (the kernel's out-of-memory killer, or a user)"
+    else:
+        what = f"the run exited with status {code} without a result"
+    if oom:
+        what = f"the run ran out of memory under the cap of {spec['memory_limit']} bytes; {what}"
+    return {"status": "oom" if oom else "error", "message": what + (f"; it last printed: {last}" if last else "")}
+
+
+def _last_line(log: str) -> str:
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def _wait(pid: int, timeout: float) -> tuple[int, Any, bool]:
+    """Wait for ``pid`` at most ``timeout`` seconds, killing its process group past that.
+
+    Returns the wait status, the child's resource usage and whether it was
+    killed for overstaying. On Linux a pidfd makes the wait a single blocking
+    poll; elsewhere it polls with a short sleep.
+    """
+    deadline = time.monotonic() + timeout
+    timed_out = False
+    pidfd = None
+    with contextlib.suppress(AttributeError, OSError):
+        pidfd = os.pidfd_open(pid)
+    if pidfd is not None:
+        try:
+            poller = select.poll()
+            poller.register(pidfd, select.POLLIN)
+            timed_out = not poller.poll(max(0.0, timeout) * 1000)
+        finally:
+            os.close(pidfd)
+    else:
+        while True:
+            done, status, usage = os.wait4(pid, os.WNOHANG)
+            if done:
+                return status, usage, False
+            if time.monotonic() >= deadline:
+                timed_out = True
+                break
+            time.sleep(min(0.05, deadline - time.monotonic()))
+    if timed_out:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    _, status, usage = os.wait4(pid, 0)
+    return status, usage, timed_out
+
+
+def stop_all() -> None:
+    """Kill every running worker process of this process and start no new one (Ctrl-C)."""
+    with _lock:
+        _stopping.set()
+        for pid in list(_live):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def open_executor(kind: str = "local", workers: int | None = None,
+                  address: str | None = None) -> Iterator[Executor]:
+    """A `concurrent.futures` executor that runs `supervise` calls: ``local`` threads or ``dask``."""
+    _stopping.clear()
+    workers = workers or os.cpu_count() or 1
+    if kind == "local":
+        if address:
+            raise ConfigError("--address names a Dask scheduler; use it with --executor dask")
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="remat-bench-run")
+        try:
+            yield pool
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        return
+    if kind != "dask":
+        raise ConfigError(f"executor '{kind}' is not known; use local or dask")
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise ConfigError("the dask executor needs dask.distributed: install it with "
+                          "`pip install remat-bench[dask]`") from None
+    with contextlib.ExitStack() as stack:
+        if address:
+            try:
+                client = stack.enter_context(Client(address, timeout=30))
+            except (OSError, TimeoutError) as exc:
+                raise ConfigError(f"cannot reach the Dask scheduler at {address} ({exc}); start one with "
+                                  "`dask scheduler` and check the address") from None
+        else:
+            # One thread per worker process: each thread supervises one run at a time.
+            cluster = stack.enter_context(LocalCluster(n_workers=workers, threads_per_worker=1,
+                                                       processes=True, dashboard_address=None))
+            client = stack.enter_context(Client(cluster))
+        executor = client.get_executor(pure=False, retries=0)
+        try:
+            yield executor
+        finally:
+            executor.shutdown(wait=False)

@@ -1,0 +1,73 @@
+"""The sweep journal: one JSON line per finished run, on disk the moment the run ends.
+
+Appending a line, flushing and fsyncing it before the next run is recorded is
+what makes a sweep lose nothing to a crash, a Ctrl-C or a killed machine:
+``--resume`` reads the keys back and skips those runs. A process killed in
+the middle of a write leaves at most one partial last line, which reading
+skips (with a count) and the next append starts on a fresh line after.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from remat_bench.sweep.results import row_key
+
+JOURNAL = "journal.jsonl"
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+class Journal:
+    """Append-only JSON-lines file of result rows."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.skipped_lines = 0
+
+    def exists(self) -> bool:
+        return self.path.exists() and self.path.stat().st_size > 0
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """Every complete row, in the order written."""
+        self.skipped_lines = 0
+        if not self.path.exists():
+            return
+        with self.path.open("r", encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError:  # the partial line of a process killed mid-write
+                    self.skipped_lines += 1
+                    continue
+                if isinstance(row, dict):
+                    yield row
+
+    def keys(self) -> set[tuple]:
+        return {row_key(row) for row in self.rows()}
+
+    def append(self, row: dict[str, Any]) -> None:
+        """Write ``row`` as one line and force it to disk before returning."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # A missing value is null, never NaN (infinity stays: Python's json reads it back).
+        clean = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+        line = json.dumps(clean, default=_plain, ensure_ascii=False) + "\n"
+        with self.path.open("a+b") as fh:
+            if fh.tell() > 0:
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) != b"\n":  # a line cut short by a kill: start afresh after it
+                    line = "\n" + line
+            fh.write(line.encode("utf-8"))
+            fh.flush()
+            os.fsync(fh.fileno())

@@ -1,0 +1,113 @@
+"""Showing a sweep as it goes: a progress bar on a terminal, one line per run otherwise; the end summary."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from remat_bench.sweep.config import RunSpec
+from remat_bench.sweep.results import OVERHEAD_SHIFT_PCT, SUCCESS, TIME_SHIFT_S, MethodSummary
+
+FAILED = ("error", "oom", "timeout", "over_budget")
+
+
+def describe(row: dict[str, Any]) -> str:
+    """``chen on chain-16 at 0.8: feasible, +16.3 %, 0.02 s``."""
+    text = f"{row['method']} on {row['graph']} at {row['budget_text']}: {row['status']}"
+    if row.get("overhead_pct") is not None and row["status"] in SUCCESS:
+        text += f", {row['overhead_pct']:+.2f} %"
+    if row.get("solve_time_s") is not None:
+        text += f", {row['solve_time_s']:.2f} s"
+    elif row.get("wall_time_s") is not None:
+        text += f", {row['wall_time_s']:.1f} s"
+    return text
+
+
+class SweepProgress:
+    """A `remat_bench.sweep.runner.Reporter` for the terminal (stderr)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.bar = console.is_terminal
+        self.done = 0
+        self.total = 0
+        self.failures = 0
+        self.progress: Progress | None = None
+        self.task: Any = None
+
+    def start(self, total: int, skipped: int, pending: int) -> None:
+        self.total = pending
+        if skipped:
+            self.console.print(f"{skipped} of {total} runs are in the journal already; running the other {pending}")
+        if self.bar and pending:
+            self.progress = Progress(
+                TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("[red]{task.fields[failures]} failed"), TextColumn("elapsed"), TimeElapsedColumn(),
+                TextColumn("ETA"), TimeRemainingColumn(), console=self.console, transient=False)
+            self.progress.start()
+            self.task = self.progress.add_task("sweep", total=pending, failures=0)
+
+    def finished(self, row: dict[str, Any]) -> None:
+        self.done += 1
+        failed = row["status"] in FAILED
+        self.failures += failed
+        if self.progress is not None:
+            self.progress.update(self.task, advance=1, failures=self.failures)
+            if failed:
+                self.progress.console.print(f"[red]{describe(row)}[/]: {row.get('message') or ''}")
+        else:
+            width = len(str(self.total))
+            line = f"[{self.done:>{width}}/{self.total}] {describe(row)}"
+            if failed and row.get("message"):
+                line += f" ({row['message']})"
+            self.console.print(line, markup=False)
+
+    def lost(self, spec: RunSpec, error: str) -> None:
+        self.done += 1
+        self.failures += 1
+        message = f"lost {spec.method} on {spec.graph} at {spec.budget_text}: {error}"
+        if self.progress is not None:
+            self.progress.update(self.task, advance=1, failures=self.failures)
+            self.progress.console.print(message, markup=False)
+        else:
+            self.console.print(message, markup=False)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+
+def summary_table(summaries: list[MethodSummary], title: str = "sweep summary") -> Table:
+    """Per method: runs, success rate, shifted geometric means of overhead and solve time."""
+    table = Table(title=title, caption=(
+        f"shifted geometric means: overhead over successful runs (shift {OVERHEAD_SHIFT_PCT:g} point), "
+        f"solve time over applicable runs with failures at the time limit (shift {TIME_SHIFT_S:g} s); "
+        "'unsupported' runs left out"))
+    for column in ("method", "runs", "success", "timeouts", "failures", "overhead % (sgm)", "solve time s (sgm)"):
+        table.add_column(column, justify="left" if column == "method" else "right")
+    for s in summaries:
+        table.add_row(s.label, str(s.runs), _rate(s), str(s.timeouts), str(s.failures),
+                      _number(s.overhead_sgm, "{:.2f}"), _number(s.solve_time_sgm, "{:.2f}"))
+    return table
+
+
+def _rate(s: MethodSummary) -> str:
+    if not s.applicable:
+        return "n/a"
+    return f"{s.successes}/{s.applicable} ({100 * s.success_rate:.0f}%)"
+
+
+def _number(value: float, fmt: str) -> str:
+    return "-" if value is None or math.isnan(value) else fmt.format(value)

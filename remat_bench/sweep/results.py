@@ -1,0 +1,308 @@
+"""The results table (design.md section 8): one row per run, as Parquet (and CSV), and its aggregates.
+
+Every row has every column of `COLUMNS`, whatever the outcome. A row is the
+run's spec (graph, method, parameters, budget, seed, repeat, limits) merged with
+what the worker measured (status, peak, duration, overhead, bounds, times,
+peak RSS, schedule path, versions, host). Rows of runs that never reported
+(killed past the time limit, crashed) have the spec half and a status that
+says what happened.
+
+Aggregates follow qpbenchmark: a success rate, and the shifted geometric mean
+``exp(mean(log(x + s))) - s``, which neither lets one huge value dominate (as
+the arithmetic mean does) nor lets a value near zero dominate (as the plain
+geometric mean does). Shifts: 1 s for times, 1 percentage point for overhead.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from remat_bench.io import atomic_write_bytes, atomic_write_text
+from remat_bench.sweep.config import params_text, run_key
+
+# Column -> pandas dtype; "number" columns are Int64 when every value is whole (sizes, flops), else Float64.
+COLUMNS: dict[str, str] = {
+    "run_id": "string",
+    "graph": "string",
+    "graph_sha256": "string",
+    "graph_path": "string",
+    "nodes": "Int64",
+    "edges": "Int64",
+    "method": "string",
+    "params": "string",
+    "budget_text": "string",
+    "budget_fraction": "Float64",
+    "budget": "number",
+    "status": "string",
+    "message": "string",
+    "peak": "number",
+    "duration": "number",
+    "baseline_peak": "number",
+    "baseline_duration": "number",
+    "overhead_pct": "Float64",
+    "objective": "number",
+    "lower_bound": "number",
+    "lower_bound_any_order": "number",
+    "gap_pct": "Float64",
+    "proven_optimal": "boolean",
+    "solve_time_s": "Float64",
+    "wall_time_s": "Float64",
+    "peak_rss": "Int64",
+    "schedule_steps": "Int64",
+    "schedule": "string",
+    "seed": "Int64",
+    "repeat": "Int64",
+    "time_limit": "Float64",
+    "grace": "Float64",
+    "memory_limit": "Int64",
+    "stats": "string",
+    "remat_bench_version": "string",
+    "ortools_version": "string",
+    "highspy_version": "string",
+    "pulp_version": "string",
+    "python_version": "string",
+    "host": "string",
+    "finished_at": "string",
+}
+SUCCESS = ("optimal", "feasible")
+TABLE = "results.parquet"
+CSV = "results.csv"
+TIME_SHIFT_S = 1.0
+OVERHEAD_SHIFT_PCT = 1.0
+
+
+def make_row(spec: dict[str, Any], outcome: dict[str, Any], output: Path | None = None) -> dict[str, Any]:
+    """A full row from a run spec and what the run reported; the schedule path relative to ``output``."""
+    row = dict.fromkeys(COLUMNS)
+    row.update({k: v for k, v in spec.items() if k in COLUMNS})
+    row["params"] = params_text(spec.get("params"))
+    row.update({k: v for k, v in outcome.items() if k in COLUMNS and k != "params"})
+    if isinstance(row.get("stats"), dict):
+        row["stats"] = json.dumps(row["stats"], default=str) if row["stats"] else None
+    if output is not None:
+        for column in ("schedule", "graph_path"):
+            if row.get(column):
+                row[column] = _relative(Path(row[column]), output)
+    return row
+
+
+def _relative(path: Path, base: Path) -> str:
+    """Paths inside the results folder are stored relative to it, so the folder can move."""
+    try:
+        return str(path.resolve().relative_to(base.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def row_key(row: dict[str, Any]) -> tuple:
+    return run_key(row["graph_sha256"], row["method"], row["params"], row["budget_text"], row.get("seed"),
+                   row["repeat"], row["time_limit"])
+
+
+def build_table(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """The table of ``rows``, one row per key (the last one wins), in a readable order."""
+    unique: dict[tuple, dict[str, Any]] = {}
+    for row in rows:
+        unique.pop(row_key(row), None)  # keep the latest occurrence, in its own position
+        unique[row_key(row)] = {c: row.get(c) for c in COLUMNS}
+    frame = pd.DataFrame(list(unique.values()), columns=list(COLUMNS))
+    for column, kind in COLUMNS.items():
+        frame[column] = _typed(frame[column], kind)
+    if len(frame):
+        frame = frame.sort_values(["nodes", "graph", "budget_fraction", "budget_text", "method", "params",
+                                   "seed", "repeat"], ascending=[True, True, False, True, True, True, True, True],
+                                  kind="stable", na_position="last").reset_index(drop=True)
+    return frame
+
+
+def _typed(column: pd.Series, kind: str) -> pd.Series:
+    if kind == "number":
+        values = pd.to_numeric(column, errors="coerce").astype("Float64")
+        finite = values.dropna()
+        whole = bool(len(finite)) and np.isfinite(finite.to_numpy(dtype=float)).all() and bool(
+            (finite == finite.round()).all()) and float(finite.abs().max()) < 2**62
+        return values.astype("Int64") if whole or not len(finite) else values
+    if kind in ("Int64", "Float64"):
+        return pd.to_numeric(column, errors="coerce").astype(kind)
+    if kind == "boolean":
+        return column.astype("boolean")
+    return column.astype("string")
+
+
+def write_table(frame: pd.DataFrame, output: Path, csv: bool = False) -> list[Path]:
+    """Write ``results.parquet`` (and ``results.csv``) atomically; returns the paths written."""
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    atomic_write_bytes(output / TABLE, buffer.getvalue())
+    written = [output / TABLE]
+    if csv:
+        atomic_write_text(output / CSV, frame.to_csv(index=False))
+        written.append(output / CSV)
+    return written
+
+
+def load_table(folder: str | Path) -> pd.DataFrame:
+    """A results folder's table: rebuilt from its journal when there is one (it is never behind), else the Parquet."""
+    from remat_bench.errors import RematBenchError
+    from remat_bench.sweep.journal import JOURNAL, Journal
+
+    folder = Path(folder)
+    if (folder / JOURNAL).exists():
+        return build_table(Journal(folder / JOURNAL).rows())
+    if (folder / TABLE).exists():
+        return build_table(pd.read_parquet(folder / TABLE).to_dict("records"))
+    raise RematBenchError(f"{folder}: holds no results ({JOURNAL} or {TABLE}); run `remat-bench sweep` first")
+
+
+# ---------------------------------------------------------------------- aggregates
+
+
+def shifted_geometric_mean(values: Iterable[float], shift: float) -> float:
+    """``exp(mean(log(x + shift))) - shift``; NaN for no values (or a value at or below ``-shift``)."""
+    x = np.asarray([float(v) for v in values], dtype=float)
+    if not len(x) or np.any(x + shift <= 0) or not np.all(np.isfinite(x)):
+        return math.nan
+    return float(np.exp(np.mean(np.log(x + shift))) - shift)
+
+
+def labels(frame: pd.DataFrame) -> pd.Series:
+    """A name per row: the method, plus the parameters that vary among that method's rows (seeds aside)."""
+    out = frame["method"].astype(str).copy()
+    for method, group in frame.groupby("method", sort=False):
+        params = [json.loads(p) if isinstance(p, str) and p else {} for p in group["params"]]
+        keys = sorted({k for p in params for k in p} - {"seed"})
+        varying = [k for k in keys if len({json.dumps(p.get(k)) for p in params}) > 1]
+        if varying:
+            out.loc[group.index] = [
+                f"{method} ({', '.join(f'{k}={p.get(k)}' for k in varying)})" for p in params]
+    return out
+
+
+def succeeded(frame: pd.DataFrame) -> pd.Series:
+    return frame["status"].isin(SUCCESS).fillna(False).astype(bool)
+
+
+@dataclass(frozen=True)
+class MethodSummary:
+    label: str
+    runs: int
+    applicable: int
+    successes: int
+    timeouts: int
+    failures: int
+    success_rate: float
+    overhead_sgm: float
+    solve_time_sgm: float
+
+
+def summarize(frame: pd.DataFrame) -> list[MethodSummary]:
+    """Per method (label): success rate and shifted geometric means.
+
+    Runs answered ``unsupported`` (the method does not apply to the graph) are
+    left out of the rates and means. The overhead mean is over the method's
+    successful runs; the solve-time mean over all its applicable runs, with
+    every run that found no schedule within budget counted at its time limit
+    (as qpbenchmark does), so that failing fast does not look fast.
+    """
+    if not len(frame):
+        return []
+    frame = frame.assign(label=labels(frame), ok=succeeded(frame))
+    out = []
+    for label, group in frame.groupby("label", sort=False):
+        applicable = group[group["status"] != "unsupported"]
+        ok = applicable[applicable["ok"]]
+        times = np.where(applicable["ok"], applicable["solve_time_s"].astype(float).fillna(0.0),
+                         applicable["time_limit"].astype(float))
+        out.append(MethodSummary(
+            label=str(label),
+            runs=len(group),
+            applicable=len(applicable),
+            successes=len(ok),
+            timeouts=int((group["status"] == "timeout").sum()),
+            failures=int(group["status"].isin(("error", "oom", "over_budget", "timeout")).sum()),
+            success_rate=len(ok) / len(applicable) if len(applicable) else math.nan,
+            overhead_sgm=shifted_geometric_mean(ok["overhead_pct"].astype(float), OVERHEAD_SHIFT_PCT),
+            solve_time_sgm=shifted_geometric_mean(times, TIME_SHIFT_S),
+        ))
+    order = {name: i for i, name in enumerate(_method_order())}
+    return sorted(out, key=lambda s: (order.get(s.label.split(" (")[0], len(order)), s.label))
+
+
+def _method_order() -> list[str]:
+    from remat_bench.methods import method_names
+
+    return method_names()
+
+
+# ---------------------------------------------------------------------- schedules of a results folder
+
+
+@dataclass
+class ScheduleSet:
+    """The best schedule of each method (label) for one graph at one budget, read from a results folder."""
+
+    graph: Any
+    budget_text: str
+    budget: Any
+    schedules: list[tuple[str, Any]]
+    rows: pd.DataFrame
+
+
+def schedules_at(folder: str | Path, frame: pd.DataFrame, graph: str | None = None,
+                 budget: str | None = None, methods: Sequence[str] | None = None) -> ScheduleSet:
+    """Load the schedules of one graph at one budget (the best run of each method, seeds and repeats aside).
+
+    Without ``graph``, the first graph of the table; without ``budget``, the
+    tightest budget at which the most methods found a schedule. ``methods``
+    keeps only those methods (or labels).
+    """
+    from remat_bench.errors import RematBenchError
+    from remat_bench.graph import load_graph
+    from remat_bench.schedule import load_schedule
+
+    folder = Path(folder)
+    frame = frame.assign(label=labels(frame), ok=succeeded(frame))
+    with_schedule = frame[frame["ok"] & frame["schedule"].notna()]
+    if methods:
+        with_schedule = with_schedule[with_schedule["method"].isin(methods) | with_schedule["label"].isin(methods)]
+    names = list(dict.fromkeys(frame["graph"]))
+    if graph is None:
+        candidates = [g for g in names if g in set(with_schedule["graph"])]
+        if not candidates:
+            raise RematBenchError(f"{folder}: no run saved a schedule within its budget")
+        graph = candidates[0]
+    elif graph not in names:
+        raise RematBenchError(f"{folder}: no graph named '{graph}' in the results; they are {', '.join(names)}")
+    mine = with_schedule[with_schedule["graph"] == graph]
+    budgets = list(dict.fromkeys(frame.loc[frame["graph"] == graph, "budget_text"]))
+    if budget is None:
+        if mine.empty:
+            raise RematBenchError(f"{folder}: no run on graph '{graph}' saved a schedule within its budget")
+        counts = mine.groupby("budget_text").agg(methods=("label", "nunique"), fraction=("budget_fraction", "min"))
+        counts = counts.assign(fraction=counts["fraction"].fillna(math.inf))
+        budget = str(counts.sort_values(["methods", "fraction"], ascending=[False, True]).index[0])
+    elif budget not in budgets:
+        raise RematBenchError(f"{folder}: graph '{graph}' has no runs at budget '{budget}'; its budgets are "
+                              f"{', '.join(budgets)}")
+    picked = mine[mine["budget_text"] == budget].sort_values(["duration", "solve_time_s"], kind="stable")
+    picked = picked.drop_duplicates("label")
+    if picked.empty:
+        raise RematBenchError(f"{folder}: no run on graph '{graph}' found a schedule at budget '{budget}'")
+    graph_path = Path(str(picked["graph_path"].iloc[0]))
+    g = load_graph(graph_path if graph_path.is_absolute() else folder / graph_path)
+    order = {m: i for i, m in enumerate(_method_order())}
+    picked = picked.assign(rank=picked["method"].map(lambda m: order.get(m, len(order)))).sort_values(
+        ["rank", "label"], kind="stable")
+    schedules = [(str(row.label), load_schedule(folder / str(row.schedule), g)) for row in picked.itertuples()]
+    amount = picked["budget"].iloc[0]
+    return ScheduleSet(g, budget, None if pd.isna(amount) else amount.item() if hasattr(amount, "item") else amount,
+                       schedules, picked)

@@ -1,0 +1,201 @@
+"""One sweep run in its own process: ``python -m remat_bench.sweep.worker``.
+
+The supervisor (`remat_bench.sweep.executors.supervise`) writes one JSON run
+spec as a line on stdin and keeps stdin open; this process runs
+`remat_bench.pipeline.run` on it, saves the cleaned schedule, and prints one
+JSON object (the run's outcome) on its original stdout. Running every run in
+its own process is what makes the limits hard and the sweep robust:
+
+- the memory cap is ``RLIMIT_AS`` on this process; running out of it raises
+  MemoryError here (status ``oom``), or kills a solver's native code, which the
+  supervisor records as a crash;
+- the wall-clock limit is enforced from outside by killing this process group;
+- a solver that segfaults takes down only this run;
+- solvers whose native libraries clash (on this machine, highspy and ortools
+  cannot be loaded into one process) each get a fresh interpreter.
+
+Anything a solver prints on stdout is redirected to stderr, so the outcome
+line cannot be corrupted. If the supervisor dies (even by SIGKILL), stdin
+reaches end-of-file and this process kills its own process group, solver
+subprocesses included, rather than run on as an orphan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import resource
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from remat_bench.errors import RematBenchError
+
+# Test hooks, read only here, so that tests need no test-only method in the registry (and reach
+# workers started by Dask too). REMAT_BENCH_TEST_SLEEP="METHOD:SECONDS" makes runs of METHOD (or "*")
+# sleep that long before solving: a run that overstays its limit, or one to kill mid-way; with
+# REMAT_BENCH_TEST_PIDS=DIR a sleeping worker first creates DIR/<its pid>, so the test knows which
+# process to kill. REMAT_BENCH_TEST_ALLOCATE="METHOD:BYTES" makes runs of METHOD allocate that much
+# before solving: a run that exceeds its memory cap.
+TEST_SLEEP = "REMAT_BENCH_TEST_SLEEP"
+TEST_PIDS = "REMAT_BENCH_TEST_PIDS"
+TEST_ALLOCATE = "REMAT_BENCH_TEST_ALLOCATE"
+# What a failed allocation looks like in a message or a log, from Python, C++ or the dynamic loader.
+OOM_SIGNS = re.compile(r"MemoryError|bad_alloc|Cannot allocate memory|out of memory|failed to map segment",
+                       re.IGNORECASE)
+SOLVER_PACKAGES = ("ortools", "highspy", "pulp")
+
+
+def provenance() -> dict[str, Any]:
+    """Versions of the package, the solvers (read from metadata, nothing imported) and Python; the host."""
+    def package_version(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    from remat_bench import __version__
+
+    out: dict[str, Any] = {"remat_bench_version": __version__}
+    for name in SOLVER_PACKAGES:
+        out[f"{name}_version"] = package_version(name)
+    out["python_version"] = platform.python_version()
+    out["host"] = socket.gethostname()
+    return out
+
+
+def peak_rss_bytes() -> int:
+    """Largest resident set of this process or any of its finished children (Linux reports KiB)."""
+    scale = 1 if sys.platform == "darwin" else 1024
+    return max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+               resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) * scale
+
+
+def address_space_peak() -> int | None:
+    """The largest address space this process has held (VmPeak, Linux), in bytes; None elsewhere."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmPeak:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _watch_supervisor() -> None:
+    """Kill this process group when stdin closes, i.e. when the supervisor is gone."""
+    def watch() -> None:
+        with contextlib.suppress(OSError):
+            while sys.stdin.buffer.read(4096):
+                pass
+        # The supervisor starts each run as the leader of its own process group, solver children
+        # included; run by hand (not a group leader), end only this process.
+        if os.getpgrp() == os.getpid():
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
+
+
+def _hook(name: str, method: str) -> str | None:
+    target, _, value = os.environ.get(name, "").rpartition(":")
+    return value if value and target in ("*", method) else None
+
+
+def _test_hooks(method: str) -> bytearray | None:
+    seconds = _hook(TEST_SLEEP, method)
+    if seconds is not None:
+        if os.environ.get(TEST_PIDS):
+            with open(os.path.join(os.environ[TEST_PIDS], str(os.getpid())), "w"):
+                pass
+        time.sleep(float(seconds))
+    size = _hook(TEST_ALLOCATE, method)
+    return bytearray(int(float(size))) if size is not None else None
+
+
+def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run one spec in this process and return its outcome fields (never raises but for MemoryError)."""
+    method = spec["method"]
+    try:
+        from remat_bench.graph import load_graph
+        from remat_bench.pipeline import run
+        from remat_bench.schedule import save_schedule
+
+        ballast = _test_hooks(method)
+        graph = load_graph(spec["graph_path"])
+        if graph.sha256 != spec["graph_sha256"]:
+            return {"status": "error", "message": (
+                f"graph file {spec['graph_path']} changed since the sweep was planned (sha256 "
+                f"{graph.sha256[:12]}, expected {spec['graph_sha256'][:12]}); run the sweep again")}
+        result = run(graph, method, spec["budget_text"], spec["time_limit"], spec["params"])
+        del ballast
+    except MemoryError:
+        raise
+    except Exception as exc:
+        # e.g. a method whose solver is missing on this machine, or cannot even be loaded under the cap
+        known = isinstance(exc, RematBenchError)
+        return {"status": "error", "message": str(exc) if known else f"{type(exc).__name__}: {exc}",
+                **({} if known else {"stats": {"traceback": traceback.format_exc(limit=8)}})}
+
+    fields = result.to_json()
+    fields.pop("cleanup", None)
+    fields.pop("graph", None)
+    fields.pop("method", None)
+    fields.pop("params", None)
+    # A MemoryError inside a method already comes back as status 'oom' from the pipeline.
+    if result.schedule is not None and spec.get("schedule_path"):
+        save_schedule(result.schedule, graph, spec["schedule_path"])
+        fields["schedule"] = spec["schedule_path"]
+    return fields
+
+
+def main() -> None:
+    row_fd = os.dup(1)
+    os.dup2(2, 1)  # solvers that print on stdout now print into the run's log
+    started = time.perf_counter()
+    spec = json.loads(sys.stdin.buffer.readline())
+    _watch_supervisor()
+
+    # Address space to give back when the cap is hit, so the outcome can still be written.
+    reserve: bytearray | None = bytearray(16 << 20)
+    cap = spec.get("memory_limit")
+    if cap:
+        resource.setrlimit(resource.RLIMIT_AS, (int(cap), int(cap)))
+    try:
+        outcome = run_spec(spec)
+    except MemoryError:
+        reserve = None
+        outcome = {"status": "oom", "message": f"the run ran out of memory under the cap of {cap} bytes"
+                   if cap else "the run ran out of memory"}
+    del reserve
+    # An allocation refused under the cap does not always surface as MemoryError (CPython may report a
+    # SystemError, a library a failed load): a failure with the address space at the cap is one too.
+    near_cap = bool(cap) and (address_space_peak() or 0) >= 0.9 * cap
+    if cap and outcome["status"] == "error" and (near_cap or OOM_SIGNS.search(outcome.get("message", ""))):
+        outcome["status"] = "oom"
+        outcome["message"] = f"the run ran out of memory under the cap of {cap} bytes: {outcome['message']}"
+    outcome["worker_wall_time_s"] = time.perf_counter() - started
+    outcome["peak_rss"] = peak_rss_bytes()
+    outcome["finished_at"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    outcome.update(provenance())
+    line = json.dumps(outcome, default=lambda v: v.item() if hasattr(v, "item") else str(v)) + "\n"
+    with os.fdopen(row_fd, "w", encoding="utf-8") as out:
+        out.write(line)
+        out.flush()
+    # Skip interpreter shutdown: a solver's native threads can hang or crash it, and all is written.
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

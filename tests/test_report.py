@@ -1,0 +1,124 @@
+"""The Markdown report: summary per method, best method per budget, charts linked relatively, per-graph tables."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from remat_bench.cli import main
+from remat_bench.report import write_report
+from remat_bench.sweep import load_config, load_table, run_sweep
+from tests.helpers import SHIPPED
+
+CHAIN = SHIPPED / "chain-16-train.json"
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("report")
+    config = folder / "sweep.yaml"
+    config.write_text(f"""
+name: report-test
+graphs:
+  - {CHAIN}
+  - generate: {{kind: chain, layers: 6}}
+methods:
+  - none
+  - name: chen
+    params: {{variant: [greedy, sqrt]}}
+  - greedy
+budgets: [0.9, 0.6]
+time_limit: 20
+""")
+    run_sweep(load_config(config, output=folder / "out"), workers=2)
+    return folder / "out"
+
+
+@pytest.fixture(scope="module")
+def report(results, tmp_path_factory):
+    return write_report(results, tmp_path_factory.mktemp("docs") / "report.md")
+
+
+def table_rows(text: str, heading: str) -> list[list[str]]:
+    """The cells of the first Markdown table after ``heading``."""
+    section = text.split(heading, 1)[1]
+    rows = []
+    for line in section.splitlines():
+        if line.startswith("|"):
+            if set(line) <= {"|", " ", "-"}:
+                continue
+            rows.append([c.strip() for c in line.strip("|").split("|")])
+        elif rows:
+            break
+    return rows
+
+
+def test_report_holds_summary_best_methods_charts_and_per_graph_tables(report, results):
+    path = report
+    text = path.read_text()
+    assert text.startswith("# Sweep report: report-test\n")
+    assert "16 runs of 3 methods on 2 graphs" in text
+
+    summary = table_rows(text, "## Summary per method")
+    assert summary[0] == ["method", "runs", "success rate", "timeouts", "failures", "overhead % (sgm)",
+                          "solve time s (sgm)"]
+    by_method = {r[0]: r for r in summary[1:]}
+    assert set(by_method) == {"none", "chen (variant=greedy)", "chen (variant=sqrt)", "greedy"}
+    assert by_method["none"][2] == "0% (0/4)"  # the baseline fits no budget below 1
+    assert "shift" in text and "s = 1 percentage point" in text and "s = 1 s" in text
+
+    best = table_rows(text, "## Best method at each budget")
+    assert best[0] == ["graph", "budget 0.9", "budget 0.6"]
+    assert [r[0] for r in best[1:]] == ["chain-6", "chain-16", "**most often best**"]
+
+    table = load_table(results)
+    chain16 = table_rows(text, "## chain-16")
+    assert chain16[0][:7] == ["method", "budget", "status", "overhead %", "peak (% of baseline)", "solve time s",
+                              "gap %"]
+    assert "any-order bound (overhead %)" in chain16[0]  # every run here carries the any-order bound
+    assert len(chain16) - 1 == (table["graph"] == "chain-16").sum()
+    greedy = table[(table["graph"] == "chain-16") & (table["method"] == "greedy")].set_index("budget_text")
+    cells = {r[1]: r for r in chain16[1:] if r[0] == "greedy"}
+    for budget in ("0.9", "0.6"):
+        assert cells[budget][2].split()[0] == greedy.loc[budget, "status"]
+        if greedy.loc[budget, "status"] in ("optimal", "feasible"):
+            assert cells[budget][3] == f"{greedy.loc[budget, 'overhead_pct']:+.2f}"
+
+    # Charts exist beside the report and are linked relatively.
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert "report-figures/tradeoff.png" in links
+    assert any(link.endswith("-timeline.png") for link in links)
+    assert any(link.endswith("-intervals.png") for link in links)
+    for link in links:
+        assert not link.startswith("/") and (path.parent / link).is_file()
+
+
+def test_best_method_picks_the_least_overhead_and_lists_ties(report, results):
+    text = report.read_text()
+    table = load_table(results)
+    ok = table[table["status"].isin(["optimal", "feasible"]) & (table["graph"] == "chain-16")
+               & (table["budget_text"] == "0.6")]
+    best = ok["overhead_pct"].min()
+    row = {r[0]: r for r in table_rows(text, "## Best method at each budget")}["chain-16"]
+    assert not ok.empty
+    assert row[2].endswith(f"({best:+.2f}%)")
+    winners = set(ok.loc[ok["overhead_pct"] <= best + 1e-9, "method"])
+    assert all(any(w in row[2] for w in winners) for w in winners)
+
+
+def test_report_command_and_a_folder_with_only_the_table(tmp_path, results):
+    copy = tmp_path / "copy"
+    shutil.copytree(results, copy)
+    (copy / "journal.jsonl").unlink()  # e.g. reference results kept as Parquet only
+    r = CliRunner().invoke(main, ["report", str(copy), "-o", str(tmp_path / "out.md")])
+    assert r.exit_code == 0, r.output
+    assert "## chain-6" in (tmp_path / "out.md").read_text()
+    bad = CliRunner().invoke(main, ["report", str(copy), "-o", str(tmp_path / "out.html")])
+    assert bad.exit_code == 2 and "ending in .md" in bad.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    none = CliRunner().invoke(main, ["report", str(empty), "-o", str(tmp_path / "e.md")])
+    assert none.exit_code == 2 and "holds no results" in none.output
