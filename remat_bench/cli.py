@@ -287,6 +287,57 @@ def simulate(graph: str, schedule: Path, as_json: bool, force: bool, timeline: P
     out.print(table)
 
 
+# ---------------------------------------------------------------------- bound
+
+
+@main.command()
+@click.argument("graph")
+@click.option("--budget", "-b", required=True, help="Fraction of the baseline peak, an amount, or a percentage.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bound(graph: str, budget: str, as_json: bool) -> None:
+    """A lower bound on duration valid for every schedule (any order, any recomputation).
+
+    Exit status 0 with the bound; 1 when the bound proves that no schedule fits.
+    """
+    from remat_bench.bound import any_order_bound
+    from remat_bench.budget import parse_budget
+    from remat_bench.simulate import baseline
+
+    g = load(graph)
+    b = parse_budget(budget, g)
+    if b.is_min:
+        raise click.BadParameter("the bound needs a budget, not 'min'", param_hint="--budget")
+    result = any_order_bound(g, b.amount)
+    base = baseline(g)
+    overhead = None if result.value is None else 100.0 * (result.value / base.duration - 1) if base.duration else 0.0
+    data = {"graph": g.name, "budget": b.amount, "budget_fraction": b.fraction, "status": result.status,
+            "lower_bound": result.value, "lower_bound_overhead_pct": overhead,
+            "baseline_duration": base.duration, "baseline_peak": base.peak,
+            "recomputed": list(result.recomputed), "cuts": result.cuts, "solve_time_s": result.solve_time_s}
+    if as_json:
+        print_json(data)
+    else:
+        unit = g.units.get("memory", "")
+        table = Table(show_header=False, box=None, pad_edge=False)
+        table.add_column(style="bold")
+        table.add_column()
+        table.add_row("graph", f"{g.name} ({g.n} nodes, {g.num_edges} edges)")
+        table.add_row("budget", f"{fmt_amount(b.amount, unit)}" + (
+            f"  = {100 * b.fraction:.1f}% of baseline" if b.fraction is not None else ""))
+        if result.value is None:
+            table.add_row("bound", "[red]no schedule fits this budget[/] (below the memory floor)")
+        else:
+            table.add_row("bound", f"{fmt_amount(result.value)}  overhead >= {overhead:.5f}% ({result.status})")
+            if result.recomputed:
+                shown = ", ".join(result.recomputed[:8]) + (" ..." if len(result.recomputed) > 8 else "")
+                table.add_row("must recompute", f"{len(result.recomputed)} values: {shown}")
+            elif overhead == 0:
+                table.add_row("", "rematerialization may not be needed: a schedule with no recomputation may fit")
+        table.add_row("cuts", f"{result.cuts} binding memory cuts, solved in {result.solve_time_s:.2f} s")
+        out.print(table)
+    sys.exit(1 if result.value is None else 0)
+
+
 # ---------------------------------------------------------------------- methods
 
 

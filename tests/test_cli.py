@@ -111,3 +111,15 @@ def test_third_party_methods_come_from_the_entry_point_group(monkeypatch):
     assert r.exit_code == 0, r.output
     listed = [m["name"] for m in json.loads(invoke("methods", "--json").output)]
     assert "plugin-none" in listed and "none" in listed
+
+
+def test_bound_command_prints_the_any_order_bound_and_exit_status():
+    r = invoke("bound", str(PAPER / "checkmate_fcn8_vgg_train.json"), "-b", "0.8", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["status"] == "optimal"
+    assert round(data["lower_bound_overhead_pct"], 4) == 0.1361
+    r = invoke("bound", str(PAPER / "checkmate_vgg16_train.json"), "-b", "0.8")
+    assert r.exit_code == 1
+    assert "no schedule fits" in r.output
+    assert invoke("bound", CHAIN, "-b", "min").exit_code == 2
