@@ -180,3 +180,16 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
     extra = max(0.0, sol.dual_bound or 0.0)
     value = trivial + (int(np.ceil(extra - 1e-9)) if isinstance(trivial, int) else extra)
     return Bound(value, "limit", solve_time_s=elapsed, cuts=r)
+
+
+_CACHE: dict[tuple[str, Number | None], Bound] = {}
+
+
+def cached_bound(graph: Graph, budget: Number | None) -> Bound:
+    """`any_order_bound`, remembered per graph hash and budget (the pipeline and methods share it)."""
+    key = (graph.sha256, budget)
+    if key not in _CACHE:
+        if len(_CACHE) > 256:
+            _CACHE.clear()
+        _CACHE[key] = any_order_bound(graph, budget)
+    return _CACHE[key]

@@ -14,7 +14,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from remat_bench.bound import Bound, any_order_bound
+from remat_bench.bound import cached_bound
 from remat_bench.budget import Budget, memory_floor, parse_budget
 from remat_bench.errors import MethodError
 from remat_bench.graph import Graph, Number
@@ -85,19 +85,6 @@ class RunResult:
         }
 
 
-_BOUND_CACHE: dict[tuple[str, Number | None], Bound] = {}
-
-
-def bound_for(graph: Graph, budget: Number | None) -> Bound:
-    """The any-order lower bound (`remat_bench.bound`), cached per graph and budget."""
-    key = (graph.sha256, budget)
-    if key not in _BOUND_CACHE:
-        if len(_BOUND_CACHE) > 256:
-            _BOUND_CACHE.clear()
-        _BOUND_CACHE[key] = any_order_bound(graph, budget)
-    return _BOUND_CACHE[key]
-
-
 def gap_pct(duration: Number, bound: Number | None) -> float | None:
     """How far ``duration`` is above ``bound``, in percent of the bound."""
     if bound is None:
@@ -152,7 +139,7 @@ def run(
         result.status = Status.INFEASIBLE
         result.message = floor.message(budget.amount)
         return result
-    bound = bound_for(graph, budget.amount)
+    bound = cached_bound(graph, budget.amount)
     result.lower_bound_any_order = bound.value
     result.stats_bound = bound.as_dict()
 

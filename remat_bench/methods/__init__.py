@@ -31,6 +31,7 @@ BUILTIN: dict[str, str] = {
     "checkmate": "remat_bench.methods.checkmate:Checkmate",
     "checkmate-lp": "remat_bench.methods.checkmate_lp:CheckmateLP",
     "moccasin": "remat_bench.methods.moccasin:Moccasin",
+    "kusumoto": "remat_bench.methods.kusumoto:Kusumoto",
     "fenghuang": "remat_bench.methods.fenghuang:FengHuang",
 }
 

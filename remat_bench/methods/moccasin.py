@@ -390,8 +390,17 @@ def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
                     units.append(m.new_optional_fixed_size_interval_var(c.start, 1, c.present,
                                                                         f"c{c.node}_{c.index}"))
         m.add_no_overlap(units)
-    m.minimize(sum(int(dur[c.node]) * (1 if c.present is True else c.present)
-                   for row in copies for c in row if dur[c.node]))
+    objective = sum(int(dur[c.node]) * (1 if c.present is True else c.present)
+                    for row in copies for c in row if dur[c.node])
+    m.minimize(objective)
+    if budget is not None and dur_scale == 1.0:
+        # Every schedule, whatever its order, lasts at least the any-order cut bound
+        # (`remat_bench.bound`): stated, it lets CP-SAT stop as soon as it reaches it.
+        from remat_bench.bound import cached_bound
+
+        bound = cached_bound(graph, budget).value
+        if bound is not None and bound > 0:
+            m.add(objective >= int(bound))
     stats = {
         "intervals": sum(len(r) for r in copies),
         "precedence_flags": len(flags),
@@ -528,7 +537,8 @@ class Moccasin(Method):
             staged_result = self._solve_staged_for_hint(graph, budget, Deadline(deadline.remaining() * 0.4), params)
             stats["staged_time_s"] = round(deadline.elapsed() - t1, 3)
             stats["staged_status"] = staged_result.status.value
-            if staged_result.schedule is not None and staged_result.status.found_schedule:
+            if staged_result.schedule is not None and simulate(graph, staged_result.schedule).valid:
+                # Within budget or not (phase 1's lowest peak): a better start than the order alone.
                 cleaned, _ = clean_up(graph, staged_result.schedule)
                 candidates.insert(0, ("staged", cleaned))
         events = max([params["events"] or 2 * graph.n] + [int((c.kinds == COMPUTE).sum()) for _, c in candidates])
@@ -614,8 +624,10 @@ class Moccasin(Method):
                 stats["progress"] = progress
                 proven = status1 == cp_model.OPTIMAL or solver1.best_objective_bound > budget_units
                 space = f"{order} schedule with at most {C} intervals per node"
+                # The lowest peak reached comes back too: it shows how close phase 1 got, and
+                # seeds the order-free model.
                 return MethodResult(
-                    Status.INFEASIBLE if proven else Status.NO_SOLUTION, stats=stats,
+                    Status.INFEASIBLE if proven else Status.NO_SOLUTION, p1.decode(solver1), stats=stats,
                     solve_time_s=deadline.elapsed(),
                     message=(f"CP-SAT proved that no {space} fits the budget" if proven else
                              f"phase 1 reached a peak of {peak_units * q + graph.fixed_memory}, "
