@@ -94,10 +94,33 @@ def gap_pct(duration: Number, bound: Number | None) -> float | None:
     return max(0.0, 100.0 * (duration - bound) / bound)
 
 
+PIPELINE_PARAMS = {
+    "impl": "operator implementations after solving: 'first' (as the method chose) or 'fastest-fit' "
+            "(each compute gets the fastest implementation whose workspace still fits; MONeT's Checkmate-O)",
+}
+
+
+def split_params(name: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(method parameters, pipeline parameters): ``impl`` is the pipeline's, for every method."""
+    from remat_bench.implementations import MODES
+
+    own = {k: v for k, v in params.items() if k not in PIPELINE_PARAMS}
+    mode = str(params.get("impl", "first"))
+    if mode not in MODES:
+        raise MethodError(f"parameter 'impl' must be one of {', '.join(MODES)}, got {mode!r}")
+    return own, ({"impl": mode} if "impl" in params else {})
+
+
+def parse_method_params(cls: type[Method], params: dict[str, Any]) -> dict[str, Any]:
+    """The method's declared parameters (typed, defaults filled) plus the pipeline's own, if given."""
+    own, pipeline_params = split_params(cls.name, params)
+    return {**cls.parse_params(own), **pipeline_params}
+
+
 def resolve_method(name: str, params: dict[str, Any]) -> tuple[type[Method], dict[str, Any]]:
     """The method class and its full parameter set; raises MethodError for anything unknown or missing."""
     cls = get_method(name)
-    parsed = cls.parse_params(params)
+    parsed = parse_method_params(cls, params)
     ok, why = cls.available()
     if not ok:
         raise MethodError(why)
@@ -145,7 +168,8 @@ def run(
 
     start = time.perf_counter()
     try:
-        answer: MethodResult = cls().solve(graph, budget.amount, time_limit, **parsed)
+        method_params = {k: v for k, v in parsed.items() if k not in PIPELINE_PARAMS}
+        answer: MethodResult = cls().solve(graph, budget.amount, time_limit, **method_params)
     except KeyboardInterrupt:
         raise
     except MemoryError:
@@ -176,6 +200,10 @@ def _score(graph: Graph, budget: Budget, answer: MethodResult, result: RunResult
         result.message = f"method '{result.method}' returned an invalid schedule: {raw.violation}"
         return result
     cleaned, report = clean_up(graph, answer.schedule)
+    if result.params.get("impl") == "fastest-fit":
+        from remat_bench.implementations import fastest_fit
+
+        cleaned, report = clean_up(graph, fastest_fit(graph, cleaned, budget.amount))
     cleaned = cleaned.with_meta(
         method=result.method,
         params=result.params,

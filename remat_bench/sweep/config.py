@@ -50,6 +50,7 @@ import yaml
 from remat_bench.budget import parse_budget
 from remat_bench.errors import BudgetError, ConfigError, GraphError, MethodError
 from remat_bench.graph import Graph
+from remat_bench.pipeline import PIPELINE_PARAMS, parse_method_params
 
 TOP_KEYS = ("name", "description", "output", "graphs", "methods", "budgets", "time_limit", "grace",
             "memory_limit", "repeats", "seeds", "executor", "address", "workers")
@@ -447,7 +448,7 @@ def _methods(doc: _Document, node: yaml.Node, seeds_given: bool) -> list[tuple[s
                 raise doc.error(params_node, f"the params of '{name}' must be a mapping of names to values")
             for key_node, value_node in params_node.value:
                 key = str(key_node.value)
-                declared = {p.name for p in cls.params}
+                declared = {p.name for p in cls.params} | set(PIPELINE_PARAMS)
                 if key not in declared:
                     try:
                         cls.parse_params({key: None})  # the method's own sentence for an unknown parameter
@@ -462,7 +463,7 @@ def _methods(doc: _Document, node: yaml.Node, seeds_given: bool) -> list[tuple[s
                 for value_item in doc.items(value_node, key):
                     value = doc.value(value_item)
                     try:
-                        axes[key].append(cls.parse_params({key: value})[key])
+                        axes[key].append(parse_method_params(cls, {key: value})[key])
                     except MethodError as exc:
                         raise doc.error(value_item, str(exc)) from None
         takes_seed = any(p.name == "seed" for p in cls.params) and "seed" not in axes
@@ -476,6 +477,6 @@ def _grid(cls: Any, axes: dict[str, list[Any]], takes_seed: bool) -> Any:
             given = dict(zip(axes, values))
             # A method without a `seed` parameter is deterministic here: it runs once, with no seed.
             for seed in (seeds if takes_seed else [None]):
-                params = cls.parse_params({**given, **({"seed": seed} if seed is not None else {})})
+                params = parse_method_params(cls, {**given, **({"seed": seed} if seed is not None else {})})
                 yield params, seed
     return expand
