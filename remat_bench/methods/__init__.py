@@ -32,6 +32,7 @@ BUILTIN: dict[str, str] = {
     "checkmate-lp": "remat_bench.methods.checkmate_lp:CheckmateLP",
     "moccasin": "remat_bench.methods.moccasin:Moccasin",
     "kusumoto": "remat_bench.methods.kusumoto:Kusumoto",
+    "twremat": "remat_bench.methods.twremat:TWRemat",
     "fenghuang": "remat_bench.methods.fenghuang:FengHuang",
 }
 

@@ -1,0 +1,604 @@
+"""Kumar et al. 2019, "Efficient Rematerialization for Deep Networks" (NeurIPS 2019), TWRemat.
+
+A divide-and-conquer schedule on a tree decomposition of the (undirected)
+computation graph. With a decomposition (X, T) of width k, Lemma 1 merges
+adjacent bags where one contains the other (at most n bags remain), Lemma 3
+picks a centroid bag X* whose removal leaves components of at most |X|/2 bags,
+and Algorithm 1 recurses on the components V_i (the nodes of a component's
+bags, less X* and every separator above):
+
+    TWRemat(V', S):                       # compute every node of S, which stays resident
+        for v in X* ∩ need(V', S), in topological order:
+            for each component i:  TWRemat(V_i, in(v) ∩ V_i)
+            compute v;  free in(v) ∩ (V' \\ X*)
+        for each component i:      TWRemat(V_i, S ∩ V_i)
+        free X* \\ S
+
+with ``need(V', S)`` the nodes of V' from which S is reachable inside V'. A
+region of a single bag (of fewer than k bags for TWRemat(k), Section 4.3)
+is the base case: ``need(V', S)`` in topological order, each value freed
+after its last use there. Theorem 5: peak O((M_in + k M_max) log n), length
+O(T_onepass k n^log(k+2)) for width k. TWRemat(1) is Algorithm 1; TWRemat(k)
+for k above the bag count does not recurse at all: when every node feeds an
+output it is the baseline, step for step.
+
+Mapping to remat-bench: a node is a value, computed with its first
+implementation (whose inputs define the graph's edges here); workspace and
+fixed memory are the simulator's business. The top-level S is the graph's
+outputs. Nodes that no output depends on must still be computed once
+(design.md section 3): a first pass runs TWRemat(V, those nodes' sinks) and
+frees them, before the main pass leaves the outputs resident.
+
+Frees. The schedule is written with the frees where Algorithm 1 places them,
+so the simulator checks the recursion's own bookkeeping (every input it
+assumes resident really is). Algorithm 1 holds separator values until its
+call ends; the shared clean-up (`simulate.place_frees`) then moves every free
+to the value's last use, which on Kumar et al.'s Figure 1 lowers the peak from
+4 to the paper's 3 (the schedule A, B, C, D, A, E). The pipeline scores the
+cleaned schedule, so the k search judges, and the method returns, the cleaned
+schedule; Algorithm 1's own peak and duration are kept in the stats.
+
+What this adds to the paper:
+
+- ``need(V', S)``: the separator loop takes only the separator nodes S needs.
+  The paper's "for node v in X*" would also compute separator nodes S does
+  not depend on, whose inputs in an enclosing separator may not be resident
+  yet; with the restriction, every input outside V' is an ancestor of the
+  caller's current target, hence already computed (the proof of Lemma 4).
+- The decomposition's recursion (centroids, components, which region holds
+  each node) is computed once and memoized, as Theorem 5's proof asks.
+- Identical sub-calls (same region, same S) emit identical steps: the second
+  one copies the first one's steps, so building the schedule costs time
+  proportional to its length. The recursion runs on an explicit stack of
+  generator frames, never on Python's call stack.
+- Budgets: TWRemat minimises memory and has no budget of its own, so the
+  method searches k (and, with ``heuristic=both``, the decomposition
+  heuristic) and reports the k it kept. The values of k that matter are the
+  cut-offs where a region turns into a base case; ``grid`` of them, spread
+  geometrically, are tried first. With ``--budget min`` every grid value is
+  built and the lowest peak kept (peaks do not fall monotonically with k).
+  With a budget the shortest schedule that fits is wanted, and durations
+  never fall as k falls (a recursion computes every node its base case
+  would, and more), so it is the largest k that fits: the grid is walked
+  down to the first fit, then the cut-offs between it and the grid value
+  above are bisected. ``k`` fixes TWRemat(k) instead. The first build
+  (the shallowest recursion, for a search: nearly the baseline, and cheap)
+  always runs to the end; later ones stop at the time limit and past
+  `MAX_STEPS` steps.
+
+Left out: the exact (5 tw + 4)-approximate decomposition of Bodlaender et al.
+(the paper's experiments use heuristics too: networkx's minimum-degree by
+default, minimum fill-in on request, which is cubic in networkx and slow past a
+few thousand nodes), and the path-decomposition algorithm of Section 5.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+import numpy as np
+from networkx.algorithms.approximation import treewidth_min_degree, treewidth_min_fill_in
+
+from remat_bench.graph import Graph, Number
+from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status
+from remat_bench.schedule import COMPUTE, FREE, Schedule
+from remat_bench.simulate import Simulation, place_frees, simulate
+
+# A build of TWRemat(k) past this many steps is abandoned (about 1 GB once simulated and
+# cleaned up): the deep recursions of wide graphs can grow as n^log(k+2) (Theorem 5).
+MAX_STEPS = 20_000_000
+
+HEURISTICS: dict[str, Callable[[nx.Graph], tuple[int, nx.Graph]]] = {
+    "min_degree": treewidth_min_degree,
+    "min_fill_in": treewidth_min_fill_in,
+}
+
+
+# ---------------------------------------------------------------------- decomposition (Lemma 1)
+
+
+@dataclass(frozen=True)
+class TreeDecomposition:
+    """A tree decomposition of a graph's undirected skeleton, after Lemma 1's merging.
+
+    ``bags[i]`` is a set of node indices; ``edges`` are the tree's edges
+    between bag positions. ``networkx_bags`` is the bag count before merging.
+    """
+
+    bags: list[frozenset[int]]
+    edges: list[tuple[int, int]]
+    heuristic: str
+    networkx_bags: int
+
+    @property
+    def width(self) -> int:
+        """Largest bag size minus one."""
+        return max(len(b) for b in self.bags) - 1
+
+
+def dependencies(graph: Graph) -> list[tuple[int, ...]]:
+    """The inputs of each node's first implementation, the one TWRemat computes it with."""
+    return [graph.op_inputs[start] for start in graph.op_start[:-1].tolist()]
+
+
+def merge_nested_bags(bags: list[frozenset[int]], edges: list[tuple[int, int]]
+                      ) -> tuple[list[frozenset[int]], list[tuple[int, int]]]:
+    """Lemma 1: merge every adjacent pair of bags where one contains the other.
+
+    One pass over the tree's edges with a union-find suffices: a pair that
+    cannot be merged has a node on each side that the other can never gain.
+    The merged bag is the larger of the two, so no set is ever built. Returns
+    the contracted tree (at most n bags), bags renumbered in their old order.
+    """
+    parent = list(range(len(bags)))
+
+    def find(x: int) -> int:
+        root = x
+        while parent[root] != root:
+            root = parent[root]
+        while parent[x] != root:  # path compression
+            parent[x], x = root, parent[x]
+        return root
+
+    for a, b in edges:
+        ra, rb = find(a), find(b)
+        if bags[ra] <= bags[rb]:
+            parent[ra] = rb
+        elif bags[rb] <= bags[ra]:
+            parent[rb] = ra
+    roots = [i for i in range(len(bags)) if find(i) == i]
+    new_index = {r: j for j, r in enumerate(roots)}
+    new_edges = []
+    for a, b in edges:
+        ra, rb = find(a), find(b)
+        if ra != rb:  # contracting edges of a tree leaves a tree: no duplicates, no cycles
+            new_edges.append((new_index[ra], new_index[rb]))
+    return [bags[r] for r in roots], new_edges
+
+
+def tree_decomposition(graph: Graph, heuristic: str = "min_degree") -> TreeDecomposition:
+    """A tree decomposition of ``graph``'s undirected skeleton (networkx heuristic, then Lemma 1)."""
+    skeleton = nx.Graph()
+    skeleton.add_nodes_from(range(graph.n))
+    skeleton.add_edges_from((u, v) for v, ins in enumerate(dependencies(graph)) for u in ins)
+    _, tree = HEURISTICS[heuristic](skeleton)
+    raw_bags: list[frozenset[int]] = list(tree.nodes)
+    position = {bag: i for i, bag in enumerate(raw_bags)}
+    raw_edges = [(position[a], position[b]) for a, b in tree.edges]
+    bags, edges = merge_nested_bags(raw_bags, raw_edges)
+    return TreeDecomposition(bags, edges, heuristic, len(raw_bags))
+
+
+# ---------------------------------------------------------------------- balanced separators (Lemma 3)
+
+
+@dataclass(frozen=True)
+class SeparatorTree:
+    """Algorithm 1's recursion on one decomposition, computed once (Lemma 3, memoized).
+
+    A *region* is a subtree of bags the recursion reaches; region 0 is the
+    whole tree. For region r: ``centroid[r]`` is its balanced separator bag,
+    ``size[r]`` its bag count, ``children[r]`` the regions of the components
+    left once the centroid is removed, ``separator[r]`` the centroid's nodes
+    that no enclosing separator holds, in topological order. ``home[v]`` is
+    the region whose separator holds node v; v belongs to region r (to V'
+    of Algorithm 1) exactly when r is ``home[v]`` or one of its ancestors,
+    and ``region_at[d][v]`` is that region at depth d (-1 below ``home[v]``).
+    """
+
+    centroid: list[int]
+    parent: list[int]
+    depth: list[int]
+    size: list[int]
+    children: list[list[int]]
+    separator: list[list[int]]
+    home: list[int]
+    region_at: list[list[int]]
+
+    @property
+    def levels(self) -> int:
+        """Number of recursion levels (at most floor(log2(bags)) + 1)."""
+        return max(self.depth) + 1
+
+    def cutoffs(self) -> list[int]:
+        """Every k at which TWRemat(k) changes: region r is a base case once k > size[r].
+
+        A single-bag region is a base case for every k, so only regions that
+        split count.
+        """
+        return sorted({1, *(s + 1 for s, below in zip(self.size, self.children) if below)})
+
+
+def separator_tree(decomposition: TreeDecomposition, n: int) -> SeparatorTree:
+    """Centroid decomposition of the bag tree, and the region of every graph node.
+
+    Iterative: each region's bags are collected by a stack walk, subtree
+    sizes summed in reverse visiting order, and the centroid found by walking
+    from the start bag towards any child subtree holding more than half.
+    """
+    B = len(decomposition.bags)
+    adjacency: list[list[int]] = [[] for _ in range(B)]
+    for a, b in decomposition.edges:
+        adjacency[a].append(b)
+        adjacency[b].append(a)
+    removed = [False] * B
+    up = [-1] * B  # parent bag in the current region's walk
+    below = [0] * B  # bags in the subtree under each bag, in the current walk
+
+    centroid: list[int] = []
+    parent: list[int] = []
+    depth: list[int] = []
+    size: list[int] = []
+    children: list[list[int]] = []
+    separator: list[list[int]] = []
+    home = [-1] * n
+    pending = [(0, -1, 0)]  # (a bag of the region, parent region, depth)
+    while pending:
+        start, above, d = pending.pop()
+        order = [start]
+        up[start] = -1
+        for x in order:  # grows while iterating: a breadth-first walk of the region
+            for y in adjacency[x]:
+                if not removed[y] and y != up[x]:
+                    up[y] = x
+                    order.append(y)
+        for x in order:
+            below[x] = 1
+        for x in reversed(order[1:]):
+            below[up[x]] += below[x]
+        total = len(order)
+        c = start
+        while True:  # Jordan's theorem: stop where no subtree below holds more than half
+            heavy = next((y for y in adjacency[c]
+                          if not removed[y] and y != up[c] and 2 * below[y] > total), None)
+            if heavy is None:
+                break
+            c = heavy
+        r = len(centroid)
+        centroid.append(c)
+        parent.append(above)
+        depth.append(d)
+        size.append(total)
+        children.append([])
+        if above >= 0:
+            children[above].append(r)
+        # Regions are numbered parents first, so a node already placed sits in an enclosing
+        # separator (its bags are connected: it cannot also sit in a sibling region alone).
+        mine = sorted(v for v in decomposition.bags[c] if home[v] < 0)
+        for v in mine:
+            home[v] = r
+        separator.append(mine)
+        removed[c] = True
+        for y in adjacency[c]:
+            if not removed[y]:
+                pending.append((y, r, d + 1))
+
+    levels = max(depth) + 1
+    table = np.full((levels, n), -1, dtype=np.int64)
+    for v in range(n):
+        r = home[v]
+        while r >= 0:
+            table[depth[r], v] = r
+            r = parent[r]
+    return SeparatorTree(centroid, parent, depth, size, children, separator, home,
+                         [row.tolist() for row in table])
+
+
+# ---------------------------------------------------------------------- Algorithm 1
+
+
+def _need(inputs: list[tuple[int, ...]], row: list[int], region: int,
+          targets: tuple[int, ...]) -> list[int]:
+    """need(V', S): the region's nodes that reach a target inside it, in topological order."""
+    seen = set(targets)
+    stack = list(targets)
+    while stack:
+        u = stack.pop()
+        for w in inputs[u]:
+            if w not in seen and row[w] == region:
+                seen.add(w)
+                stack.append(w)
+    return sorted(seen)  # node indices are a topological order
+
+
+def twremat_schedule(graph: Graph, tree: SeparatorTree, k: int = 1,
+                     should_stop: Callable[[], bool] | None = None,
+                     max_steps: int | None = None) -> Schedule | None:
+    """Algorithm 1's schedule, TWRemat(k), with its own frees (before clean-up).
+
+    A region with fewer than ``k`` bags, or a single bag, is a base case.
+    The build is abandoned, and None returned, when ``should_stop`` (polled
+    now and then) answers True or the schedule passes ``max_steps`` steps.
+    """
+    inputs = dependencies(graph)
+    home = tree.home
+    region_at = tree.region_at
+    base = [not tree.children[r] or tree.size[r] < k for r in range(len(tree.size))]
+    # One flat array of steps, 8 bytes each: v >= 0 computes v, ~v (negative) frees v.
+    steps = array("q")
+    emit = steps.append
+
+    def call(region: int, targets: tuple[int, ...]) -> Iterator[tuple[int, tuple[int, ...]]]:
+        """One call TWRemat(V'(region), targets); yields the sub-calls it makes, in order."""
+        d = tree.depth[region]
+        needed = _need(inputs, region_at[d], region, targets)
+        keep = set(targets)
+        if base[region]:
+            row = region_at[d]
+            last_use: dict[int, int] = {}
+            for i, u in enumerate(needed):
+                for w in inputs[u]:
+                    if row[w] == region:  # inputs outside the region belong to callers
+                        last_use[w] = i
+            frees_after: dict[int, list[int]] = {}
+            for w in needed:  # in topological order, as the baseline frees
+                if w in last_use and w not in keep:
+                    frees_after.setdefault(last_use[w], []).append(w)
+            for i, u in enumerate(needed):
+                emit(u)
+                for w in frees_after.get(i, ()):
+                    emit(~w)
+            return
+        below = region_at[d + 1]  # a node's component (child region), -1 if in a separator
+        separator = [v for v in needed if home[v] == region]
+        for v in separator:
+            parts: dict[int, list[int]] = {}
+            for u in inputs[v]:
+                if below[u] >= 0:
+                    parts.setdefault(below[u], []).append(u)
+            for child, part in parts.items():
+                yield child, tuple(sorted(part))
+            emit(v)
+            for part in parts.values():
+                for u in part:
+                    emit(~u)
+        parts = {}
+        for u in targets:
+            if below[u] >= 0:
+                parts.setdefault(below[u], []).append(u)
+        for child, part in parts.items():
+            yield child, tuple(part)  # targets are sorted, so each part is too
+        for v in separator:
+            if v not in keep:
+                emit(~v)
+
+    done: dict[tuple[int, tuple[int, ...]], tuple[int, int]] = {}  # call -> its steps' slice
+
+    limit = max_steps if max_steps is not None else float("inf")
+
+    def run(targets: tuple[int, ...]) -> bool:
+        stack = [(call(0, targets), (0, targets), len(steps))]
+        polls = 0
+        while stack:
+            if len(steps) > limit:
+                return False
+            frame, key, start = stack[-1]
+            request = next(frame, None)
+            if request is None:
+                stack.pop()
+                done[key] = (start, len(steps))
+                continue
+            seen = done.get(request)
+            if seen is not None:
+                steps.extend(steps[seen[0]:seen[1]])
+                continue
+            stack.append((call(*request), request, len(steps)))
+            polls += 1
+            if should_stop is not None and polls % 4096 == 0 and should_stop():
+                return False
+        return len(steps) <= limit
+
+    outputs = tuple(sorted(graph.output_indices))
+    # Nodes no output depends on: sinks that are not outputs head them (sinks of the first
+    # implementations' inputs, which may read less than the node lists). Run them first and
+    # drop them, so the main pass never meets a resident value it wants to compute.
+    read = np.zeros(graph.n, dtype=bool)
+    for ins in inputs:
+        read[list(ins)] = True
+    unread = tuple(np.flatnonzero(~read & ~graph.is_output).tolist())
+    if unread:
+        if not run(unread):
+            return None
+        for v in unread:
+            emit(~v)
+    if not run(outputs):
+        return None
+    encoded = np.frombuffer(steps, dtype=np.int64)
+    is_free = encoded < 0
+    return Schedule(np.where(is_free, FREE, COMPUTE).astype(np.int8),
+                    np.where(is_free, ~encoded, encoded), np.zeros(len(encoded), dtype=np.int64))
+
+
+# ---------------------------------------------------------------------- the method
+
+
+def k_grid(tree: SeparatorTree, points: int) -> list[int]:
+    """Up to ``points`` values of k spread geometrically over the cut-offs where TWRemat(k) changes.
+
+    Always includes k = 1 (Algorithm 1 in full) and k = bags + 1 (no
+    recursion: the baseline order).
+    """
+    cutoffs = tree.cutoffs()
+    if len(cutoffs) <= points:
+        return cutoffs
+    logs = np.log(np.asarray(cutoffs, dtype=float))
+    chosen = {cutoffs[0], cutoffs[-1]}
+    for target in np.linspace(logs[0], logs[-1], points):
+        chosen.add(cutoffs[int(np.argmin(np.abs(logs - target)))])
+    return sorted(chosen)
+
+
+@dataclass
+class _Candidate:
+    heuristic: str
+    k: int
+    schedule: Schedule  # cleaned: frees at last use
+    sim: Simulation
+    algorithm1: Simulation  # the schedule with Algorithm 1's own frees
+
+
+class _InvalidSchedule(Exception):
+    pass
+
+
+class _Search:
+    """Schedules built so far and the best: at ``min`` the lowest peak, else the shortest that fits."""
+
+    def __init__(self, graph: Graph, budget: Number | None, deadline: Deadline) -> None:
+        self.graph = graph
+        self.budget = budget
+        self.deadline = deadline
+        self.best: _Candidate | None = None
+        self.tried: list[list[Any]] = []  # [heuristic, k, peak, duration] of each schedule built
+        self.abandoned: list[list[Any]] = []  # [heuristic, k] stopped by the deadline or MAX_STEPS
+
+    def fits(self, candidate: _Candidate) -> bool:
+        return self.budget is None or candidate.sim.peak <= self.budget
+
+    def _key(self, c: _Candidate) -> tuple:
+        if self.budget is None or not self.fits(c):
+            return (not self.fits(c), c.sim.peak, c.sim.duration)
+        return (False, c.sim.duration, c.sim.peak)
+
+    def attempt(self, heuristic: str, tree: SeparatorTree, k: int) -> _Candidate | None:
+        """Build, check and clean TWRemat(k); None when out of time or past `MAX_STEPS`.
+
+        The first schedule of a search is always built to the end, so there
+        is an answer whatever the time limit.
+        """
+        first = self.best is None
+        if not first and self.deadline.expired():
+            return None
+        raw = twremat_schedule(self.graph, tree, k, None if first else self.deadline.expired,
+                               None if first else MAX_STEPS)
+        if raw is None:
+            self.abandoned.append([heuristic, k])
+            return None
+        own = simulate(self.graph, raw)
+        if not own.valid:  # the recursion's bookkeeping is wrong: a bug, never scored
+            raise _InvalidSchedule(
+                f"twremat (heuristic {heuristic}, k={k}) built an invalid schedule: {own.violation}")
+        computes = raw.kinds == COMPUTE
+        cleaned = place_frees(self.graph, raw.nodes[computes], raw.impls[computes])
+        candidate = _Candidate(heuristic, k, cleaned, simulate(self.graph, cleaned), own)
+        self.tried.append([heuristic, k, candidate.sim.peak, candidate.sim.duration])
+        if self.best is None or self._key(candidate) < self._key(self.best):
+            self.best = candidate
+        return candidate
+
+    def lowest_peak(self, heuristic: str, tree: SeparatorTree, ks: list[int]) -> None:
+        """``min``: every k of the grid (peaks do not fall monotonically with k)."""
+        for k in [ks[-1], *ks[:-1]]:
+            if self.attempt(heuristic, tree, k) is None and self.deadline.expired():
+                return
+
+    def cheapest_fit(self, heuristic: str, tree: SeparatorTree, ks: list[int]) -> None:
+        """A budget: the largest k whose schedule fits, which is the shortest schedule that fits.
+
+        Lowering k only turns base cases into recursions, and a recursion
+        computes every node its base case would, and more: durations never
+        fall as k does. So walk the grid from the top to the first k that
+        fits, then bisect the cut-offs between it and the grid point above.
+        """
+        above = fit = None
+        for k in reversed(ks):
+            candidate = self.attempt(heuristic, tree, k)
+            if candidate is None:
+                return  # out of time, or too long: deeper recursions are longer still
+            if self.fits(candidate):
+                fit = k
+                break
+            above = k
+        if fit is None or above is None:
+            return
+        cutoffs = tree.cutoffs()
+        low, high = cutoffs.index(fit), cutoffs.index(above)
+        while high - low > 1:
+            mid = (low + high) // 2
+            candidate = self.attempt(heuristic, tree, cutoffs[mid])
+            if candidate is None:
+                return
+            if self.fits(candidate):
+                low = mid
+            else:
+                high = mid
+
+
+class TWRemat(Method):
+    name = "twremat"
+    description = "Kumar et al. 2019: divide and conquer on a tree decomposition, TWRemat(k)"
+    params = (
+        Param("k", int, 0, "recursion cut-off: regions of fewer than k bags are scheduled in "
+              "topological order (1: Algorithm 1 in full); 0 searches k"),
+        Param("heuristic", str, "min_degree", "tree decomposition heuristic of networkx; both: try "
+              "each and keep the better schedule", choices=("min_degree", "min_fill_in", "both")),
+        Param("grid", int, 8, "how many values of k the search tries first (geometric over the "
+              "cut-offs; with a budget, a bisection follows)"),
+    )
+
+    def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
+              **params: Any) -> MethodResult:
+        start = time.perf_counter()
+        deadline = Deadline(time_limit)
+        k, grid = params["k"], params["grid"]
+        if k < 0 or grid < 1:
+            return MethodResult(Status.ERROR, message=(
+                f"twremat needs k >= 0 (0 searches k) and grid >= 1, got k={k}, grid={grid}"))
+        names = list(HEURISTICS) if params["heuristic"] == "both" else [params["heuristic"]]
+        search = _Search(graph, budget, deadline)
+        shapes: dict[str, dict[str, Any]] = {}
+        try:
+            for name in names:
+                if search.best is not None and deadline.expired():
+                    break
+                began = time.perf_counter()
+                decomposition = tree_decomposition(graph, name)
+                tree = separator_tree(decomposition, graph.n)
+                shapes[name] = {
+                    "width": decomposition.width,
+                    "bags": len(decomposition.bags),
+                    "networkx_bags": decomposition.networkx_bags,
+                    "levels": tree.levels,
+                    "decomposition_time_s": round(time.perf_counter() - began, 3),
+                }
+                if k >= 1:
+                    search.attempt(name, tree, k)
+                elif budget is None:
+                    search.lowest_peak(name, tree, k_grid(tree, grid))
+                else:
+                    search.cheapest_fit(name, tree, k_grid(tree, grid))
+        except _InvalidSchedule as exc:
+            return MethodResult(Status.ERROR, solve_time_s=time.perf_counter() - start,
+                                message=str(exc))
+
+        best = search.best
+        assert best is not None  # the first schedule is always built to the end
+        stats: dict[str, Any] = {
+            "heuristic": best.heuristic,
+            "k": best.k,
+            **shapes[best.heuristic],
+            "algorithm1_peak": best.algorithm1.peak,
+            "algorithm1_duration": best.algorithm1.duration,
+            "algorithm1_steps": best.algorithm1.num_steps,
+            "recomputations": best.sim.recomputations,
+            "schedules_tried": len(search.tried),
+            "tried": search.tried,
+            "abandoned": search.abandoned,
+        }
+        if len(shapes) > 1:
+            stats["widths"] = {name: shape["width"] for name, shape in shapes.items()}
+        elapsed = time.perf_counter() - start
+        if not search.fits(best):
+            return MethodResult(
+                Status.NO_SOLUTION, best.schedule, objective=best.sim.duration, solve_time_s=elapsed,
+                stats=stats, message=(
+                    f"twremat's lowest peak over {len(search.tried)} schedules is {best.sim.peak} "
+                    f"(k={best.k}, heuristic {best.heuristic}), above the budget {budget}"),
+            )
+        return MethodResult(Status.FEASIBLE, best.schedule, objective=best.sim.duration,
+                            solve_time_s=elapsed, stats=stats)
