@@ -20,6 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from remat_bench.errors import MethodError
+from remat_bench.methods.base import run_interruptibly
 
 
 @dataclass
@@ -241,8 +242,9 @@ def _solve_highs(model: SparseModel, time_limit: float | None, threads: int | No
 
     if not relax:
         h.cbMipImprovingSolution.subscribe(on_improving)
-    h.HandleKeyboardInterrupt = True
-    h.run()
+    # Ctrl-C cancels the search and keeps the incumbent (see `run_interruptibly`).
+    h.HandleUserInterrupt = True
+    run_interruptibly(h.run, h.cancelSolve)
     elapsed = time.perf_counter() - t0
     status = h.getModelStatus()
     info = h.getInfo()

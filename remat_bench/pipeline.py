@@ -19,6 +19,7 @@ from remat_bench.budget import Budget, memory_floor, parse_budget
 from remat_bench.errors import MethodError
 from remat_bench.graph import Graph, Number
 from remat_bench.methods import Method, MethodResult, Status, get_method
+from remat_bench.methods.base import interrupted
 from remat_bench.schedule import Schedule
 from remat_bench.simulate import Simulation, baseline, clean_up, simulate
 
@@ -181,6 +182,10 @@ def run(
             message=f"method '{method}' failed: {type(exc).__name__}: {exc}",
             stats={"traceback": traceback.format_exc(limit=8)},
         )
+    if interrupted():
+        answer.message = ("interrupted: the best schedule found before Ctrl-C" if answer.schedule is not None
+                          else "interrupted before a schedule was found") + (
+                              f"; {answer.message}" if answer.message else "")
     wall = time.perf_counter() - start
     result.solve_time_s = answer.solve_time_s or wall
     result.objective = answer.objective

@@ -390,7 +390,8 @@ class Checkmate(Method):
               "stops 0.01% of the duration short of optimal: overheads differ by less than that)"),
         Param("seed", int, 0, "solver random seed"),
         Param("warm_start", bool, True, "start from the best chen/greedy schedule the model accepts"),
-        Param("heuristic_effort", float, 0.05, "HiGHS mip_heuristic_effort (share of effort on primal heuristics)"),
+        Param("heuristic_effort", float, 0.3, "HiGHS mip_heuristic_effort (HiGHS default 0.05; 0.3 measured "
+              "better: random_layered_n100 at 0.8 reached 2.58% in 80 s rather than staying at its 5.25% start)"),
     )
     requires = ("highspy", "pulp")
 

@@ -49,7 +49,14 @@ from typing import Any
 import numpy as np
 
 from remat_bench.graph import Graph, Number
-from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status
+from remat_bench.methods.base import (
+    Deadline,
+    Method,
+    MethodResult,
+    Param,
+    Status,
+    run_interruptibly,
+)
 from remat_bench.schedule import COMPUTE, Schedule, ScheduleBuilder
 from remat_bench.simulate import baseline_schedule, place_frees, simulate
 
@@ -442,8 +449,10 @@ def _solve(sm: StagedModel, seconds: float, params: dict[str, Any], offset: floa
         # Stay near the hint: LNS around it first (helps when the hint is already good).
         solver.parameters.repair_hint = True
         solver.parameters.hint_conflict_limit = 100
+    # Ctrl-C stops the search (not the program): see `run_interruptibly`.
+    solver.parameters.catch_sigint_signal = False
     recorder = _Recorder(offset, on_solution)
-    status = solver.solve(sm.model, recorder.callback)
+    status = run_interruptibly(lambda: solver.solve(sm.model, recorder.callback), solver.stop_search)
     return solver, status, recorder.points
 
 

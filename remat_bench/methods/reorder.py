@@ -31,7 +31,14 @@ from typing import Any
 import numpy as np
 
 from remat_bench.graph import Graph, Number
-from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status
+from remat_bench.methods.base import (
+    Deadline,
+    Method,
+    MethodResult,
+    Param,
+    Status,
+    run_interruptibly,
+)
 from remat_bench.simulate import place_frees, simulate
 
 
@@ -164,7 +171,8 @@ def best_order(graph: Graph, budget: Number | None, deadline: Deadline, workers:
     solver.parameters.max_time_in_seconds = max(0.05, deadline.remaining() or 60.0)
     solver.parameters.num_workers = workers or (os.cpu_count() or 1)
     solver.parameters.random_seed = seed
-    status = solver.solve(m)
+    solver.parameters.catch_sigint_signal = False
+    status = run_interruptibly(lambda: solver.solve(m), solver.stop_search)
     stats["cp_status"] = solver.status_name(status)
     stats["cp_time_s"] = round(solver.wall_time, 3)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
