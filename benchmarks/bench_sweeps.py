@@ -25,7 +25,7 @@ from remat_bench.sweep import load_config, run_sweep, summarize
 from remat_bench.sweep.progress import SweepProgress
 from remat_bench.sweep.results import SUCCESS
 
-CONFIGS = ("smoke", "paper-moccasin")
+CONFIGS = ("smoke", "paper-moccasin", "paper-orderfree")
 # Moccasin paper, Table 2 (16-core workstation, Checkmate with Gurobi): (TDI %, seconds); None: none in time.
 PUBLISHED = {
     ("random_layered_n100", "0.9"): ((0.8, 18.5), (0.8, 9.3)),

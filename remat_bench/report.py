@@ -113,6 +113,71 @@ def best_section(frame: pd.DataFrame) -> str:
         "row counts on how many graphs each method was best.")
 
 
+# Methods whose schedules keep the input order's first computations (input-order stages).
+STAGED_METHODS = ("checkmate", "checkmate-lp", "greedy")
+
+
+def _staged(frame: pd.DataFrame) -> pd.Series:
+    """Rows whose schedule space keeps the input order (stage-based formulations and greedy)."""
+    staged = frame["method"].isin(STAGED_METHODS)
+    moccasin = frame["method"] == "moccasin"
+    free = frame["params"].astype(str).str.contains('"order": ?"free"', regex=True)
+    return staged | (moccasin & ~free)
+
+
+def finding_section(frame: pd.DataFrame) -> str | None:
+    """Input order against any order: is rematerialization needed, and how far is each from the bound?
+
+    Shown when the results hold runs that may leave the input order (``reorder``,
+    ``moccasin`` with ``order=free``) or any-order bounds.
+    """
+    any_order = (frame["method"] == "reorder") | (
+        (frame["method"] == "moccasin") & ~_staged(frame))
+    if not any_order.any() and frame["lower_bound_any_order"].isna().all():
+        return None
+    ok = frame[frame["ok"] & frame["overhead_pct"].notna()]
+    rows = []
+    no_remat, proven, total = 0, 0, 0
+    for graph in dict.fromkeys(frame["graph"]):
+        for budget in _budget_order(frame):
+            at = frame[(frame["graph"] == graph) & (frame["budget_text"] == budget)]
+            if at.empty:
+                continue
+            total += 1
+            good = ok[(ok["graph"] == graph) & (ok["budget_text"] == budget)]
+            staged = good[_staged(good)]
+            best_staged = staged["overhead_pct"].min() if len(staged) else None
+            best_any = good["overhead_pct"].min() if len(good) else None
+            bound = at["lower_bound_any_order"].dropna()
+            base = at["baseline_duration"].dropna()
+            bound_pct = (100 * (float(bound.max()) / float(base.iloc[0]) - 1)
+                         if len(bound) and len(base) and float(base.iloc[0]) else None)
+            reorder = good[good["method"] == "reorder"]
+            if len(reorder):
+                no_remat += 1
+                verdict = "no rematerialization needed: an order fits at 0%"
+            elif best_any is not None and bound_pct is not None and best_any <= bound_pct + 1e-9:
+                verdict = "proven optimal (best = bound)"
+            elif at["lower_bound_any_order"].isna().all() and at["status"].eq("infeasible").any():
+                verdict = "no schedule fits (below the memory floor)"
+            elif best_any is None:
+                verdict = "open: no schedule found"
+            else:
+                verdict = f"open: gap {best_any - (bound_pct or 0):.3f} points"
+            if best_any is not None and bound_pct is not None and best_any <= bound_pct + 1e-9:
+                proven += 1
+            rows.append([graph, budget, _cell(best_staged, "{:+.3f}"), _cell(best_any, "{:+.3f}"),
+                         _cell(bound_pct, "{:+.3f}"), verdict])
+    lead = (f"On {no_remat} of {total} graph-budget pairs another topological order fits the budget with "
+            f"no recomputation at all (overhead 0%); {proven} of {total} are proven optimal, their best "
+            "schedule equal to the lower bound valid for every order (`remat-bench bound`). Input-order "
+            "methods (checkmate, checkmate-lp, greedy, moccasin with its stages) cannot leave the file's "
+            "order, so their overhead includes the cost of that order.")
+    table = _table(["graph", "budget", "best input-order overhead %", "best overhead % (any method)",
+                    "any-order bound %", "finding"], rows)
+    return lead + "\n\n" + table
+
+
 def _budget_order(frame: pd.DataFrame) -> list[str]:
     first = frame.drop_duplicates("budget_text")
     key = first["budget_fraction"].astype(float).fillna(-1.0)
@@ -180,6 +245,9 @@ def write_report(results: str | Path, path: str | Path, title: str | None = None
         f"{_dt.datetime.now().strftime('%Y-%m-%d %H:%M')} by remat-bench {__version__}.")
     parts += ["", "## Summary per method", "", summary_section(summarize(table)), ""]
     parts += ["## Best method at each budget", "", best_section(frame), ""]
+    finding = finding_section(frame)
+    if finding is not None:
+        parts += ["## Input order or any order: is rematerialization needed?", "", finding, ""]
 
     chart_lines = []
     for kind, draw, wanted in (

@@ -122,3 +122,27 @@ def test_report_command_and_a_folder_with_only_the_table(tmp_path, results):
     empty.mkdir()
     none = CliRunner().invoke(main, ["report", str(empty), "-o", str(tmp_path / "e.md")])
     assert none.exit_code == 2 and "holds no results" in none.output
+
+
+def test_finding_section_states_whether_rematerialization_is_needed():
+    import pandas as pd
+
+    from remat_bench.report import finding_section
+
+    def row(method, budget, status, overhead, bound, params="{}"):
+        return {"graph": "g", "budget_text": budget, "budget_fraction": float(budget), "method": method,
+                "params": params, "status": status, "ok": status in ("optimal", "feasible"),
+                "overhead_pct": overhead, "lower_bound_any_order": bound, "baseline_duration": 100.0}
+
+    frame = pd.DataFrame([
+        row("moccasin", "0.9", "optimal", 2.0, 100.0, '{"order":"staged"}'),
+        row("reorder", "0.9", "optimal", 0.0, 100.0),
+        row("moccasin", "0.8", "optimal", 3.0, 103.0, '{"order":"staged"}'),
+        row("reorder", "0.8", "infeasible", None, 103.0),
+        row("checkmate", "0.7", "feasible", 6.0, 104.0),
+    ])
+    text = finding_section(frame)
+    assert text.startswith("On 1 of 3 graph-budget pairs another topological order fits")
+    assert "| g | 0.9 | +2.000 | +0.000 | +0.000 | no rematerialization needed: an order fits at 0% |" in text
+    assert "| g | 0.8 | +3.000 | +3.000 | +3.000 | proven optimal (best = bound) |" in text
+    assert "| g | 0.7 | +6.000 | +6.000 | +4.000 | open: gap 2.000 points |" in text
