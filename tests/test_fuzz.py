@@ -1,0 +1,99 @@
+"""Every method under fuzzing: valid schedule within budget, or a clean status with its reason.
+
+Graphs drawn here have what users' graphs have: several sources and sinks,
+isolated nodes, duplicate inputs, zero-size and zero-duration nodes, huge and
+fractional sizes, with and without backward nodes, with and without operator
+implementations. Every method runs at budgets from just below the memory
+floor to the baseline peak, and at 'min'. Examples hypothesis once found
+are kept below as explicit regression cases.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from remat_bench.budget import memory_floor
+from remat_bench.graph import Graph, Implementation, Node
+from remat_bench.methods import method_names
+from remat_bench.pipeline import run
+from remat_bench.simulate import baseline
+
+CLEAN = {"infeasible", "no_solution", "unsupported"}
+FOUND = {"optimal", "feasible"}
+METHODS = [m for m in method_names() if m != "monet"] + (["monet"] if "monet" in method_names() else [])
+
+sizes = st.one_of(
+    st.integers(0, 12),
+    st.integers(0, 12).map(lambda x: x * 10**11),  # huge
+    st.floats(0.0, 12.0, allow_nan=False).map(lambda x: round(x, 3)),  # fractional
+)
+durations = st.one_of(st.integers(0, 9), st.floats(0.0, 9.0, allow_nan=False).map(lambda x: round(x, 2)))
+
+
+@st.composite
+def graphs(draw) -> Graph:
+    n = draw(st.integers(1, 8))
+    training = n >= 2 and draw(st.booleans())
+    n_forward = draw(st.integers(1, n - 1)) if training else n
+    integral = draw(st.booleans())
+    size = st.integers(0, 12) if integral else sizes
+    dur = st.integers(0, 9) if integral else durations
+    nodes = []
+    for i in range(n):
+        kind = "forward" if i < n_forward else "backward"
+        pool = list(range(i)) if kind == "backward" else list(range(min(i, n_forward)))
+        ins = draw(st.lists(st.sampled_from(pool), max_size=4)) if pool else []  # duplicates allowed
+        impls = ()
+        if draw(st.integers(0, 4)) == 0:
+            impls = tuple(
+                Implementation(f"impl{k}", draw(dur), draw(st.integers(0, 5)),
+                               tuple(f"v{u}" for u in ins[: draw(st.integers(0, len(ins)))]) if k and ins else None)
+                for k in range(draw(st.integers(1, 3))))
+        grad_of = f"v{draw(st.sampled_from(range(n_forward)))}" if kind == "backward" and draw(st.booleans()) else None
+        nodes.append(Node(id=f"v{i}", inputs=tuple(f"v{u}" for u in ins), memory=draw(size),
+                          duration=draw(dur), workspace=draw(st.integers(0, 3)), kind=kind, grad_of=grad_of,
+                          implementations=impls))
+    outputs = None
+    if draw(st.booleans()):
+        outputs = [f"v{i}" for i in sorted(set(draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=3))))]
+    return Graph(nodes, name="fuzz", outputs=outputs, fixed_memory=draw(st.sampled_from([0, 0, 1, 7])))
+
+
+def budget_for(g: Graph, choice: float | str):
+    if choice == "min":
+        return "min"
+    floor, peak = memory_floor(g).amount, baseline(g).peak
+    if choice < 0:
+        value = floor * 0.99 if floor else None  # just below the floor
+        if value is None:
+            return "min"
+    else:
+        value = floor + choice * (peak - floor)
+    if isinstance(peak, int) and float(value).is_integer():
+        value = int(value)
+    # A bare number above 1 is an amount in memory units; at most 1 it would be a fraction.
+    return f"{value!r}" if value > 1 else f"{value / peak!r}" if peak else "min"
+
+
+def check(g: Graph, method: str, choice: float | str) -> None:
+    budget = budget_for(g, choice)
+    r = run(g, method, budget, time_limit=10)
+    assert r.status.value in CLEAN | FOUND, (
+        f"{method} at {budget}: {r.status.value}: {r.message}\n{r.stats.get('traceback', '')}\n{g.to_dict()}")
+    if r.status.value in FOUND:
+        assert r.simulation is not None and r.simulation.valid
+        assert r.budget is None or r.peak <= r.budget
+    else:
+        assert r.message, f"{method} answered {r.status.value} without saying why"
+
+
+@pytest.mark.parametrize("method", METHODS)
+@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 25)), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(g=graphs(), choice=st.one_of(st.just("min"), st.just(-1.0), st.floats(0.0, 1.0)))
+def test_every_method_answers_cleanly(method, g, choice):
+    check(g, method, choice)
