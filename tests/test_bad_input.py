@@ -1,0 +1,110 @@
+"""The bad-input corpus (tests/data/bad/): every case gets its exact sentence and exit status 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from remat_bench.cli import main
+from remat_bench.methods import method_names
+
+BAD = Path(__file__).parent / "data" / "bad"
+KUMAR = str(Path(__file__).resolve().parents[1] / "graphs" / "kumar-figure1.json")
+
+GRAPHS = {
+    "graph-array.json": "expected a JSON object at the top level, found an array",
+    "graph-bool-size.json": "node 'a' (nodes[0]), field memory must be a number, not a boolean (true)",
+    "graph-cycle.json": "the graph has a cycle: 'a' -> 'b' -> 'c' -> 'a'",
+    "graph-duplicate-id.json": "node id 'a' appears twice (nodes[0] and nodes[1])",
+    "graph-empty-file.json": "not valid JSON at line 1, column 1: Expecting value",
+    "graph-empty-object.json": "neither a remat-bench graph (no 'format' field) nor a networkx node-link graph "
+                               "(no 'nodes' with 'links' or 'edges')",
+    "graph-infinity.json": "Infinity is not a valid JSON number at line 1, column 108; numbers must be finite",
+    "graph-nan.json": "NaN is not a valid JSON number at line 1, column 93; numbers must be finite",
+    "graph-negative-memory.json": "node 'a' (nodes[0]), field memory is negative (-3); sizes and costs must be >= 0",
+    "graph-no-nodes.json": "the graph has no nodes",
+    "graph-nodelink-no-duration.json": "node 0 has no duration attribute (expected one of cost_cpu, duration)",
+    "graph-nodelink-unknown-edge.json": "edge [0] refers to node 7, which is not a node",
+    "graph-nodes-not-list.json": 'field nodes must be an array, not an object ({"a": 1})',
+    "graph-not-topological.json": "node 'b' (nodes[0]) uses 'a', which is listed after it; nodes must appear in a "
+                                  "topological order",
+    "graph-not-utf8.json": "is not UTF-8 text (bad byte at offset 0)",
+    "graph-overflow.json": "node 'a' has memory inf; it must be finite",
+    "graph-truncated.json": "not valid JSON at line 3, column 32: Unterminated string starting at",
+    "graph-unicode-unknown-input.json": "node '层' lists input '缺失', which is not a node of the graph",
+    "graph-wrong-type.json": 'node \'a\' (nodes[0]), field memory must be a number, not a string ("12")',
+    "graph-wrong-version.json": "field version is 2, expected 1",
+}
+
+SCHEDULES = {
+    "schedule-already-resident.json": "step 1 (compute 'A'): 'A' is already resident; free it before computing it again",
+    "schedule-free-not-resident.json": "step 1 (free 'B'): 'B' is not resident",
+    "schedule-incomplete.json": "node 'E' is never computed; every node must be computed at least once",
+    "schedule-input-missing.json": "step 1 (compute 'C'): input 'B' is not resident",
+    "schedule-truncated.json": "not valid JSON at line 1, column 70: Expecting ',' delimiter",
+    "schedule-unknown-implementation.json": "step 0 computes 'A' with implementation 'winograd', which it does not "
+                                            "have (it has: default)",
+    "schedule-unknown-node.json": "step 2 (compute 'Z') names a node that is not in graph 'kumar-figure1'",
+    "schedule-wrong-format.json": "'format' is 'remat-bench-graph'; a schedule file has format 'remat-bench-schedule'",
+}
+
+CONFIGS = {
+    "config-bad-budget.yaml": "line 4: budget 'lots' is not understood; give a fraction of the baseline peak (0.8), "
+                              "a percentage (80%), an amount (12GiB, 1.2e10) or 'min' (for graph 'chain-16')",
+    "config-bad-yaml.yaml": "line 3: not valid YAML: expected ',' or ']', but got ':'",
+    "config-missing-graph.yaml": f"line 2: graph file {Path(KUMAR).parent / 'no-such-graph.json'} does not exist",
+    "config-unknown-key.yaml": "line 5: unknown key 'colour' in the config; the keys are name, description, output, "
+                               "graphs, methods, budgets, time_limit, grace, memory_limit, repeats, seeds, executor, "
+                               "address, workers",
+    "config-unknown-method.yaml": "line 3: unknown method 'nosuch'; known methods: " + ", ".join(method_names()),
+    "config-unknown-param.yaml": "line 5: method 'chen' has no parameter 'colour' (its parameters: variant, grid)",
+}
+
+
+def error_of(args: list[str]) -> str:
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output  # one sentence, nothing else
+    return lines[0]
+
+
+def test_the_corpus_is_complete():
+    on_disk = {p.name for p in BAD.iterdir()}
+    assert on_disk == set(GRAPHS) | set(SCHEDULES) | set(CONFIGS) | {"schedule-wrong-graph.json"}
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_bad_graph(name):
+    path = BAD / name
+    assert error_of(["graphs", "validate", str(path)]) == f"error: {path}: {GRAPHS[name]}"
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+def test_bad_schedule(name):
+    path = BAD / name
+    assert error_of(["simulate", KUMAR, str(path)]) == f"error: {path}: {SCHEDULES[name]}"
+
+
+def test_schedule_for_another_graph():
+    path = BAD / "schedule-wrong-graph.json"
+    message = error_of(["simulate", KUMAR, str(path)])
+    assert message.startswith(f"error: {path} was written for graph 'other' (sha256 ")
+    assert message.endswith("not for 'kumar-figure1' (sha256 2318736d99f6); pass --force to score it anyway")
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_bad_config(name):
+    path = BAD / name
+    assert error_of(["sweep", str(path), "--dry-run"]) == f"error: {path}, {CONFIGS[name]}"
+
+
+def test_ten_megabytes_of_junk(tmp_path):
+    # Generated here rather than kept in git: 10 MB of printable junk that is not JSON.
+    junk = tmp_path / "junk.json"
+    junk.write_bytes((b"remat-bench? " * 806_600)[: 10 * 2**20])
+    assert error_of(["graphs", "validate", str(junk)]) == (
+        f"error: {junk}: not valid JSON at line 1, column 1: Expecting value")
