@@ -185,11 +185,11 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
 _CACHE: dict[tuple[str, Number | None], Bound] = {}
 
 
-def cached_bound(graph: Graph, budget: Number | None) -> Bound:
+def cached_bound(graph: Graph, budget: Number | None, time_limit: float = 30.0) -> Bound:
     """`any_order_bound`, remembered per graph hash and budget (the pipeline and methods share it)."""
     key = (graph.sha256, budget)
     if key not in _CACHE:
         if len(_CACHE) > 256:
             _CACHE.clear()
-        _CACHE[key] = any_order_bound(graph, budget)
+        _CACHE[key] = any_order_bound(graph, budget, time_limit)
     return _CACHE[key]

@@ -538,8 +538,83 @@ def _json_type(value: Any) -> str:
     }.get(type(value), type(value).__name__)
 
 
+_TOP_KEYS = frozenset({"format", "version", "name", "units", "fixed_memory", "outputs", "metadata", "nodes"})
+_NODE_KEYS = frozenset({"id", "op", "kind", "grad_of", "inputs", "memory", "duration", "workspace",
+                        "implementations", "metadata"})
+_IMPL_KEYS = frozenset({"name", "duration", "workspace", "inputs"})
+
+
+def _amount_ok(x: Any) -> bool:
+    return type(x) in (int, float) and x >= 0
+
+
+def _strings_ok(x: Any) -> bool:
+    return type(x) is list and all(type(s) is str for s in x)
+
+
+def fast_schema_ok(data: dict[str, Any]) -> bool:
+    """True only for documents the JSON Schema accepts; written out by hand for speed.
+
+    jsonschema needs about 0.3 ms per node (30 s for a 100,000-node graph); this
+    check covers the same rules in a few microseconds each. It may only be
+    stricter than the schema, never looser (tested against jsonschema); when it
+    says no, jsonschema is run to find and word the problem.
+    """
+    if not (data.keys() <= _TOP_KEYS and data.get("format") == FORMAT and data.get("version") == VERSION
+            and type(data.get("version")) is int):
+        return False
+    if "name" in data and type(data["name"]) is not str:
+        return False
+    units = data.get("units", {})
+    if type(units) is not dict or not units.keys() <= {"memory", "duration"} or any(
+            type(u) is not str for u in units.values()):
+        return False
+    if "fixed_memory" in data and not _amount_ok(data["fixed_memory"]):
+        return False
+    if "outputs" in data and not _strings_ok(data["outputs"]):
+        return False
+    if "metadata" in data and type(data["metadata"]) is not dict:
+        return False
+    nodes = data.get("nodes")
+    if type(nodes) is not list or not nodes:
+        return False
+    for node in nodes:
+        if type(node) is not dict or not node.keys() <= _NODE_KEYS:
+            return False
+        if type(node.get("id")) is not str or not node["id"] or not _strings_ok(node.get("inputs")):
+            return False
+        if not (_amount_ok(node.get("memory")) and _amount_ok(node.get("duration"))):
+            return False
+        if "workspace" in node and not _amount_ok(node["workspace"]):
+            return False
+        if "op" in node and type(node["op"]) is not str:
+            return False
+        if "grad_of" in node and type(node["grad_of"]) is not str:
+            return False
+        if "kind" in node and node["kind"] not in KINDS:
+            return False
+        if "metadata" in node and type(node["metadata"]) is not dict:
+            return False
+        if "implementations" in node:
+            impls = node["implementations"]
+            if type(impls) is not list or not impls:
+                return False
+            for impl in impls:
+                if type(impl) is not dict or not impl.keys() <= _IMPL_KEYS:
+                    return False
+                if type(impl.get("name")) is not str or not impl["name"] or not _amount_ok(impl.get("duration")):
+                    return False
+                if "workspace" in impl and not _amount_ok(impl["workspace"]):
+                    return False
+                if "inputs" in impl and not _strings_ok(impl["inputs"]):
+                    return False
+    return True
+
+
 def _validate_schema(data: dict[str, Any], source: str) -> None:
     """Check against the JSON Schema; turn the first problem into one sentence."""
+    if fast_schema_ok(data):
+        return
     import jsonschema
 
     validator = jsonschema.Draft202012Validator(schema("graph"))

@@ -6,6 +6,8 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from remat_bench.cli import main
 from remat_bench.errors import GraphError
@@ -124,3 +126,46 @@ def test_import_converts_nodelink_and_refuses_to_overwrite_foreign_files(tmp_pat
     assert result.exit_code == 2
     assert "only replaces files it wrote" in result.output
     assert notes.read_text() == '{"mine": true}'
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(-2, 2, allow_nan=False) | st.text(max_size=3),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=3), children, max_size=3),
+    max_leaves=6,
+)
+field_values = st.one_of(json_values, st.integers(0, 5), st.sampled_from(["forward", "backward", "x", ""]),
+                         st.lists(st.sampled_from(["a", "b"]), max_size=2))
+
+
+@st.composite
+def near_graph_docs(draw):
+    """Documents close to valid graphs: valid fields, with some swapped for arbitrary JSON."""
+    def maybe(value):
+        return draw(field_values) if draw(st.integers(0, 9)) == 0 else value
+
+    def node(i):
+        d = {"id": maybe(f"n{i}"), "inputs": maybe([]), "memory": maybe(1), "duration": maybe(2)}
+        for key in ("op", "kind", "grad_of", "workspace", "metadata", "colour"):
+            if draw(st.integers(0, 6)) == 0:
+                d[key] = draw(field_values)
+        if draw(st.integers(0, 5)) == 0:
+            d["implementations"] = maybe([{"name": maybe("x"), "duration": maybe(1)}])
+        return d
+
+    doc = {"format": maybe("remat-bench-graph"), "version": maybe(1),
+           "nodes": maybe([node(i) for i in range(draw(st.integers(0, 3)))])}
+    for key in ("name", "units", "fixed_memory", "outputs", "metadata", "extra"):
+        if draw(st.integers(0, 4)) == 0:
+            doc[key] = draw(field_values)
+    return doc
+
+
+@settings(max_examples=500, deadline=None)
+@given(near_graph_docs())
+def test_fast_schema_check_is_never_looser_than_jsonschema(doc):
+    import jsonschema
+
+    from remat_bench.graph import fast_schema_ok, schema
+
+    if fast_schema_ok(doc):
+        assert not list(jsonschema.Draft202012Validator(schema("graph")).iter_errors(doc))

@@ -514,13 +514,22 @@ class Moccasin(Method):
             return MethodResult(Status.ERROR, message="max_intervals must be at least 1 (0: automatic)")
         if params["order"] == "free":
             return self._solve_free(graph, budget, deadline, params)
-        C = params["max_intervals"] or 2
         stats: dict[str, Any] = {}
         candidates = []
         for label, schedule in staged_hint_candidates(graph, budget if params["hints"] == "all" else None, deadline):
             computes = schedule.kinds == COMPUTE
             candidates.append((label, place_frees(graph, schedule.nodes[computes], schedule.impls[computes],
                                                   drop_unused=False)))
+        C = params["max_intervals"]
+        if not C:
+            # Two intervals per node were enough on the published graphs; more when a hint within
+            # budget needs them (peak shaving may compute a value three times), so that it can be used.
+            C = 2
+            for _, schedule in candidates:
+                if simulate(graph, schedule).peak <= (budget if budget is not None else -1):
+                    copies = np.bincount(schedule.nodes[schedule.kinds == COMPUTE], minlength=graph.n).max()
+                    C = max(C, min(int(copies), 4))
+        stats["max_intervals"] = C
         return self._two_phase(graph, budget, deadline, params, C, "staged", 0, candidates, stats)
 
     def _solve_free(self, graph: Graph, budget: Number | None, deadline: Deadline,
