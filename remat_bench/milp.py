@@ -263,6 +263,11 @@ def _solve_highs_isolated(model: SparseModel, time_limit: float | None, *rest: A
     import highspy
 
     best = incumbents[-1] if incumbents else None
+    _threads, _gap, _seed, start, relax = rest[:5]  # the start is a feasible point the caller checked
+    if start is not None and not relax:
+        start_objective = float(model.cost @ start)
+        if best is None or start_objective < best.objective:
+            best = Incumbent(0.0, start_objective, np.asarray(start, dtype=np.float64))
     return MilpSolution(
         status="feasible" if best is not None and best.x is not None else "no_solution",
         x=None if best is None else best.x,

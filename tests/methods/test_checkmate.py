@@ -114,3 +114,28 @@ def test_budget_min_is_unsupported():
     method = Checkmate()
     r = method.solve(g, None, 10, **method.parse_params({}))
     assert r.status.value == "unsupported"
+
+
+def test_large_models_stop_at_the_time_limit_and_keep_the_incumbent():
+    import time
+
+    from remat_bench.budget import parse_budget
+    from remat_bench.graph import load_graph
+    from remat_bench.improve import shave_peaks
+    from remat_bench.milp import ISOLATE_COLUMNS, solve_milp
+    from remat_bench.simulate import place_frees
+    from tests.helpers import SHIPPED
+
+    g = load_graph(SHIPPED / "unet-d3-b2-r64-train.json")
+    budget = parse_budget("0.7", g).amount
+    cm = CheckmateModel.build(g, budget)
+    assert cm.model.num_cols >= ISOLATE_COLUMNS  # solved in a child process
+    order = shave_peaks(g, np.arange(g.n), budget)
+    start = cm.encode(place_frees(g, order, np.zeros(len(order), dtype=np.int64), drop_unused=False))
+    assert start is not None and cm.model.violation(start) < 1e-6
+    t0 = time.perf_counter()
+    sol = solve_milp(cm.model, time_limit=3.0, start=start, mip_gap=0.0)
+    assert time.perf_counter() - t0 < 3.0 + 1.5
+    # Stopped or not, the warm start came back as an incumbent, no worse than it went in.
+    assert sol.status in ("feasible", "optimal") and sol.x is not None
+    assert sol.objective <= float(cm.model.cost @ start) + 1e-6
