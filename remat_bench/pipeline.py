@@ -16,7 +16,7 @@ from typing import Any
 
 from remat_bench.bound import cached_bound
 from remat_bench.budget import Budget, memory_floor, parse_budget
-from remat_bench.errors import MethodError
+from remat_bench.errors import MethodError, ModelTooLargeError
 from remat_bench.graph import Graph, Number
 from remat_bench.methods import Method, MethodResult, Status, get_method
 from remat_bench.methods.base import interrupted
@@ -177,6 +177,9 @@ def run(
         answer: MethodResult = cls().solve(graph, budget.amount, time_limit, **method_params)
     except KeyboardInterrupt:
         raise
+    except ModelTooLargeError as exc:
+        # The method measured its model before building it and declined: a clean answer.
+        answer = MethodResult(Status.UNSUPPORTED, message=str(exc))
     except MemoryError:
         # The sweep worker recognises this status (and sentence) to record the run as 'oom'.
         answer = MethodResult(Status.OOM, message=f"method '{method}' ran out of memory")

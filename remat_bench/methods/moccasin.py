@@ -60,6 +60,8 @@ from remat_bench.methods.base import (
 from remat_bench.schedule import COMPUTE, Schedule, ScheduleBuilder
 from remat_bench.simulate import baseline_schedule, place_frees, simulate
 
+MAX_MODEL_OBJECTS = 3_000_000
+
 
 def integer_scale(values: np.ndarray, extra: list[Number]) -> tuple[int | float, bool]:
     """(q, exact): divide memory by q to get integers; exact when every value is a multiple of q."""
@@ -250,6 +252,16 @@ def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
     t0 = time.perf_counter()
     n = graph.n
     free = order == "free"
+    # Each interval costs about four model objects and each precedence flag three, built one by
+    # one in Python (about 1 KiB each with OR-Tools' wrappers): refuse what would not fit.
+    objects = 4 * n * max_intervals + 3 * graph.num_edges * max_intervals**2
+    if objects > MAX_MODEL_OBJECTS:
+        from remat_bench.errors import ModelTooLargeError
+
+        raise ModelTooLargeError(
+            f"the Moccasin model of this graph ({n} nodes, {graph.num_edges} edges, {max_intervals} intervals "
+            f"per node) would have about {objects:,} variables and constraints, beyond the "
+            f"{MAX_MODEL_OBJECTS:,} that CP-SAT handles here; use a method that scales (twremat, greedy)")
     # Events 0 .. T-1; an interval ending at T is held to the end.
     T = max(events, n) if free else n * n
     q, _ = integer_scale(graph.memory, [*np.unique(graph.workspace).tolist(), graph.fixed_memory])
