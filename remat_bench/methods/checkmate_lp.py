@@ -27,7 +27,7 @@ import numpy as np
 
 from remat_bench.graph import Graph, Number
 from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status
-from remat_bench.methods.checkmate import CheckmateModel, check_fits, model_stats
+from remat_bench.methods.checkmate import CheckmateModel, check_fits, model_stats, too_short
 from remat_bench.milp import parse_backend, solve_milp
 from remat_bench.schedule import Schedule
 from remat_bench.simulate import place_frees, simulate
@@ -178,6 +178,8 @@ class CheckmateLP(Method):
             return MethodResult(Status.UNSUPPORTED, message=(
                 "checkmate-lp minimises duration under a budget; give a budget rather than 'min'"))
         stats = check_fits(graph.n, graph.num_edges, "Checkmate LP")
+        if (short := too_short(stats, deadline)) is not None:
+            return short
         schedule, raw, lower, why = lp_rounding(
             graph, budget, thresholds=params["thresholds"], samples=params["samples"], seed=params["seed"],
             backend=params["backend"], deadline=deadline, tighten=params["tighten"], stats=stats)
