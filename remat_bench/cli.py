@@ -6,15 +6,19 @@ Every user-caused error becomes one sentence on stderr and exit status 2;
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from remat_bench import __version__
@@ -127,6 +131,25 @@ def parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
     return params
 
 
+@contextlib.contextmanager
+def stop_on_first_ctrl_c() -> Iterator[None]:
+    """First Ctrl-C: the method stops and returns its best so far; a second one aborts."""
+    from remat_bench.methods.base import interrupted, request_interrupt, reset_interrupt
+
+    def handler(signum: int, frame: Any) -> None:
+        if interrupted():
+            raise KeyboardInterrupt
+        request_interrupt()
+        err.print("stopping: finishing with the best schedule so far (Ctrl-C again to abort)")
+
+    reset_interrupt()
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class RematGroup(click.Group):
     """Turns RematBenchError into one sentence and its exit status; Ctrl-C into status 130."""
 
@@ -134,7 +157,7 @@ class RematGroup(click.Group):
         try:
             return super().invoke(ctx)
         except RematBenchError as exc:
-            err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             err.print("interrupted")
@@ -180,11 +203,12 @@ def solve(graph: str, method: str, budget: str, time_limit: float, params: tuple
         raise click.BadParameter("must be positive", param_hint="--time-limit")
 
     show_progress = not as_json and err.is_terminal
-    if show_progress:
-        with err.status(f"solving {g.name} with {method} (limit {time_limit:g} s)..."):
+    with stop_on_first_ctrl_c():
+        if show_progress:
+            with err.status(f"solving {g.name} with {method} (limit {time_limit:g} s)..."):
+                result = run(g, method, budget, time_limit, given)
+        else:
             result = run(g, method, budget, time_limit, given)
-    else:
-        result = run(g, method, budget, time_limit, given)
 
     if output is not None and result.schedule is not None:
         save_schedule(result.schedule, g, output)
@@ -345,11 +369,16 @@ def bound(graph: str, budget: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 def methods(as_json: bool) -> None:
     """List every method, its parameters and whether it can run here."""
+    from remat_bench.errors import MethodError
     from remat_bench.methods import get_method, method_names
 
     rows = []
     for name in method_names():
-        cls = get_method(name)
+        try:
+            cls = get_method(name)
+        except MethodError as exc:  # a plugin (or a module) that fails to import: list it, say why
+            rows.append({"name": name, "description": "", "available": False, "missing": str(exc), "params": []})
+            continue
         ok, why = cls.available()
         rows.append({
             "name": name,
@@ -502,6 +531,55 @@ def graphs_generate(kind: str, output: Path, **options: Any) -> None:
     out.print(f"wrote {output}: {g.name} ({g.n} nodes, {g.num_edges} edges)")
 
 
+@graphs.command("import-torch")
+@click.argument("model")
+@click.option("--batch", type=click.IntRange(min=1), help="Batch size (default 8).")
+@click.option("--input-shape", metavar="DxDx...",
+              help="Per-sample input shape, e.g. 3x32x32 (zoo models have a default).")
+@click.option("--durations", type=click.Choice(["flops", "profile"]), default="flops", show_default=True,
+              help="FLOPs from fake tensors, or each operator timed (ns) on real ones, with its workspace.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
+def graphs_import_torch(model: str, batch: int | None, input_shape: str | None, durations: str,
+                        output: Path) -> None:
+    """Trace MODEL's training step into a graph: a zoo name or package.module:factory.
+
+    Zoo: mlp, vgg11, resnet18, resnet50, unet, gpt. Tracing uses fake tensors,
+    so any batch size imports without allocating it (except --durations profile).
+    """
+    _require_torch("graphs import-torch")
+    from remat_bench.graph import save_graph
+    from remat_bench.torch.importer import import_model
+
+    check_output(output, [], "remat-bench-graph")
+    shape = _parse_shape(input_shape) if input_shape else None
+    g = import_model(model, batch=batch, input_shape=shape, durations=durations)
+    save_graph(g, output)
+    out.print(f"wrote {output}: {g.name} ({g.n} nodes, {g.num_edges} edges, fixed memory "
+              f"{fmt_amount(g.fixed_memory, 'bytes')})")
+
+
+def _require_torch(command: str) -> None:
+    """One sentence and exit status 2 when PyTorch is missing (escaped: the hint has brackets)."""
+    from remat_bench.torch import TorchMissingError, require_torch
+
+    try:
+        require_torch(command)
+    except TorchMissingError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}")
+        sys.exit(exc.exit_code)
+
+
+def _parse_shape(text: str) -> tuple[int, ...]:
+    parts = text.replace(",", "x").replace("*", "x").split("x")
+    try:
+        shape = tuple(int(p) for p in parts if p.strip())
+    except ValueError:
+        shape = ()
+    if not shape or any(d < 1 for d in shape):
+        raise click.BadParameter(f"'{text}' is not a shape such as 3x32x32", param_hint="--input-shape")
+    return shape
+
+
 # ---------------------------------------------------------------------- sweep, plot, report
 
 
@@ -626,6 +704,62 @@ def report(results: Path, output: Path, title: str | None) -> None:
 
     written = write_report(results, output, title=title)
     out.print(f"wrote {written} (charts in {written.parent / (written.stem + '-figures')})")
+
+
+# ---------------------------------------------------------------------- replay
+
+
+@main.command()
+@click.argument("graph")
+@click.argument("schedule", type=click.Path(path_type=Path))
+@click.option("--device", type=click.Choice(["cuda", "cpu"]), help="Default: cuda when present, else cpu.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def replay(graph: str, schedule: Path, device: str | None, as_json: bool) -> None:
+    """Run SCHEDULE with real tensors through PyTorch and measure the real peak.
+
+    For a graph imported with `graphs import-torch`, every step runs the
+    model's real operator and the loss and gradients are checked against
+    plain autograd; for other graphs each node allocates its size and reads
+    its inputs. Exit status 1 when the outputs differ from autograd.
+    """
+    _require_torch("replay")
+    from remat_bench.torch.replay import load_schedule_for
+    from remat_bench.torch.replay import replay as run_replay
+
+    g = load(graph)
+    sched = load_schedule_for(g, schedule)  # refuses a schedule written for another graph
+    show_progress = not as_json and err.is_terminal
+    if show_progress:
+        with err.status(f"replaying {schedule.name} on {g.name}..."):
+            result = run_replay(g, sched, device)
+    else:
+        result = run_replay(g, sched, device)
+    if as_json:
+        print_json(result.to_json())
+    else:
+        _print_replay(g, result)
+    sys.exit(1 if result.outputs_match is False else 0)
+
+
+def _print_replay(g: Graph, r: Any) -> None:
+    unit = g.units.get("memory", "")
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("graph", f"{g.name} ({'real operators' if r.mode == 'model' else 'synthetic tensors'}, {r.device})")
+    table.add_row("measured peak", f"{fmt_amount(r.measured_peak, unit)}  ({r.peak_error_pct:+.3f}% vs simulated)")
+    table.add_row("simulated peak", fmt_amount(r.simulated_peak, unit))
+    table.add_row("fixed memory", f"{fmt_amount(r.measured_fixed, unit)} measured, "
+                                  f"{fmt_amount(r.fixed_memory, unit)} in the graph")
+    if r.outputs_match is not None:
+        verdict = "[green]yes[/]" if r.outputs_match else "[red]no[/]"
+        table.add_row("outputs match autograd", f"{verdict}  (max abs diff {r.max_abs_diff:.3g}, max rel diff "
+                                                 f"{r.max_rel_diff:.3g}; tolerance rtol 1e-5, atol 1e-6)")
+    table.add_row("wall time", f"{r.wall_time_s:.3f} s  (modelled duration {fmt_amount(r.simulated_duration)} "
+                               f"{r.duration_unit})")
+    table.add_row("steps", f"{r.steps} ({r.computes} computes, {r.recomputations} recomputations)")
+    table.add_row("measured by", r.measurement)
+    out.print(table)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,65 @@
+"""PyTorch import and replay (design.md section 9), in the optional ``torch`` extra.
+
+- `remat_bench.torch.zoo`: the built-in models (mlp, vgg11, resnet18,
+  resnet50, unet, gpt), defined here without torchvision;
+- `remat_bench.torch.program`: tracing a training step into one joint aten
+  graph with fake tensors, lowering it to remat-bench nodes, running nodes;
+- `remat_bench.torch.importer`: `import_model` -> `Graph` (memory in bytes,
+  durations in FLOPs or measured nanoseconds);
+- `remat_bench.torch.replay`: `replay(graph, schedule)` runs a schedule with
+  real tensors and measures the real peak.
+
+Importing this package does not import torch; `require_torch` says, in one
+sentence, how to install it when it is missing. docs/pytorch.md walks through
+the whole path from a user's own ``nn.Module`` to a chart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from remat_bench.errors import RematBenchError
+
+INSTALL_HINT = "install it with `pip install remat-bench[torch]` (CPU-only: `pip install torch==2.13.0`)"
+
+
+class TorchMissingError(RematBenchError):
+    """PyTorch is not installed, and the command needs it."""
+
+
+def torch_available() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def require_torch(what: str = "this command") -> None:
+    """Raise TorchMissingError (exit status 2) when PyTorch cannot be imported."""
+    if not torch_available():
+        raise TorchMissingError(f"{what} needs PyTorch, which is not installed: {INSTALL_HINT}")
+
+
+_EXPORTS = {
+    "import_model": "remat_bench.torch.importer",
+    "program_for_graph": "remat_bench.torch.importer",
+    "replay": "remat_bench.torch.replay",
+    "replay_files": "remat_bench.torch.replay",
+    "ReplayResult": "remat_bench.torch.replay",
+    "ZOO": "remat_bench.torch.zoo",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Lazy access to the public API, so that ``import remat_bench.torch`` never needs torch."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'remat_bench.torch' has no attribute {name!r}")
+    require_torch(f"remat_bench.torch.{name}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = ["INSTALL_HINT", "TorchMissingError", "require_torch", "torch_available", *_EXPORTS]

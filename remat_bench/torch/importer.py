@@ -1,0 +1,252 @@
+"""Import a PyTorch model's training step as a remat-bench graph (design.md sections 2 and 9).
+
+``import_model("resnet18", batch=32)`` traces one training step of a zoo model
+(or of ``package.module:factory``, the user's own) with fake tensors, lowers it
+to remat-bench nodes (`remat_bench.torch.program`: views folded into their
+base, dead code dropped) and writes what the simulator needs:
+
+- ``memory``: bytes of the storage each node allocates (for a multi-output
+  operator, all of its outputs); views and aliases count nothing;
+- ``fixed_memory``: bytes of the parameters, the buffers (batchnorm running
+  statistics) and the batch (inputs and labels), resident throughout.
+  Parameter *gradients* are nodes, not fixed memory: they appear during the
+  backward pass (PyTorch's ``zero_grad(set_to_none=True)`` default) and are
+  outputs of the graph, so they must be resident at the end;
+- ``duration`` (``durations="flops"``, units ``flops``): FLOPs from
+  ``torch.utils.flop_counter``'s formulas for the operators that have one
+  (matrix products, convolutions, attention and their backward), and for
+  every other operator one per element touched (the larger of the elements
+  read and written): elementwise and normalisation kernels are memory-bound,
+  so their cost follows their size, and a recomputation is never free;
+- ``duration`` (``durations="profile"``, units ``ns``): each node's operator
+  run on real tensors, the least of ``repeats`` runs after a warm-up; the
+  profile also measures each operator's ``workspace``, the scratch memory it
+  allocates beyond its output (oneDNN convolutions and batchnorm backward on
+  CPU allocate an output-sized buffer);
+- ``kind``: ``forward`` before the loss, ``backward`` from the loss on;
+  ``grad_of``: for a backward operator, the forward node whose autograd
+  function produced it (matched through autograd sequence numbers);
+- ``workspace``: 0 with ``durations="flops"``: fake tensors cannot tell
+  what scratch memory a kernel allocates inside itself. The replay measures
+  it, so measured peaks can exceed simulated ones by that much
+  (docs/pytorch.md).
+
+The graph's metadata keeps the model spec (model, batch, shapes, seed, task,
+constructor arguments) and the torch version; each node's metadata names its
+FX node (and, for gradient nodes, the parameter). `program_for_graph` re-traces
+the spec and checks that it gives the same nodes, which is how the replay
+re-creates the operators of a graph file.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils._pytree as pytree
+from torch import fx
+from torch.utils.flop_counter import flop_registry
+
+from remat_bench.errors import GraphError
+from remat_bench.graph import Graph, Node
+from remat_bench.torch.program import (
+    GRADIENT,
+    OP,
+    Executor,
+    ModelSpec,
+    Program,
+    ProgramNode,
+    State,
+    build_program,
+    model_spec,
+)
+
+DURATIONS = ("flops", "profile")
+METADATA_KEY = "torch"
+
+
+def import_model(
+    model: str,
+    batch: int | None = None,
+    input_shape: Sequence[int] | None = None,
+    durations: str = "flops",
+    seed: int = 0,
+    repeats: int = 3,
+    device: str | None = None,
+    name: str | None = None,
+    **kwargs: Any,
+) -> Graph:
+    """The training graph of ``model`` (a zoo name or ``package.module:factory``) at ``batch``.
+
+    ``input_shape`` is per sample (the zoo gives a default); ``kwargs`` go to
+    the model's constructor. ``durations="profile"`` runs every operator on
+    real tensors (on ``device``, default cpu), so the batch must fit in memory.
+    """
+    if durations not in DURATIONS:
+        raise GraphError(f"durations must be one of {', '.join(DURATIONS)}, not {durations!r}")
+    spec = model_spec(model, batch=batch, input_shape=tuple(input_shape) if input_shape else None,
+                      seed=seed, **kwargs)
+    program = build_program(spec)
+    if durations == "flops":
+        costs, workspace = [node_flops(node) for node in program.nodes], None
+    else:
+        costs, workspace = profile_costs(program, torch.device(device or "cpu"), repeats)
+    return program_graph(program, costs, "flops" if durations == "flops" else "ns", workspace, name=name)
+
+
+def default_name(spec: ModelSpec) -> str:
+    label = spec.model.replace(":", "-").replace(".", "-")
+    return f"torch-{label}-b{spec.batch}"
+
+
+def program_graph(program: Program, durations: Sequence[int], duration_unit: str,
+                  workspace: Sequence[int] | None = None, name: str | None = None) -> Graph:
+    """The remat-bench graph of a program, with the given node durations (and workspaces, else 0)."""
+    nodes = program.nodes
+    # A node that computes a parameter's gradient and nothing else holds it to the end.
+    holds = {i: p for p, i in program.gradients.items() if nodes[i].role != GRADIENT}
+    out = []
+    for i, node in enumerate(nodes):
+        meta: dict[str, Any] = {"fx": node.fx.name if node.fx is not None else None}
+        if node.parameter is not None:
+            meta["parameter"] = node.parameter
+        if i in holds:
+            meta["gradient_of_parameter"] = holds[i]
+        out.append(Node(
+            id=node.id,
+            inputs=tuple(nodes[j].id for j in node.inputs),
+            memory=int(node.memory),
+            duration=int(durations[i]),
+            workspace=int(workspace[i]) if workspace is not None else 0,
+            op=_op_name(node),
+            kind="forward" if node.forward else "backward",
+            grad_of=nodes[node.grad_of].id if node.grad_of is not None else None,
+            metadata=meta,
+        ))
+    spec = program.spec
+    metadata = {
+        METADATA_KEY: {
+            "spec": spec.as_dict(),
+            "torch_version": torch.__version__,
+            "durations": duration_unit,
+            "loss": nodes[program.loss].id,
+            "fixed_memory": dict(program.fixed_bytes),
+            "gradients": {p: nodes[i].id for p, i in program.gradients.items()},
+        },
+        "importer": "remat_bench.torch: make_fx(functionalize(grad_and_value(step))), fake tensors",
+    }
+    return Graph(out, name=name or default_name(spec), outputs=[nodes[i].id for i in program.outputs()],
+                 fixed_memory=program.fixed_memory,
+                 units={"memory": "bytes", "duration": duration_unit}, metadata=metadata,
+                 source=name or default_name(spec))
+
+
+def _op_name(node: ProgramNode) -> str:
+    if node.role == GRADIENT:
+        return "aten.clone (gradient copy)"
+    return str(node.fx.target)
+
+
+# ---------------------------------------------------------------------- durations
+
+
+def _numel(value: Any) -> int:
+    return sum(t.numel() for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor))
+
+
+def node_flops(node: ProgramNode) -> int:
+    """FLOPs of the node's operator where torch has a formula, else the elements it touches."""
+    n = node.fx
+    if n is None:
+        return 0
+    if node.role == GRADIENT:
+        return max(1, _numel(n.meta.get("val")))
+    val = n.meta.get("val")
+    args, kwargs = fx.node.map_arg((n.args, n.kwargs), lambda a: a.meta.get("val"))
+    packet = getattr(n.target, "overloadpacket", None)
+    if packet in flop_registry and node.role == OP:
+        flops = int(flop_registry[packet](*args, **kwargs, out_val=val))
+        if flops > 0:
+            return flops
+    largest_read = max((t.numel() for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)),
+                       default=0)
+    return max(1, largest_read, _numel(val))
+
+
+def profile_costs(program: Program, device: torch.device, repeats: int = 3) -> tuple[list[int], list[int]]:
+    """Measured cost of every node, running the nodes in file order on real tensors.
+
+    Returns (nanoseconds, workspace bytes). A warm-up pass comes first; the
+    time of a node is the least of ``repeats`` passes; its workspace is the
+    most its operator allocated at once beyond its own output, in one more
+    pass that measures each operator alone (the profiler's memory events on
+    CPU, the allocator's peak statistics on CUDA).
+    """
+    from remat_bench.torch.replay import measure_peak
+
+    state = State.create(program.spec, device)
+    n = len(program.nodes)
+    last_use = list(range(n))
+    for v, node in enumerate(program.nodes):
+        for u in node.inputs:
+            last_use[u] = max(last_use[u], v)
+    frees: dict[int, list[int]] = {}
+    for v in sorted(set(range(n)) - set(program.outputs())):
+        frees.setdefault(last_use[v], []).append(v)
+    best = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    workspace = [0] * n
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    for rep in range(repeats + 2):
+        ex = Executor(program, state)
+        for v in range(n):
+            if rep == repeats + 1:
+                peak = measure_peak(device, lambda v=v, ex=ex: ex.compute(v))
+                workspace[v] = max(0, peak - program.nodes[v].memory)
+            else:
+                sync()
+                start = time.perf_counter_ns()
+                ex.compute(v)
+                sync()
+                if rep:  # pass 0 warms up caches and kernels
+                    best[v] = min(best[v], time.perf_counter_ns() - start)
+            for u in frees.get(v, ()):
+                ex.free(u)
+    return [max(1, int(t)) for t in best], workspace
+
+
+# ---------------------------------------------------------------------- re-creating a graph's program
+
+
+def spec_of(graph: Graph) -> ModelSpec | None:
+    """The model spec an imported graph keeps in its metadata, or None for other graphs."""
+    meta = graph.metadata.get(METADATA_KEY)
+    if not isinstance(meta, dict) or "spec" not in meta:
+        return None
+    try:
+        return ModelSpec.from_dict(meta["spec"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise GraphError(f"{graph.source}: the torch model spec in its metadata is unreadable ({exc})") from None
+
+
+def program_for_graph(graph: Graph) -> Program:
+    """Re-trace the model of an imported graph; refuse if it no longer gives the same nodes."""
+    spec = spec_of(graph)
+    if spec is None:
+        raise GraphError(f"{graph.source}: was not imported from PyTorch (no 'torch' model spec in its metadata)")
+    program = build_program(spec)
+    traced = [(nd.id, tuple(program.nodes[j].id for j in nd.inputs), int(nd.memory)) for nd in program.nodes]
+    stored = [(nd.id, tuple(nd.inputs), nd.memory) for nd in graph.nodes]
+    version = graph.metadata[METADATA_KEY].get("torch_version", "?")
+    if traced != stored or program.fixed_memory != graph.fixed_memory:
+        where = next((f"node {k} ('{b[0]}')" for k, (a, b) in enumerate(zip(traced, stored)) if a != b),
+                     f"the node count ({len(traced)} traced, {len(stored)} in the file)"
+                     if len(traced) != len(stored) else "fixed memory")
+        raise GraphError(
+            f"{graph.source}: re-tracing model '{spec.model}' with torch {torch.__version__} does not give "
+            f"the graph in the file (imported with torch {version}; first difference at {where}); "
+            "import the model again with this torch"
+        )
+    return program

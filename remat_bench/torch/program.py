@@ -1,0 +1,685 @@
+"""A PyTorch training step as a program of remat-bench nodes: tracing, and running it node by node.
+
+Tracing. The training step (forward, loss, backward) is traced into one aten
+graph by ``make_fx(functionalize(step), tracing_mode="fake")``, where ``step``
+is ``torch.func.grad_and_value`` over ``torch.func.functional_call`` of the
+model and its loss. Every tensor is a FakeTensor: shapes, dtypes and storages
+are known, no memory is allocated, so any batch size traces. Functionalization
+replaces in-place operators on intermediate values with out-of-place ones
+(mutations of buffers, such as batchnorm's step counter, become ``copy_``
+nodes at the end). Autograd hooks put each backward operator's autograd
+sequence number in its node's metadata (``seq_nr``), which is how a backward
+node finds the forward node it differentiates.
+
+Lowering to remat-bench nodes (design.md section 2: a node is an operator and
+the one value it produces):
+
+- an FX node whose tensor outputs all share storage with an existing value
+  (a view, ``detach``, ``getitem`` of a tuple, ``_unsafe_view``) is an
+  *alias*: it is folded into the node that owns that storage (its *base*), so
+  no storage is counted twice. Storage identity is read from the fake tensors
+  themselves, not from operator schemas, so ``_unsafe_view`` and friends are
+  caught too;
+- an FX node that allocates storage is an *op* node; its memory is the bytes
+  of the storages it creates (for an operator with several outputs, such as
+  ``native_batch_norm`` or ``convolution_backward``, their sum: the outputs
+  are produced and held together);
+- placeholders (parameters, buffers, the input batch and its labels) are not
+  nodes: they are the graph's fixed memory;
+- an operator that writes into a buffer (``copy_`` of the updated step
+  counter) is an *update* node of zero memory and an output of the graph;
+- a parameter gradient stays in the op node that computes it when that node
+  computes nothing else (``mm``, ``sum``): the node becomes an output of the
+  graph, as PyTorch's AccumulateGrad steals the tensor into ``.grad``. A
+  gradient that is one output of a multi-output node (``convolution_backward``)
+  gets a *gradient* node that copies it out, so that the rest of the tuple can
+  be freed; the copy is counted.
+
+Nodes nothing needs (dead code) are dropped. A model with a random operator
+(dropout) is refused: a recomputed value must equal the first computation.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx.traceback as fx_traceback
+import torch.utils._pytree as pytree
+from torch import fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.func import functional_call, functionalize, grad_and_value
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from remat_bench.torch.zoo import ZOO, ModelSpecError, TrainingStep, build_module, load_factory
+
+OP, GRADIENT, UPDATE = "op", "gradient", "update"
+
+
+# ---------------------------------------------------------------------- the model spec
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything needed to rebuild a model, its batch and its loss: what the graph's metadata keeps.
+
+    ``input_shape`` and ``label_shape`` are per batch (the batch dimension
+    first). Integer inputs (token ids) lie in ``[0, input_range)``; integer
+    labels in ``[0, label_range)``; float labels (``regress``) are normal.
+    Parameters are initialised by the model's own initialisers after
+    ``torch.manual_seed(seed)``; the batch is drawn from a generator seeded
+    with ``seed + 1``.
+    """
+
+    model: str
+    batch: int
+    input_shape: tuple[int, ...]
+    task: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    input_dtype: str = "float32"
+    input_range: int | None = None
+    label_shape: tuple[int, ...] = ()
+    label_range: int | None = None
+    seed: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "batch": self.batch, "input_shape": list(self.input_shape),
+            "task": self.task, "kwargs": dict(self.kwargs), "input_dtype": self.input_dtype,
+            "input_range": self.input_range, "label_shape": list(self.label_shape),
+            "label_range": self.label_range, "seed": self.seed,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelSpec:
+        return cls(
+            model=data["model"], batch=int(data["batch"]), input_shape=tuple(data["input_shape"]),
+            task=data["task"], kwargs=dict(data.get("kwargs") or {}),
+            input_dtype=data.get("input_dtype", "float32"), input_range=data.get("input_range"),
+            label_shape=tuple(data.get("label_shape") or ()), label_range=data.get("label_range"),
+            seed=int(data.get("seed", 0)),
+        )
+
+
+def model_spec(model: str, batch: int | None = None, input_shape: tuple[int, ...] | None = None,
+               seed: int = 0, **kwargs: Any) -> ModelSpec:
+    """Resolve defaults (zoo input shape, task) and the label shape, from one fake forward pass.
+
+    ``input_shape`` is per sample (without the batch dimension); a user's own
+    model (``package.module:factory``) needs it.
+    """
+    load_factory(model)  # an unknown model or factory is named before anything else
+    entry = ZOO.get(model)
+    if batch is None:
+        batch = 8
+    if batch < 1:
+        raise ModelSpecError(f"the batch must be at least 1, not {batch}")
+    if input_shape is None:
+        if entry is None:
+            raise ModelSpecError(f"model '{model}' is not in the zoo: give its per-sample input shape "
+                                 "(--input-shape, e.g. 3x32x32)")
+        input_shape = entry.input_shape
+    if any(d < 1 for d in input_shape):
+        raise ModelSpecError(f"the input shape {tuple(input_shape)} has a dimension below 1")
+    task = entry.task if entry is not None else "auto"
+    input_dtype, input_range = "float32", None
+    with FakeTensorMode():
+        module = build_module(model, kwargs)
+        if task == "language":
+            input_dtype = "int64"
+            input_range = module.tok.num_embeddings
+            inputs = torch.zeros((batch, *input_shape), dtype=torch.int64)
+        else:
+            inputs = torch.zeros((batch, *input_shape))
+        try:
+            out = module(inputs)
+        except Exception as exc:  # the user's model rejects the shape: say so in one sentence
+            raise ModelSpecError(
+                f"model '{model}' fails on an input of shape {tuple(inputs.shape)}: {type(exc).__name__}: {exc}"
+            ) from None
+    if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+        raise ModelSpecError(f"model '{model}' must return one floating-point tensor (logits or predictions)")
+    if task == "auto":
+        task = "classify" if out.dim() == 2 else "regress"
+    if task == "classify":
+        label_shape, label_range = (out.shape[0],), out.shape[1]
+    elif task == "segment":
+        label_shape, label_range = (out.shape[0], *out.shape[2:]), out.shape[1]
+    elif task == "language":
+        label_shape, label_range = tuple(out.shape[:2]), out.shape[2]
+    else:
+        label_shape, label_range = tuple(out.shape), None
+    return ModelSpec(model=model, batch=batch, input_shape=tuple(int(d) for d in input_shape), task=task,
+                     kwargs=dict(kwargs), input_dtype=input_dtype, input_range=input_range,
+                     label_shape=tuple(int(d) for d in label_shape),
+                     label_range=None if label_range is None else int(label_range), seed=seed)
+
+
+def build_step(spec: ModelSpec) -> TrainingStep:
+    """The model with its loss, parameters initialised from ``spec.seed`` (in the current fake or real mode).
+
+    The global random state is left as it was.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(spec.seed)
+        step = TrainingStep(build_module(spec.model, spec.kwargs), spec.task)
+    return step.train()
+
+
+def make_batch(spec: ModelSpec, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """The input batch and its labels, drawn from a generator seeded with ``spec.seed + 1``."""
+    gen = torch.Generator().manual_seed(spec.seed + 1)
+    shape = (spec.batch, *spec.input_shape)
+    if spec.input_dtype == "int64":
+        inputs = torch.randint(0, spec.input_range or 2, shape, generator=gen)
+    else:
+        inputs = torch.randn(shape, generator=gen, dtype=getattr(torch, spec.input_dtype))
+    if spec.label_range is None:
+        labels = torch.randn(spec.label_shape, generator=gen)
+    else:
+        labels = torch.randint(0, spec.label_range, spec.label_shape, generator=gen)
+    return inputs.to(device), labels.to(device)
+
+
+# ---------------------------------------------------------------------- tracing
+
+
+def _install_seq_nr_hooks(loss: torch.Tensor) -> None:
+    """While autograd runs each backward function, put its sequence number in the FX metadata.
+
+    The forward node created by an autograd function gets that function's
+    sequence number as ``seq_nr`` on its own; these hooks give the backward
+    operators the same number (what AOTAutograd does for its joint graphs).
+    """
+    seen: set[Any] = set()
+    stack = [loss.grad_fn] if loss.grad_fn is not None else []
+    while stack:
+        fn = stack.pop()
+        if fn in seen:
+            continue
+        seen.add(fn)
+        seq = fn._sequence_nr()
+        fn.register_prehook(lambda grads, seq=seq: fx_traceback.set_grad_fn_seq_nr(seq))
+        fn.register_hook(lambda grad_in, grad_out: fx_traceback.reset_grad_fn_seq_nr())
+        stack.extend(nxt for nxt, _ in fn.next_functions if nxt is not None and nxt not in seen)
+
+
+def trace_step(spec: ModelSpec) -> tuple[fx.GraphModule, list[str], list[str]]:
+    """The joint forward-backward aten graph of one training step (fake tensors throughout).
+
+    Returns the graph module and the parameter and buffer names, in the order
+    of the graph's placeholders (parameters, buffers, inputs, labels). The
+    graph returns ``[loss, grad_1, ..., grad_P]``.
+    """
+    with FakeTensorMode():
+        step = build_step(spec)
+        inputs, labels = _fake_batch(spec)
+        params = {k: p.detach() for k, p in step.named_parameters()}
+        buffers = {k: b for k, b in step.named_buffers()}
+    names, buffer_names = list(params), list(buffers)
+
+    def loss_fn(param_values: list[torch.Tensor], buffer_values: list[torch.Tensor],
+                x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        state = dict(zip(names, param_values))
+        state.update(zip(buffer_names, buffer_values))
+        loss = functional_call(step, state, (x, y))
+        _install_seq_nr_hooks(loss)
+        return loss
+
+    def train_step(param_values: list[torch.Tensor], buffer_values: list[torch.Tensor],
+                   x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        grads, loss = grad_and_value(loss_fn)(param_values, buffer_values, x, y)
+        return loss, grads
+
+    with fx_traceback.preserve_node_meta():
+        gm = make_fx(functionalize(train_step), tracing_mode="fake")(
+            list(params.values()), list(buffers.values()), inputs, labels)
+    return gm, names, buffer_names
+
+
+def _fake_batch(spec: ModelSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    shape = (spec.batch, *spec.input_shape)
+    inputs = torch.zeros(shape, dtype=getattr(torch, spec.input_dtype))
+    labels = torch.zeros(spec.label_shape, dtype=torch.float32 if spec.label_range is None else torch.int64)
+    return inputs, labels
+
+
+# ---------------------------------------------------------------------- the program
+
+
+@dataclass
+class ProgramNode:
+    """One remat-bench node of the traced step.
+
+    ``fx``: the FX node it runs (for a gradient node, the FX value it copies).
+    ``aliases``: the alias FX nodes (views, getitems) it must evaluate from
+    its inputs' values, in graph order. ``inputs``: indices of the program
+    nodes whose values it reads.
+    """
+
+    id: str
+    role: str
+    fx: fx.Node | None
+    inputs: tuple[int, ...]
+    memory: int
+    aliases: tuple[fx.Node, ...]
+    forward: bool = True
+    grad_of: int | None = None
+    parameter: str | None = None
+
+
+@dataclass
+class Program:
+    """The traced step lowered to remat-bench nodes (see the module docstring)."""
+
+    spec: ModelSpec
+    gm: fx.GraphModule
+    nodes: list[ProgramNode]
+    placeholders: dict[str, tuple[str, str]]  # FX name -> ("parameter"|"buffer"|"input", name)
+    loss: int
+    loss_read: tuple[fx.Node, tuple[fx.Node, ...]]  # the loss's FX value and the aliases leading to it
+    gradients: dict[str, int]  # parameter -> index of the node holding its gradient at the end
+    gradient_reads: dict[str, tuple[fx.Node | None, tuple[fx.Node, ...]]]
+    base: dict[fx.Node, int | None]  # FX node -> program node owning its storage (None: fixed)
+    fixed_bytes: dict[str, int]
+
+    @property
+    def fixed_memory(self) -> int:
+        return sum(self.fixed_bytes.values())
+
+    def outputs(self) -> list[int]:
+        """The loss, the nodes holding gradients, and the buffer updates, in node order."""
+        outs = {self.loss, *self.gradients.values()}
+        outs.update(i for i, node in enumerate(self.nodes) if node.role == UPDATE)
+        return sorted(outs)
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return int(t.untyped_storage().nbytes())
+
+
+def _fx_inputs(node: fx.Node) -> list[fx.Node]:
+    """The FX nodes a node reads, in argument order."""
+    found: list[fx.Node] = []
+    fx.node.map_arg((node.args, node.kwargs), found.append)
+    return found
+
+
+def _written_args(node: fx.Node) -> list[fx.Node]:
+    """The FX nodes an operator writes into (arguments its schema marks ``Tensor(a!)``)."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return []
+    written = []
+    for k, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = node.args[k] if k < len(node.args) else node.kwargs.get(arg.name)
+        fx.node.map_arg(value, written.append)
+    return written
+
+
+def _is_random(node: fx.Node) -> bool:
+    """A seeded random operator; attention with ``dropout_p == 0`` is deterministic and allowed."""
+    if torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
+        return False
+    schema = node.target._schema
+    for k, arg in enumerate(schema.arguments):
+        if arg.name == "dropout_p":
+            value = node.args[k] if k < len(node.args) else node.kwargs.get("dropout_p", arg.default_value)
+            return value != 0.0
+    return True
+
+
+def build_program(spec: ModelSpec) -> Program:
+    """Trace the training step of ``spec`` and lower it to remat-bench nodes."""
+    try:
+        gm, param_names, buffer_names = trace_step(spec)
+    except ModelSpecError:
+        raise
+    except Exception as exc:  # the model's own error, or an operator tracing cannot handle
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ModelSpecError(
+            f"the training step of model '{spec.model}' could not be traced: {type(exc).__name__}: {first_line}"
+        ) from exc
+    graph = gm.graph
+    order = {n: i for i, n in enumerate(graph.nodes)}
+
+    # Placeholders: parameters, buffers, inputs, labels (the flattened arguments of train_step).
+    placeholder_nodes = [n for n in graph.nodes if n.op == "placeholder"]
+    roles = ([("parameter", k) for k in param_names] + [("buffer", k) for k in buffer_names]
+             + [("input", "inputs"), ("input", "labels")])
+    if len(roles) != len(placeholder_nodes):
+        raise RuntimeError(f"traced {len(placeholder_nodes)} placeholders for {len(roles)} arguments")
+    placeholders = {n.name: role for n, role in zip(placeholder_nodes, roles)}
+    fixed_bytes = {"parameters": 0, "buffers": 0, "inputs": 0, "constants": 0}
+    # Storage -> the FX node that allocated it (None: a placeholder or constant, i.e. fixed memory).
+    owner: dict[StorageWeakRef, fx.Node | None] = {}
+
+    def claim(value: Any, by: fx.Node | None, account: str | None = None) -> int:
+        fresh = 0
+        for t in _tensors(value):
+            ref = StorageWeakRef(t.untyped_storage())
+            if ref not in owner:
+                owner[ref] = by
+                fresh += _nbytes(t)
+        if account is not None:
+            fixed_bytes[account] += fresh
+        return fresh
+
+    def owners(value: Any) -> set[fx.Node | None]:
+        return {owner[r] for r in (StorageWeakRef(t.untyped_storage()) for t in _tensors(value)) if r in owner}
+
+    for n, (kind, _) in zip(placeholder_nodes, roles):
+        claim(n.meta["val"], None, "inputs" if kind == "input" else f"{kind}s")
+    output_node = next(n for n in graph.nodes if n.op == "output")
+    flat_out = pytree.tree_leaves(output_node.args[0])
+    loss_fx, grad_values = flat_out[0], flat_out[1:]
+    if len(grad_values) != len(param_names):
+        raise RuntimeError(f"traced {len(grad_values)} gradients for {len(param_names)} parameters")
+
+    # Sort FX nodes: allocating (op), writing into a buffer only (update), or aliasing (folded).
+    allocates: dict[fx.Node, int] = {}
+    updates: list[fx.Node] = []
+    base_fx: dict[fx.Node, fx.Node | None] = {}
+    for n in graph.nodes:
+        if n.op == "get_attr":
+            claim(getattr(gm, n.target), None, "constants")
+            base_fx[n] = None
+            continue
+        if n.op == "placeholder":
+            base_fx[n] = None
+            continue
+        if n.op != "call_function":
+            continue
+        if _is_random(n):
+            raise ModelSpecError(
+                f"model '{spec.model}' uses the random operator {n.target} (node '{n.name}'); a "
+                "recomputation would differ from the first computation: remove dropout and other "
+                "random layers"
+            )
+        for a in _written_args(n):
+            if owners(a.meta.get("val")) - {None}:
+                raise ModelSpecError(
+                    f"model '{spec.model}': node '{n.name}' ({n.target}) writes into the intermediate "
+                    f"value '{a.name}', which remat-bench cannot model (the traced graph should be functional)"
+                )
+        val = n.meta.get("val")
+        aliased = owners(val)
+        fresh = claim(val, n)
+        if owners(val) - aliased - {None} == {n}:
+            allocates[n] = fresh
+            base_fx[n] = n
+        elif _written_args(n):
+            updates.append(n)  # copy_ of an updated buffer: its output is the buffer itself
+            base_fx[n] = None
+        elif not _tensors(val) and n.target is not operator.getitem:
+            allocates[n] = 0  # an operator without tensor outputs still has to run
+            base_fx[n] = n
+        elif len(aliased) > 1:
+            raise ModelSpecError(f"model '{spec.model}': node '{n.name}' aliases several values at once")
+        else:  # a view, detach, getitem, _unsafe_view ...: folded into the value it aliases
+            base_fx[n] = next(iter(aliased)) if aliased else None
+
+    # Keep what the outputs need: walk back from the loss, the gradients and the buffer updates.
+    needed: set[fx.Node] = set()
+    stack = [loss_fx, *[g for g in grad_values if isinstance(g, fx.Node)], *updates]
+    while stack:
+        n = stack.pop()
+        if n in needed:
+            continue
+        needed.add(n)
+        stack.extend(a for a in _fx_inputs(n) if a not in needed)
+    loss_base = base_fx[loss_fx]
+    if loss_base is None:
+        raise ModelSpecError(f"model '{spec.model}': the loss does not depend on any computation")
+
+    def alias_closure(reads: list[fx.Node]) -> tuple[fx.Node, ...]:
+        """The alias FX nodes to evaluate to get ``reads`` from base values, in graph order."""
+        found: set[fx.Node] = set()
+        todo = [a for a in reads if a.op == "call_function" and a not in allocates]
+        while todo:
+            a = todo.pop()
+            if a in found:
+                continue
+            found.add(a)
+            todo.extend(b for b in _fx_inputs(a) if b.op == "call_function" and b not in allocates)
+        return tuple(sorted(found, key=order.__getitem__))
+
+    # A gradient held alone by its node stays there (AccumulateGrad steals it); one that is part
+    # of a tuple is copied out by a gradient node, so that the rest of the tuple can be freed.
+    steal: dict[str, fx.Node] = {}
+    tail: dict[fx.Node | None, list[tuple[str, str, fx.Node | None]]] = {}
+    for name, g in zip(param_names, grad_values):
+        b = base_fx.get(g) if isinstance(g, fx.Node) else None
+        alone = b is not None and b in allocates and len(_tensors(b.meta["val"])) == 1
+        if alone and b not in steal.values():
+            steal[name] = b
+        else:
+            tail.setdefault(b, []).append((GRADIENT, name, g if isinstance(g, fx.Node) else None))
+    for u in updates:
+        bases = [base_fx[a] for a in _fx_inputs(u) if base_fx.get(a) is not None]
+        last = max(bases, key=order.__getitem__) if bases else None
+        tail.setdefault(last, []).append((UPDATE, u.name, u))
+
+    # Program nodes: allocating FX nodes in graph order; gradient copies and updates right after
+    # their last input (they have no consumers, so any later position is valid too).
+    nodes: list[ProgramNode] = []
+    index: dict[fx.Node, int] = {}
+
+    def add(node_id: str, role: str, n: fx.Node | None, reads: list[fx.Node], memory: int,
+            parameter: str | None = None) -> None:
+        aliases = alias_closure(reads)
+        # Inputs: the owners of what it reads, and every allocating node an alias is derived from.
+        touched = [*reads, *(b for a in aliases for b in _fx_inputs(a))]
+        inputs: list[int] = []
+        for a in touched:
+            for b in (base_fx.get(a), a if a in allocates else None):
+                if b is not None and index[b] not in inputs:
+                    inputs.append(index[b])
+        if role == OP:
+            index[n] = len(nodes)
+        nodes.append(ProgramNode(id=node_id, role=role, fx=n, inputs=tuple(inputs), memory=memory,
+                                 aliases=aliases, parameter=parameter))
+
+    def add_tail(b: fx.Node | None) -> None:
+        for role, name, n in tail.pop(b, []):
+            if role == GRADIENT:
+                reads = [n] if n is not None else []
+                add(f"grad:{name}", GRADIENT, n, reads, _nbytes_dense(n.meta["val"]) if n is not None else 0,
+                    parameter=name)
+            else:
+                add(name, UPDATE, n, _fx_inputs(n), 0)
+
+    add_tail(None)
+    for n in graph.nodes:
+        if n in allocates and n in needed:
+            add(n.name, OP, n, _fx_inputs(n), allocates[n])
+            add_tail(n)
+    if tail:
+        raise RuntimeError(f"could not place {sum(len(v) for v in tail.values())} gradient or update nodes")
+
+    # Kinds: the forward pass is what runs before the loss; the loss and everything after it
+    # are backward (design.md section 2). An update is forward when all it reads is.
+    loss = index[loss_base]
+    loss_pos = order[loss_base]
+    for node in nodes:
+        if node.role == OP:
+            node.forward = order[node.fx] < loss_pos
+        elif node.role == GRADIENT:
+            node.forward = False
+        else:
+            node.forward = all(nodes[j].forward for j in node.inputs)
+
+    # grad_of: the forward node whose autograd function a backward operator belongs to (same seq_nr;
+    # the first forward FX node with a sequence number is the operator that created the function).
+    first_with_seq: dict[int, fx.Node] = {}
+    for n in graph.nodes:
+        if n.op == "call_function" and order[n] < loss_pos and "seq_nr" in n.meta:
+            first_with_seq.setdefault(n.meta["seq_nr"], n)
+    for i, node in enumerate(nodes):
+        if node.forward or node.role != OP or i == loss or "seq_nr" not in node.fx.meta:
+            continue
+        f = first_with_seq.get(node.fx.meta["seq_nr"])
+        b = base_fx.get(f) if f is not None else None
+        if b is not None and b in index and nodes[index[b]].forward:
+            node.grad_of = index[b]
+
+    gradients = {name: index[b] for name, b in steal.items()}
+    gradients.update({node.parameter: i for i, node in enumerate(nodes) if node.role == GRADIENT})
+    base = {n: (index[b] if b is not None else None) for n, b in base_fx.items() if b is None or b in index}
+    return Program(
+        spec=spec, gm=gm, nodes=nodes, placeholders=placeholders, loss=loss,
+        loss_read=(loss_fx, alias_closure([loss_fx])),
+        gradients=gradients,
+        gradient_reads={name: (g, alias_closure([g])) if isinstance(g, fx.Node) else (None, ())
+                        for name, g in zip(param_names, grad_values)},
+        base=base, fixed_bytes=fixed_bytes,
+    )
+
+
+def _nbytes_dense(val: Any) -> int:
+    """Bytes of a fresh copy of ``val`` (what ``torch.clone`` allocates)."""
+    if not isinstance(val, torch.Tensor):
+        return 0
+    return int(val.numel() * val.element_size())
+
+
+# ---------------------------------------------------------------------- running
+
+
+@dataclass
+class State:
+    """The real tensors of one training step: parameters, buffers, the batch; fixed for the whole run."""
+
+    spec: ModelSpec
+    device: torch.device
+    parameters: dict[str, torch.Tensor]
+    buffers: dict[str, torch.Tensor]
+    inputs: torch.Tensor
+    labels: torch.Tensor
+
+    @classmethod
+    def create(cls, spec: ModelSpec, device: torch.device) -> State:
+        """Parameters as the model's initialisers set them after ``torch.manual_seed(spec.seed)``."""
+        step = build_step(spec)
+        params = {k: p.detach().to(device).clone() for k, p in step.named_parameters()}
+        buffers = {k: b.detach().to(device).clone() for k, b in step.named_buffers()}
+        inputs, labels = make_batch(spec, device)
+        return cls(spec, device, params, buffers, inputs, labels)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every distinct storage the state holds: the fixed memory, measured."""
+        seen: dict[StorageWeakRef, int] = {}
+        for t in [*self.parameters.values(), *self.buffers.values(), self.inputs, self.labels]:
+            seen[StorageWeakRef(t.untyped_storage())] = _nbytes(t)
+        return sum(seen.values())
+
+
+class ExecutionError(RuntimeError):
+    """An operator failed when run on real tensors; the message names the node."""
+
+
+class Executor:
+    """Runs program nodes one at a time on real tensors: ``compute(i)`` and ``free(i)``.
+
+    ``compute`` evaluates the node's operator on the values of its inputs
+    (views and getitems are re-derived from their base values each time: they
+    cost no memory) and keeps the result; ``free`` drops the reference to it,
+    the last one, so the allocator gets the memory back. A gradient node copies
+    its gradient out of a tuple; an update node writes into a buffer.
+    """
+
+    def __init__(self, program: Program, state: State) -> None:
+        self.program = program
+        self.state = state
+        self.values: dict[int, Any] = {}
+        self._placeholders: dict[str, torch.Tensor] = {}
+        for name, (kind, key) in program.placeholders.items():
+            if kind == "parameter":
+                self._placeholders[name] = state.parameters[key]
+            elif kind == "buffer":
+                self._placeholders[name] = state.buffers[key]
+            else:
+                self._placeholders[name] = state.inputs if key == "inputs" else state.labels
+        device = state.device
+        # Device arguments (ones_like(..., device=cpu), arange) follow the replay's device.
+        self._args = {
+            n: fx.node.map_aggregate((n.args, n.kwargs), lambda a: device if isinstance(a, torch.device) else a)
+            for n in program.gm.graph.nodes if n.op == "call_function"
+        }
+
+    def _read(self, n: fx.Node, local: dict[fx.Node, Any]) -> Any:
+        if n in local:
+            return local[n]
+        if n.op == "placeholder":
+            return self._placeholders[n.name]
+        if n.op == "get_attr":
+            return getattr(self.program.gm, n.target).to(self.state.device)
+        base = self.program.base.get(n)
+        if base is None or base not in self.values:
+            name = self.program.nodes[base].id if base is not None else n.name
+            raise RuntimeError(f"value '{name}' is read but not resident")
+        return self.values[base]
+
+    def _call(self, n: fx.Node, local: dict[fx.Node, Any]) -> Any:
+        args, kwargs = fx.node.map_arg(self._args[n], lambda a: self._read(a, local))
+        return n.target(*args, **kwargs)
+
+    def evaluate(self, n: fx.Node | None, aliases: tuple[fx.Node, ...]) -> Any:
+        """The value of FX node ``n``, re-deriving ``aliases`` from resident values first."""
+        if n is None:
+            return None
+        local: dict[fx.Node, Any] = {}
+        for a in aliases:
+            local[a] = self._call(a, local)
+        return self._read(n, local)
+
+    def compute(self, i: int) -> None:
+        node = self.program.nodes[i]
+        try:
+            with torch.no_grad():
+                if node.role == GRADIENT:
+                    value = self.evaluate(node.fx, node.aliases)
+                    self.values[i] = None if value is None else torch.clone(value)
+                    return
+                local: dict[fx.Node, Any] = {}
+                for a in node.aliases:
+                    local[a] = self._call(a, local)
+                self.values[i] = self._call(node.fx, local)
+        except Exception as exc:
+            raise ExecutionError(f"node '{node.id}' ({node.fx.target if node.fx is not None else 'gradient'}) "
+                                 f"failed on {self.state.device}: {exc}") from exc
+
+    def free(self, i: int) -> None:
+        del self.values[i]
+
+    def results(self) -> tuple[torch.Tensor, dict[str, torch.Tensor | None]]:
+        """The loss and every parameter's gradient, read from the resident outputs."""
+        program = self.program
+        with torch.no_grad():
+            loss = self.evaluate(*program.loss_read)
+            grads = {}
+            for name, read in program.gradient_reads.items():
+                i = program.gradients[name]
+                grads[name] = self.values[i] if program.nodes[i].role == GRADIENT else self.evaluate(*read)
+        return loss, grads
+
+
+def reference_step(spec: ModelSpec, device: torch.device) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """A plain autograd training step: the loss and every parameter's gradient, for comparison."""
+    step = build_step(spec).to(device)
+    inputs, labels = make_batch(spec, device)
+    loss = step(inputs, labels)
+    params = list(step.parameters())
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    names = [k for k, _ in step.named_parameters()]
+    return loss.detach(), {k: (torch.zeros_like(p) if g is None else g) for k, g, p in zip(names, grads, params)}

@@ -1,0 +1,408 @@
+"""Replay: run a schedule with real tensors and measure the real peak (design.md section 9).
+
+`replay(graph, schedule)` walks the schedule step by step:
+
+- for a graph imported from PyTorch (`remat_bench.torch.importer`), it
+  re-traces the model from the spec in the graph's metadata (refusing if that
+  no longer gives the same nodes), builds the parameters and the batch from
+  the spec's seed, and runs each ``compute v`` as v's real aten operator on
+  the resident values of its inputs; ``free v`` drops the only reference to
+  v's value, so the allocator gets its memory back. At the end it checks the
+  loss and every parameter gradient against a plain autograd step of the same
+  model, parameters and batch: ``outputs_match`` holds when every element
+  satisfies ``|replay - autograd| <= ATOL + RTOL * |autograd|``
+  (``RTOL = 1e-5``, ``ATOL = 1e-6``); the largest absolute and relative
+  differences are reported. On CPU the replay runs the same kernels as
+  autograd, and the differences are zero;
+- for any other graph, ``compute v`` allocates a uint8 tensor of v's memory
+  (the graph's memory units read as bytes) and fills it with the largest byte
+  of its inputs, a kernel that reads every input in full; a workspace is
+  allocated, touched and dropped around it.
+
+Measurement. The measured peak counts, on the footing of the simulator, the
+fixed memory (for an imported graph: the parameters, buffers and batch that
+the replay holds, measured as the bytes of their storages; for other graphs a
+tensor of ``fixed_memory`` bytes) plus the largest amount allocated at once
+during the schedule, above what was allocated when it started:
+
+- on CPU, from the PyTorch profiler's memory events
+  (``profile(profile_memory=True)``): every allocation and free of the CPU
+  allocator, each with the allocator's running total at that moment; the peak
+  is the largest running total. This is exact at the allocator level, and
+  includes the scratch memory that operators allocate and free inside
+  themselves (which the graph, whose workspaces are 0, does not model);
+- on CUDA, from the caching allocator's statistics: ``max_memory_allocated``
+  after ``reset_peak_memory_stats``, less ``memory_allocated`` at the start
+  (allocations are rounded up to 512 bytes there).
+
+Wall time is measured on a second, unprofiled run (the first one also warms
+up the kernels), and reported beside the schedule's modelled duration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from remat_bench.errors import RematBenchError, ScheduleError
+from remat_bench.graph import Graph, Number, load_graph, parse_json, read_text
+from remat_bench.schedule import COMPUTE, Schedule, schedule_from_dict
+from remat_bench.simulate import simulate
+from remat_bench.torch.importer import program_for_graph, spec_of
+from remat_bench.torch.program import ExecutionError, Executor, State, reference_step
+
+RTOL = 1e-5
+ATOL = 1e-6
+
+
+class ReplayError(RematBenchError):
+    """A replay that cannot run here: no such device, or not enough memory."""
+
+
+@dataclass
+class ReplayResult:
+    """What a replay measured; ``to_json`` is what ``remat-bench replay --json`` prints."""
+
+    graph: str
+    device: str
+    mode: str  # "model" (imported graph, real operators) or "synthetic"
+    measured_peak: int
+    simulated_peak: Number
+    measured_fixed: int
+    fixed_memory: Number
+    wall_time_s: float
+    simulated_duration: Number
+    duration_unit: str
+    steps: int
+    computes: int
+    recomputations: int
+    outputs_match: bool | None = None
+    max_abs_diff: float | None = None
+    max_rel_diff: float | None = None
+    measurement: str = ""
+    diffs: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def peak_error_pct(self) -> float:
+        """How far the measured peak is above (+) or below (-) the simulated one, in percent."""
+        if not self.simulated_peak:
+            return 0.0
+        return 100.0 * (self.measured_peak / self.simulated_peak - 1.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "measured_peak": self.measured_peak,
+            "simulated_peak": self.simulated_peak,
+            "outputs_match": self.outputs_match,
+            "max_abs_diff": self.max_abs_diff,
+            "wall_time_s": self.wall_time_s,
+            "graph": self.graph,
+            "mode": self.mode,
+            "peak_error_pct": self.peak_error_pct,
+            "measured_fixed": self.measured_fixed,
+            "fixed_memory": self.fixed_memory,
+            "max_rel_diff": self.max_rel_diff,
+            "tolerance": {"rtol": RTOL, "atol": ATOL} if self.mode == "model" else None,
+            "simulated_duration": self.simulated_duration,
+            "duration_unit": self.duration_unit,
+            "steps": self.steps,
+            "computes": self.computes,
+            "recomputations": self.recomputations,
+            "measurement": self.measurement,
+        }
+
+
+def resolve_device(device: str | None) -> torch.device:
+    """``None``: CUDA when present, else CPU. A device that is not there is refused."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ReplayError("--device cuda was asked for, but this PyTorch sees no CUDA device; use --device cpu")
+    if dev.type not in ("cuda", "cpu"):
+        raise ReplayError(f"replay runs on cuda or cpu, not {device!r}")
+    return dev
+
+
+def load_schedule_for(graph: Graph, path: str | Path) -> Schedule:
+    """Read a schedule file for ``graph``; refuse one written for another graph (by its sha256)."""
+    data = parse_json(read_text(path, ScheduleError), str(path), ScheduleError)
+    written = data.get("graph") if isinstance(data, dict) else None
+    want = written.get("sha256") if isinstance(written, dict) else None
+    if want and want != graph.sha256:
+        raise ScheduleError(
+            f"{path} was written for graph '{written.get('name') or '?'}' (sha256 {want[:12]}), not for "
+            f"'{graph.name}' (sha256 {graph.sha256[:12]}); refusing to replay it: replay a schedule "
+            "on the graph it was solved for"
+        )
+    return schedule_from_dict(data, graph, str(path))
+
+
+def replay_files(graph_path: str | Path, schedule_path: str | Path, device: str | None = None) -> ReplayResult:
+    """Load a graph and a schedule file (refusing one written for another graph) and replay it."""
+    graph = load_graph(graph_path)
+    return replay(graph, load_schedule_for(graph, schedule_path), device)
+
+
+def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_run: bool = True) -> ReplayResult:
+    """Execute ``schedule`` on ``graph`` with real tensors; measure the peak and check the outputs.
+
+    ``timing_run=False`` skips the second, unprofiled run and reports the
+    wall time of the profiled one (slower by the profiler's overhead).
+
+    The schedule must be valid for the graph (the simulator decides): one that
+    is not, including one written for another graph, is refused with a
+    ScheduleError before anything runs.
+    """
+    sim = simulate(graph, schedule)
+    if not sim.valid:
+        raise ScheduleError(f"refusing to replay a schedule that is not valid for graph '{graph.name}': "
+                            f"{sim.violation}")
+    dev = resolve_device(device)
+    steps = list(zip(schedule.kinds.tolist(), schedule.nodes.tolist(), schedule.impls.tolist()))
+    spec = spec_of(graph)
+    run = _model_run(graph, dev) if spec is not None else _synthetic_run(graph, dev, sim.peak)
+    with run as (execute, fixed_bytes, finish):
+        start = time.perf_counter()
+        measured_delta = measure_peak(dev, lambda: execute(steps))
+        wall = time.perf_counter() - start  # profiled: used only without a timing run
+        check = finish()
+        if timing_run:
+            wall = _timed(dev, lambda: execute(steps))
+    return ReplayResult(
+        graph=graph.name,
+        device=str(dev),
+        mode="model" if spec is not None else "synthetic",
+        measured_peak=fixed_bytes + measured_delta,
+        simulated_peak=sim.peak,
+        measured_fixed=fixed_bytes,
+        fixed_memory=graph.fixed_memory,
+        wall_time_s=wall,
+        simulated_duration=sim.duration,
+        duration_unit=graph.units.get("duration", ""),
+        steps=sim.num_steps,
+        computes=sim.computes,
+        recomputations=sim.recomputations,
+        outputs_match=check.get("match"),
+        max_abs_diff=check.get("max_abs"),
+        max_rel_diff=check.get("max_rel"),
+        diffs=check.get("diffs", {}),
+        measurement=("torch.profiler memory events (CPU allocator)" if dev.type == "cpu"
+                     else "torch.cuda.max_memory_allocated"),
+    )
+
+
+Step = tuple[int, int, int]  # (COMPUTE or FREE, node index, implementation position)
+Execute = Callable[[list[Step]], None]
+
+
+# ---------------------------------------------------------------------- imported graphs
+
+
+@contextlib.contextmanager
+def _model_run(graph: Graph, device: torch.device) -> Iterator[tuple[Execute, int, Callable[[], dict]]]:
+    program = program_for_graph(graph)
+    # The reference run comes first and is kept outside the measured region.
+    ref_loss, ref_grads = reference_step(program.spec, device)
+    state = State.create(program.spec, device)
+    executors: list[Executor] = []
+
+    def execute(steps: list[Step]) -> None:
+        ex = Executor(program, state)
+        try:
+            for kind, v, _ in steps:
+                if kind == COMPUTE:
+                    ex.compute(v)
+                else:
+                    ex.free(v)
+        except ExecutionError as exc:
+            raise ReplayError(f"replaying '{graph.name}': {exc}") from None
+        _sync(device)
+        executors.append(ex)  # its outputs (loss, gradients) stay alive until finish()
+
+    def finish() -> dict[str, Any]:
+        loss, grads = executors[0].results()
+        result = compare({"loss": loss, **grads}, {"loss": ref_loss, **ref_grads})
+        executors.clear()
+        return result
+
+    try:
+        yield execute, state.nbytes, finish
+    finally:
+        executors.clear()
+
+
+def compare(got: dict[str, torch.Tensor | None], want: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Largest absolute and relative differences, and whether all are within RTOL/ATOL."""
+    diffs: dict[str, float] = {}
+    max_abs = max_rel = 0.0
+    match = True
+    for name, ref in want.items():
+        value = got.get(name)
+        value = torch.zeros_like(ref) if value is None else value.to(ref.device)
+        diff = (value.double() - ref.double()).abs()
+        worst = float(diff.max()) if diff.numel() else 0.0
+        scale = float(ref.double().abs().max()) if ref.numel() else 0.0
+        diffs[name] = worst
+        max_abs = max(max_abs, worst)
+        max_rel = max(max_rel, worst / scale if scale else (0.0 if worst == 0 else math.inf))
+        match = match and bool(torch.allclose(value.double(), ref.double(), rtol=RTOL, atol=ATOL))
+    return {"match": match, "max_abs": max_abs, "max_rel": max_rel, "diffs": diffs}
+
+
+# ---------------------------------------------------------------------- other graphs
+
+
+def _as_bytes(amount: Number) -> int:
+    return math.ceil(amount)
+
+
+@contextlib.contextmanager
+def _synthetic_run(graph: Graph, device: torch.device,
+                   simulated_peak: Number) -> Iterator[tuple[Execute, int, Callable[[], dict]]]:
+    need = _as_bytes(simulated_peak)
+    available = _available_bytes(device)
+    if available is not None and need > 0.8 * available:
+        raise ReplayError(
+            f"graph '{graph.name}' needs {need:,} bytes at its simulated peak, more than 80% of the "
+            f"{available:,} bytes free on {device}; replay it on a larger machine"
+        )
+    memory = [_as_bytes(m) for m in graph.memory.tolist()]
+    op_inputs = graph.op_inputs
+    op_start = graph.op_start.tolist()
+    workspace = [_as_bytes(w) for w in graph.op_workspace.tolist()]
+    fixed = torch.zeros(_as_bytes(graph.fixed_memory), dtype=torch.uint8, device=device)
+    reduced = torch.zeros((), dtype=torch.uint8, device=device)
+
+    def execute(steps: list[Step]) -> None:
+        values: dict[int, torch.Tensor] = {}
+        for kind, v, k in steps:
+            if kind != COMPUTE:
+                del values[v]
+                continue
+            op = op_start[v] + k
+            out = torch.empty(memory[v], dtype=torch.uint8, device=device)
+            if workspace[op]:
+                scratch = torch.empty(workspace[op], dtype=torch.uint8, device=device)
+                scratch.fill_(1)
+                del scratch
+            reduced.zero_()
+            for u in op_inputs[op]:
+                if values[u].numel():
+                    torch.maximum(reduced, torch.amax(values[u], dim=0), out=reduced)
+            out.fill_(reduced)
+            values[v] = out
+        values.clear()
+        _sync(device)
+
+    try:
+        yield execute, int(fixed.numel()), lambda: {}  # nothing to check against
+    finally:
+        del fixed
+
+
+def _available_bytes(device: torch.device) -> int | None:
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return None
+
+
+# ---------------------------------------------------------------------- measuring
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(device: torch.device, fn: Callable[[], None]) -> float:
+    _sync(device)
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - start
+
+
+def measure_peak(device: torch.device, fn: Callable[[], None]) -> int:
+    """The most bytes allocated at once while ``fn`` runs, above what was allocated when it began."""
+    if device.type == "cuda":
+        _sync(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        start = torch.cuda.memory_allocated(device)
+        fn()
+        _sync(device)
+        return int(torch.cuda.max_memory_allocated(device) - start)
+    return cpu_peak_bytes(fn)
+
+
+def cpu_peak_bytes(fn: Callable[[], None]) -> int:
+    """Peak of the CPU allocator's running total during ``fn``, from the profiler's memory events.
+
+    Each allocation event carries the allocator's total at that moment (taken
+    under its lock), so the order of events with equal timestamps does not
+    matter. The total counts memory allocated while profiling; what was
+    allocated before is the baseline, read off the first event.
+    """
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_stderr():
+        prof.__enter__()
+    try:
+        fn()
+    finally:
+        with _quiet_stderr():
+            prof.__exit__(None, None, None)
+    totals: list[tuple[int, int, int]] = []
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        event = stack.pop()
+        stack.extend(event.children)
+        if event.typed[0] == _EventType.Allocation:
+            fields = event.typed[1]
+            if fields.device.type == "cpu":
+                totals.append((event.start_time_ns, fields.total_allocated, fields.alloc_size))
+    if not totals:
+        return 0
+    totals.sort()
+    start = totals[0][1] - totals[0][2]
+    return int(max(total for _, total, _ in totals) - start)
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence the two lines Kineto prints to stderr when the profiler starts and stops."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)

@@ -1,0 +1,343 @@
+"""The model zoo for ``remat-bench graphs import-torch``: six training tasks defined here.
+
+Each entry is a plain `torch.nn.Module` (no torchvision) with a default input
+shape and a task that fixes the loss and the labels:
+
+| name | architecture | default input (per sample) | task |
+| --- | --- | --- | --- |
+| ``mlp`` | 784 -> 512 x 4 -> 10, ReLU | (784,) | classify |
+| ``vgg11`` | VGG-11 (Simonyan and Zisserman 2015, config A) with batchnorm, CIFAR head | (3, 32, 32) | classify |
+| ``resnet18`` | ResNet-18 (He et al. 2016), basic blocks [2, 2, 2, 2], ImageNet stem | (3, 224, 224) | classify |
+| ``resnet50`` | ResNet-50, bottleneck blocks [3, 4, 6, 3] | (3, 224, 224) | classify |
+| ``unet`` | U-Net (Ronneberger et al. 2015), depth 3, base width 32, batchnorm | (3, 128, 128) | segment |
+| ``gpt`` | GPT-style decoder: token + position embeddings, pre-norm blocks of causal attention and a 4x GELU MLP | (128,) token ids | language |
+
+Keyword arguments scale the models (``width`` for the convolutional ones,
+``hidden``/``depth`` for the MLP, ``layers``/``width``/``heads``/``vocab`` for
+the GPT), so that tests and benchmarks can pick sizes where activations, not
+parameters, dominate memory at batch sizes a CPU can run.
+
+Tasks (the loss is part of the traced training step):
+
+- ``classify``: logits (N, C), integer labels (N,), cross-entropy;
+- ``segment``: logits (N, C, H, W), integer labels (N, H, W), cross-entropy;
+- ``language``: token ids (N, T) in, logits (N, T, V) out, next-token labels
+  (N, T), cross-entropy over all N * T positions;
+- ``regress``: any output, a target of the output's shape, mean squared error
+  (the default for a user's own model whose output is not (N, C)).
+
+No model uses dropout or another random operator: a recomputed value must
+equal the first computation, which the replay checks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from remat_bench.errors import RematBenchError
+
+TASKS = ("classify", "segment", "language", "regress")
+
+
+# ---------------------------------------------------------------------- models
+
+
+class MLP(nn.Module):
+    """``depth`` hidden layers of ``hidden`` units with ReLU, then a linear classifier."""
+
+    def __init__(self, in_features: int = 784, hidden: int = 512, depth: int = 4, num_classes: int = 10) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        width = in_features
+        for _ in range(depth):
+            layers += [nn.Linear(width, hidden), nn.ReLU()]
+            width = hidden
+        layers.append(nn.Linear(width, num_classes))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x.flatten(1))
+
+
+def _conv_bn_relu(c_in: int, c_out: int) -> list[nn.Module]:
+    return [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU()]
+
+
+class VGG11(nn.Module):
+    """VGG-11 (config A) with batchnorm; global average pooling and one linear layer as head."""
+
+    CONFIG = (1, "M", 2, "M", 4, 4, "M", 8, 8, "M", 8, 8, "M")  # in units of width
+
+    def __init__(self, width: int = 64, num_classes: int = 10) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        c_in = 3
+        for item in self.CONFIG:
+            if item == "M":
+                layers.append(nn.MaxPool2d(2))
+            else:
+                layers += _conv_bn_relu(c_in, width * int(item))
+                c_in = width * int(item)
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Linear(c_in, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.features(x)
+        return self.head(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1))
+
+
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, c_in: int, c_mid: int, stride: int) -> None:
+        super().__init__()
+        c_out = c_mid * self.expansion
+        self.conv1 = nn.Conv2d(c_in, c_mid, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c_mid)
+        self.conv2 = nn.Conv2d(c_mid, c_out, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c_out)
+        self.shortcut = _shortcut(c_in, c_out, stride)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = self.bn2(self.conv2(h))
+        return F.relu(h + self.shortcut(x))
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, c_in: int, c_mid: int, stride: int) -> None:
+        super().__init__()
+        c_out = c_mid * self.expansion
+        self.conv1 = nn.Conv2d(c_in, c_mid, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c_mid)
+        self.conv2 = nn.Conv2d(c_mid, c_mid, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c_mid)
+        self.conv3 = nn.Conv2d(c_mid, c_out, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(c_out)
+        self.shortcut = _shortcut(c_in, c_out, stride)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = F.relu(self.bn2(self.conv2(h)))
+        h = self.bn3(self.conv3(h))
+        return F.relu(h + self.shortcut(x))
+
+
+def _shortcut(c_in: int, c_out: int, stride: int) -> nn.Module:
+    if stride == 1 and c_in == c_out:
+        return nn.Identity()
+    return nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+
+
+class ResNet(nn.Module):
+    """He et al. 2016: a 7x7 stride-2 stem, max pooling, four stages, global pooling, linear head."""
+
+    def __init__(self, block: type[BasicBlock] | type[Bottleneck], blocks: tuple[int, ...],
+                 width: int = 64, num_classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, 1))
+        stages: list[nn.Module] = []
+        c_in = width
+        for i, count in enumerate(blocks):
+            c_mid = width * 2**i
+            for j in range(count):
+                stages.append(block(c_in, c_mid, 2 if (j == 0 and i > 0) else 1))
+                c_in = c_mid * block.expansion
+        self.stages = nn.Sequential(*stages)
+        self.head = nn.Linear(c_in, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.stages(self.stem(x))
+        return self.head(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1))
+
+
+def resnet18(width: int = 64, num_classes: int = 10) -> ResNet:
+    return ResNet(BasicBlock, (2, 2, 2, 2), width, num_classes)
+
+
+def resnet50(width: int = 64, num_classes: int = 10) -> ResNet:
+    return ResNet(Bottleneck, (3, 4, 6, 3), width, num_classes)
+
+
+class UNet(nn.Module):
+    """Ronneberger et al. 2015: ``depth`` down steps (two 3x3 conv-bn-relu, max pool), mirrored up
+    steps (2x2 transposed convolution, concatenation with the skip, two 3x3 conv-bn-relu)."""
+
+    def __init__(self, width: int = 32, depth: int = 3, num_classes: int = 4) -> None:
+        super().__init__()
+        self.down = nn.ModuleList()
+        self.up = nn.ModuleList()
+        self.merge = nn.ModuleList()
+        c_in = 3
+        for i in range(depth):
+            c = width * 2**i
+            self.down.append(nn.Sequential(*_conv_bn_relu(c_in, c), *_conv_bn_relu(c, c)))
+            c_in = c
+        c_bottom = width * 2**depth
+        self.bottom = nn.Sequential(*_conv_bn_relu(c_in, c_bottom), *_conv_bn_relu(c_bottom, c_bottom))
+        c_in = c_bottom
+        for i in reversed(range(depth)):
+            c = width * 2**i
+            self.up.append(nn.ConvTranspose2d(c_in, c, 2, stride=2))
+            self.merge.append(nn.Sequential(*_conv_bn_relu(2 * c, c), *_conv_bn_relu(c, c)))
+            c_in = c
+        self.head = nn.Conv2d(c_in, num_classes, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        skips = []
+        h = x
+        for block in self.down:
+            h = block(h)
+            skips.append(h)
+            h = F.max_pool2d(h, 2)
+        h = self.bottom(h)
+        for up, merge, skip in zip(self.up, self.merge, reversed(skips)):
+            h = merge(torch.cat([up(h), skip], dim=1))
+        return self.head(h)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        if width % heads:
+            raise ValueError(f"width {width} is not a multiple of heads {heads}")
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (z.view(n, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        h = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(h.transpose(1, 2).reshape(n, t, c))
+
+
+class GPTBlock(nn.Module):
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(width)
+        self.attn = CausalSelfAttention(width, heads)
+        self.ln2 = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    """A GPT-style decoder (Radford et al. 2019): ``layers`` pre-norm blocks, untied output head."""
+
+    def __init__(self, vocab: int = 1024, max_seq: int = 1024, width: int = 256, layers: int = 4,
+                 heads: int = 4) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab, width)
+        self.pos = nn.Embedding(max_seq, width)
+        self.blocks = nn.Sequential(*(GPTBlock(width, heads) for _ in range(layers)))
+        self.ln_f = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        h = self.tok(tokens) + self.pos(positions)
+        return self.head(self.ln_f(self.blocks(h)))
+
+
+# ---------------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    """A zoo entry: how to build the module, its default per-sample input shape, and its task."""
+
+    name: str
+    build: Callable[..., nn.Module]
+    input_shape: tuple[int, ...]
+    task: str
+    description: str
+
+
+ZOO: dict[str, ZooModel] = {
+    m.name: m
+    for m in (
+        ZooModel("mlp", MLP, (784,), "classify", "784 -> 512 x 4 -> 10 MLP with ReLU"),
+        ZooModel("vgg11", VGG11, (3, 32, 32), "classify", "VGG-11 with batchnorm, CIFAR-sized head"),
+        ZooModel("resnet18", resnet18, (3, 224, 224), "classify", "ResNet-18, basic blocks [2, 2, 2, 2]"),
+        ZooModel("resnet50", resnet50, (3, 224, 224), "classify", "ResNet-50, bottleneck blocks [3, 4, 6, 3]"),
+        ZooModel("unet", UNet, (3, 128, 128), "segment", "U-Net, depth 3, base width 32, batchnorm"),
+        ZooModel("gpt", GPT, (128,), "language", "GPT-style decoder, 4 blocks of width 256, 4 heads"),
+    )
+}
+
+
+class ModelSpecError(RematBenchError):
+    """A model name, factory or input shape that cannot be used."""
+
+
+def load_factory(model: str) -> Callable[..., nn.Module]:
+    """The callable behind a zoo name or a ``package.module:factory`` path."""
+    if model in ZOO:
+        return ZOO[model].build
+    module_name, sep, attr = model.partition(":")
+    if not sep or not module_name or not attr:
+        raise ModelSpecError(
+            f"'{model}' is neither a zoo model ({', '.join(ZOO)}) nor a factory written as "
+            "package.module:factory"
+        )
+    # Like `python -m`, look in the current folder first, so `mypkg.models:make` works from a checkout.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ModelSpecError(f"'{model}': cannot import module '{module_name}' ({exc})") from None
+    factory = module
+    for part in attr.split("."):
+        factory = getattr(factory, part, None)
+        if factory is None:
+            raise ModelSpecError(f"'{model}': module '{module_name}' has no attribute '{attr}'")
+    if not callable(factory):
+        raise ModelSpecError(f"'{model}': '{attr}' is not callable")
+    return factory
+
+
+def build_module(model: str, kwargs: dict[str, Any]) -> nn.Module:
+    """Build the model; the factory's own errors become one sentence."""
+    factory = load_factory(model)
+    try:
+        module = factory(**kwargs)
+    except TypeError as exc:
+        raise ModelSpecError(f"model '{model}' cannot be built with {kwargs}: {exc}") from None
+    if not isinstance(module, nn.Module):
+        raise ModelSpecError(f"model '{model}': the factory returned {type(module).__name__}, not an nn.Module")
+    return module
+
+
+class TrainingStep(nn.Module):
+    """The model and its loss: ``forward(inputs, labels)`` returns the scalar training loss."""
+
+    def __init__(self, model: nn.Module, task: str) -> None:
+        super().__init__()
+        self.model = model
+        self.task = task
+
+    def forward(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        out = self.model(inputs)
+        if self.task == "language":
+            return F.cross_entropy(out.flatten(0, 1), labels.flatten())
+        if self.task in ("classify", "segment"):
+            return F.cross_entropy(out, labels)
+        return F.mse_loss(out, labels)
