@@ -147,3 +147,60 @@ def best_order_peak(graph: Graph) -> int:
         peak = simulate(graph, place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64))).peak
         best = peak if best is None else min(best, peak)
     return best
+
+
+def staged_optimum_with_implementations(graph: Graph, budget: int, monet_shape: bool = False) -> int | None:
+    """`staged_optimum` where every computation also picks one of the node's implementations.
+
+    Each implementation brings its own inputs, duration and workspace. With
+    ``monet_shape`` the schedules are MONeT's (Shah et al. 2021): the forward
+    nodes are computed once each, in order, with no recomputation during the
+    forward pass; before each backward node only forward nodes are recomputed.
+    ``graph`` lists its forward nodes first, as training graphs do.
+    """
+    n = graph.n
+    assert n <= 12, "the brute force is for tiny graphs"
+    mem, size, _, _, outputs = _masks(graph)
+    fixed = int(graph.fixed_memory)
+    forward = [bool(f) for f in graph.is_forward]
+    options = [
+        [(sum(1 << u for u in graph.op_inputs[op]), int(graph.op_duration[op]), int(graph.op_workspace[op]))
+         for op in graph.ops_of(v)]
+        for v in range(n)
+    ]
+    start = (0, -1, 0)
+    best = {start: 0}
+    heap = [(0, start)]
+    while heap:
+        cost, state = heapq.heappop(heap)
+        if best.get(state, 1 << 62) < cost:
+            continue
+        t, j, resident = state
+        if t == n:
+            if resident & outputs == outputs:
+                return cost
+            continue
+        moves = []
+        rest = resident
+        while rest:
+            low = rest & -rest
+            rest ^= low
+            moves.append((0, (t, j, resident ^ low)))
+        first = t if (monet_shape and forward[t]) else j + 1
+        for i in range(first, t + 1):
+            if monet_shape and i < t and not forward[i]:
+                continue
+            bit = 1 << i
+            if resident & bit:
+                continue
+            nxt = (t + 1, -1, resident | bit) if i == t else (t, i, resident | bit)
+            for need, dur, ws in options[i]:
+                if need & ~resident or fixed + size[resident] + mem[i] + ws > budget:
+                    continue
+                moves.append((dur, nxt))
+        for step, nxt in moves:
+            c = cost + step
+            if c < best.get(nxt, 1 << 62):
+                best[nxt] = c
+                heapq.heappush(heap, (c, nxt))
+    return None

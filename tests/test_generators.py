@@ -388,7 +388,7 @@ def test_generate_refuses_options_a_kind_does_not_take():
         generate("chain", layers=0)
     with pytest.raises(GraphError, match="depth 7 is not supported"):
         generate("resnet50", layers=7)
-    with pytest.raises(GraphError, match="not available yet"):
-        generate("vgg16", implementations=True)
+    with pytest.raises(GraphError, match="adds nothing to this graph"):
+        generate("transformer", implementations=True)
     with pytest.raises(GraphError, match="unknown graph kind 'lenet'"):
         generate("lenet")

@@ -13,6 +13,7 @@ from typing import Any
 from remat_bench.errors import GraphError
 from remat_bench.generators.architectures import densenet121, resnet50, transformer, unet, vgg16
 from remat_bench.generators.chain import chain
+from remat_bench.generators.implementations import add_implementations, first_implementations
 from remat_bench.generators.random_layered import random_layered
 from remat_bench.generators.training import ForwardOp, training_graph
 from remat_bench.graph import Graph
@@ -20,8 +21,10 @@ from remat_bench.graph import Graph
 __all__ = [
     "GENERATORS",
     "ForwardOp",
+    "add_implementations",
     "chain",
     "densenet121",
+    "first_implementations",
     "generate",
     "random_layered",
     "resnet50",
@@ -91,16 +94,14 @@ def generate(
     transformer (with 64-wide heads, as in GPT, or the nearest divisor) or
     the mean layer width of a random layered graph. Options
     left as None take the generator's defaults (chain: 10 layers;
-    random-layered: 100 nodes, seed 0). Raises `GraphError` for an unknown
-    kind, an option the kind does not take, or a value out of range.
+    random-layered: 100 nodes, seed 0). ``implementations`` adds MONeT's
+    operator implementations (convolution algorithms, output-activated
+    gradients; `add_implementations`). Raises `GraphError` for an unknown
+    kind, an option the kind does not take, a value out of range, or
+    ``implementations`` on a graph with no operator they apply to.
     """
     if kind not in GENERATORS:
         raise GraphError(f"unknown graph kind '{kind}'; choose one of {', '.join(GENERATORS)}")
-    if implementations:
-        raise GraphError(
-            f"{kind}: --implementations is not supported yet; operator implementations are not "
-            "available yet for generated graphs"
-        )
     given = {
         name: value
         for name, value in (("batch", batch), ("layers", layers), ("nodes", nodes), ("seed", seed),
@@ -121,4 +122,7 @@ def generate(
     kwargs.update({accepted[name]: value for name, value in given.items()})
     if kind == "transformer" and width is not None:
         kwargs["heads"] = _heads_for(width)
-    return GENERATORS[kind](**kwargs)
+    graph = GENERATORS[kind](**kwargs)
+    if implementations:
+        graph = add_implementations(graph, kind)
+    return graph

@@ -66,7 +66,9 @@ class _Net:
     def elements(self, x: str) -> int:
         return self.batch * math.prod(self.shape[x])
 
-    def add_op(self, id: str, op: str, inputs: Sequence[str], shape: Shape, flops: int, params: int = 0) -> str:
+    def add_op(self, id: str, op: str, inputs: Sequence[str], shape: Shape, flops: int, params: int = 0,
+               **metadata: int) -> str:
+        """Add a forward op; extra keyword arguments are recorded in its metadata (a convolution's kernel and stride)."""
         if min(shape) < 1:
             raise GraphError(
                 f"{self.kind}: the input is too small: '{id}' would have shape {[self.batch, *shape]}; "
@@ -81,7 +83,7 @@ class _Net:
                 inputs=[x for x in inputs if x != INPUT],
                 memory=FLOAT32 * self.batch * math.prod(shape),
                 duration=int(flops),
-                metadata={"shape": [self.batch, *shape]},
+                metadata={"shape": [self.batch, *shape], **metadata},
             )
         )
         return id
@@ -94,14 +96,16 @@ class _Net:
         p = k // 2 if padding is None else padding
         ho, wo = (h + 2 * p - k) // stride + 1, (w + 2 * p - k) // stride + 1
         flops = 2 * self.batch * ho * wo * out * c * k * k
-        return self.add_op(id, "conv2d", [x], (out, ho, wo), flops, k * k * c * out + (out if bias else 0))
+        return self.add_op(id, "conv2d", [x], (out, ho, wo), flops, k * k * c * out + (out if bias else 0),
+                           kernel=k, stride=stride)
 
     def conv_transpose(self, id: str, x: str, out: int, k: int = 2, stride: int = 2) -> str:
         c, h, w = self.shape[x]
         ho, wo = (h - 1) * stride + k, (w - 1) * stride + k
         # Every input pixel scatters a k x k x out patch.
         flops = 2 * self.batch * h * w * c * out * k * k
-        return self.add_op(id, "conv_transpose2d", [x], (out, ho, wo), flops, k * k * c * out + out)
+        return self.add_op(id, "conv_transpose2d", [x], (out, ho, wo), flops, k * k * c * out + out,
+                           kernel=k, stride=stride)
 
     def pool(self, id: str, x: str, op: str, k: int, stride: int, padding: int = 0) -> str:
         c, h, w = self.shape[x]

@@ -34,6 +34,7 @@ BUILTIN: dict[str, str] = {
     "kusumoto": "remat_bench.methods.kusumoto:Kusumoto",
     "twremat": "remat_bench.methods.twremat:TWRemat",
     "fenghuang": "remat_bench.methods.fenghuang:FengHuang",
+    "monet": "remat_bench.methods.monet:Monet",
 }
 
 
