@@ -32,6 +32,7 @@ PUBLISHED = {
 }
 LIMIT = float(os.environ.get("BENCH_TIME_LIMIT", 300))
 LARGE_LIMIT = float(os.environ.get("BENCH_LARGE_TIME_LIMIT", 600))
+PROFILE_LIMIT = float(os.environ.get("BENCH_PROFILE_TIME_LIMIT", LIMIT))
 
 
 def reached_at(result, target: float) -> str:
@@ -78,7 +79,7 @@ def profile() -> None:
     ]
     rows = []
     for label, params in variants:
-        r = run(g, "moccasin", "0.8", time_limit=LIMIT, params=params)
+        r = run(g, "moccasin", "0.8", time_limit=PROFILE_LIMIT, params=params)
         progress = r.stats.get("progress", [])
         first1 = next((t for ph, t, _ in progress if ph == "phase1"), None)
         first2 = next((t for ph, t, _ in progress if ph == "phase2"), None)
@@ -86,7 +87,7 @@ def profile() -> None:
                      f"{r.stats.get('model_build_time_s', 0):.2f}", "-" if first1 is None else f"{first1:.1f}",
                      f"{r.stats.get('phase1_time_s', 0):.1f}", "-" if first2 is None else f"{first2:.1f}",
                      f"{r.solve_time_s:.1f}", pct(r, r.lower_bound)])
-    show(f"Profile: random_layered_n250 at 0.8 (limit {LIMIT:g} s)",
+    show(f"Profile: random_layered_n250 at 0.8 (limit {PROFILE_LIMIT:g} s)",
          ["variant", "status", "overhead %", "build (s)", "phase 1 first solution (s)", "phase 1 (s)",
           "phase 2 first solution (s)", "total (s)", "bound %"], rows)
 

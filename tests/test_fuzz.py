@@ -5,7 +5,7 @@ isolated nodes, duplicate inputs, zero-size and zero-duration nodes, huge and
 fractional sizes, with and without backward nodes, with and without operator
 implementations. Every method runs at budgets from just below the memory
 floor to the baseline peak, and at 'min'. Examples hypothesis once found
-are kept below as explicit regression cases.
+are kept as explicit regression cases (`@example`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from remat_bench.budget import memory_floor
@@ -91,7 +91,33 @@ def check(g: Graph, method: str, choice: float | str) -> None:
         assert r.message, f"{method} answered {r.status.value} without saying why"
 
 
+# Regression cases: shapes hypothesis found failing once (kusumoto's least-peak DP with
+# fractional sizes), and the corners the strategy reaches only rarely.
+FRACTIONAL_TRAINING = Graph([
+    Node("v0", (), 2.5, 1.25, kind="forward"), Node("v1", ("v0",), 0.125, 2, kind="forward"),
+    Node("v2", ("v1", "v0"), 3.75, 0.5, kind="backward", grad_of="v1"),
+    Node("v3", ("v2", "v0"), 1.5, 1, kind="backward", grad_of="v0"),
+], name="fractional-training")
+ALL_ZERO = Graph([Node("v0", (), 0, 0), Node("v1", ("v0", "v0"), 0, 0), Node("v2", (), 0, 0)], name="all-zero")
+HUGE_WITH_IMPLEMENTATIONS = Graph([
+    Node("v0", (), 7 * 10**11, 3, kind="forward"),
+    Node("v1", ("v0", "v0"), 10**11, 2, kind="forward", implementations=(
+        Implementation("impl0", 2, 1), Implementation("impl1", 1, 5, ()))),
+    Node("v2", ("v1", "v0"), 3 * 10**11, 4, kind="backward", grad_of="v1"),
+    Node("v3", (), 10**11, 1, kind="backward"),
+], name="huge-impl", outputs=["v2", "v3"], fixed_memory=7)
+BACKWARD_ONLY = Graph([Node("v0", (), 1, 1, kind="backward"), Node("v1", ("v0",), 2, 1, kind="backward")],
+                      name="backward-only")
+
+
 @pytest.mark.parametrize("method", METHODS)
+@example(g=FRACTIONAL_TRAINING, choice="min")
+@example(g=FRACTIONAL_TRAINING, choice=0.3)
+@example(g=ALL_ZERO, choice="min")
+@example(g=ALL_ZERO, choice=-1.0)
+@example(g=HUGE_WITH_IMPLEMENTATIONS, choice=0.0)
+@example(g=HUGE_WITH_IMPLEMENTATIONS, choice="min")
+@example(g=BACKWARD_ONLY, choice=0.5)
 @settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 25)), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(g=graphs(), choice=st.one_of(st.just("min"), st.just(-1.0), st.floats(0.0, 1.0)))
