@@ -106,6 +106,12 @@ HUGE_WITH_IMPLEMENTATIONS = Graph([
     Node("v2", ("v1", "v0"), 3 * 10**11, 4, kind="backward", grad_of="v1"),
     Node("v3", (), 10**11, 1, kind="backward"),
 ], name="huge-impl", outputs=["v2", "v3"], fixed_memory=7)
+# greedy at 'min': its running total of these sizes overshot the simulator's baseline peak by an ulp.
+ULP_OVER_BASELINE = Graph([
+    Node("v0", (), 10.676, 0, kind="forward"), Node("v1", (), 7.471, 0, kind="backward"),
+    Node("v2", (), 0, 0, kind="backward", implementations=(Implementation("impl0", 0, 0),)),
+    Node("v3", (), 0, 0, kind="backward"),
+], name="fuzz", outputs=["v0", "v1", "v2", "v3"], fixed_memory=7)
 BACKWARD_ONLY = Graph([Node("v0", (), 1, 1, kind="backward"), Node("v1", ("v0",), 2, 1, kind="backward")],
                       name="backward-only")
 
@@ -118,6 +124,7 @@ BACKWARD_ONLY = Graph([Node("v0", (), 1, 1, kind="backward"), Node("v1", ("v0",)
 @example(g=HUGE_WITH_IMPLEMENTATIONS, choice=0.0)
 @example(g=HUGE_WITH_IMPLEMENTATIONS, choice="min")
 @example(g=BACKWARD_ONLY, choice=0.5)
+@example(g=ULP_OVER_BASELINE, choice="min")
 @settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 25)), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(g=graphs(), choice=st.one_of(st.just("min"), st.just(-1.0), st.floats(0.0, 1.0)))
