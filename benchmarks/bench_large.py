@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import show
+from benchmarks.common import Rows, show
 from remat_bench.errors import RematBenchError
 from remat_bench.generators import chain
 from remat_bench.graph import load_graph, save_graph
@@ -25,7 +25,7 @@ LIMIT = float(os.environ.get("BENCH_LIMIT", 120))
 
 
 def main() -> None:
-    rows = []
+    rows = Rows()
     t0 = time.perf_counter()
     g = chain(LAYERS, seed=1)
     rows.append(["generate", f"{g.n:,} nodes, {g.num_edges:,} edges", f"{time.perf_counter() - t0:.2f}"])
@@ -45,7 +45,7 @@ def main() -> None:
     rows.append(["simulate", f"peak {sim.peak:,}", f"{time.perf_counter() - t0:.3f}"])
     show(f"A {g.n:,}-node training graph", ["step", "what", "time (s)"], rows)
 
-    rows = []
+    rows = Rows()
     for method, params, budget in [
         ("greedy", {}, "0.5"), ("chen", {}, "0.5"), ("twremat", {}, "min"),
         ("kusumoto", {"variant": "approx"}, "0.5"), ("kusumoto", {"variant": "exact"}, "0.5"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from benchmarks.common import PAPER, show
+from benchmarks.common import PAPER, Rows, show
 from remat_bench.generators import chain, densenet121
 from remat_bench.graph import load_graph
 from remat_bench.pipeline import run
@@ -39,7 +39,7 @@ def cases():
 
 
 def main() -> None:
-    rows = []
+    rows = Rows()
     for method, g, budget, params in cases():
         start = time.perf_counter()
         r = run(g, method, budget, time_limit=LIMIT, params=params)

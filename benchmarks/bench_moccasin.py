@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from benchmarks.common import PAPER, show
+from benchmarks.common import PAPER, Rows, show
 from remat_bench.graph import load_graph
 from remat_bench.pipeline import run
 
@@ -51,7 +51,7 @@ def pct(result, value) -> str:
 
 
 def table2() -> None:
-    rows = []
+    rows = Rows()
     for (name, budget), (published, published_s) in PUBLISHED.items():
         g = load_graph(PAPER / f"{name}.json")
         limit = LARGE_LIMIT if g.n >= 500 else LIMIT
@@ -77,7 +77,7 @@ def profile() -> None:
         ("baseline hint only", {"hints": "baseline"}),
         ("3 intervals", {"max_intervals": "3"}),
     ]
-    rows = []
+    rows = Rows()
     for label, params in variants:
         r = run(g, "moccasin", "0.8", time_limit=PROFILE_LIMIT, params=params)
         progress = r.stats.get("progress", [])

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-from benchmarks.common import show
+from benchmarks.common import Rows, show
 from remat_bench.budget import memory_floor
 from remat_bench.generators import generate
 from remat_bench.pipeline import run
@@ -37,7 +37,7 @@ METHODS = (("monet", {}), ("checkmate", {}), ("checkmate", {"impl": "fastest-fit
 
 
 def main() -> None:
-    rows = []
+    rows = Rows()
     for kind, options in GRAPHS:
         g = generate(kind, implementations=True, **options)
         floor = memory_floor(g).amount / baseline(g).peak

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 
-from benchmarks.common import PAPER, show
+from benchmarks.common import PAPER, Rows, show
 from remat_bench.bound import any_order_bound
 from remat_bench.budget import memory_floor, parse_budget
 from remat_bench.graph import load_graph
@@ -24,7 +24,7 @@ LIMIT = float(os.environ.get("BENCH_TIME_LIMIT", 120))
 
 
 def table(budgets: list[str], title: str) -> None:
-    rows = []
+    rows = Rows()
     for name in GRAPHS:
         g = load_graph(PAPER / f"{name}.json")
         for budget in budgets:

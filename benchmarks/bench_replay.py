@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import show
+from benchmarks.common import Rows, show
 from remat_bench.graph import Graph
 from remat_bench.pipeline import run
 from remat_bench.simulate import baseline
@@ -49,7 +49,7 @@ def label(model: str, kwargs: dict[str, Any]) -> str:
 
 
 def rows_for(name: str, g: Graph) -> list[list[str]]:
-    rows = []
+    rows = Rows()
     base = baseline(g)
     for budget in BUDGETS:
         method = "none" if budget == "1" else METHOD

@@ -58,3 +58,11 @@ def show(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> N
     for row in rows:
         console.print("| " + " | ".join(str(x) for x in row) + " |")
     console.print()
+
+
+class Rows(list):
+    """Table rows that are also printed as each one is done: long benchmarks show progress."""
+
+    def append(self, row: Sequence[Any]) -> None:
+        super().append(row)
+        console.log(" | ".join(str(x) for x in row)[:240])
