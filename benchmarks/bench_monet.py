@@ -11,7 +11,8 @@ A negative overhead is a schedule faster than the baseline: faster
 implementations buy back more than the recomputation costs.
 
 Environment: BENCH_TIME_LIMIT (seconds per solve, default 120),
-BENCH_MONET_BUDGETS (comma-separated, default 0.4,...,0.9).
+BENCH_MONET_BUDGETS (comma-separated, default 0.4,...,0.9), BENCH_MONET_GRAPHS
+(comma-separated kinds, default all three).
 """
 
 from __future__ import annotations
@@ -33,12 +34,15 @@ GRAPHS = (
     ("vgg16", {"batch": 32, "resolution": 128}),
     ("unet", {"batch": 8, "resolution": 128}),
 )
+WANTED = os.environ.get("BENCH_MONET_GRAPHS", "resnet50,vgg16,unet").split(",")
 METHODS = (("monet", {}), ("checkmate", {}), ("checkmate", {"impl": "fastest-fit"}))
 
 
 def main() -> None:
     rows = Rows()
     for kind, options in GRAPHS:
+        if kind not in WANTED:
+            continue
         g = generate(kind, implementations=True, **options)
         floor = memory_floor(g).amount / baseline(g).peak
         label = f"{g.name} ({g.n} nodes, floor {floor:.2f})"

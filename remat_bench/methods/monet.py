@@ -727,30 +727,42 @@ def candidate_schedules(graph: Graph, st: Stages, budget: Number | None, deadlin
                         ) -> list[tuple[str, Schedule, Number, Number]]:
     """A few MONeT-shaped schedules within ``budget``: (label, schedule, peak, duration), fastest first.
 
-    Candidates: chen's plan with the recomputations the budget does not need
-    undone (`remat_bench.improve`), and keeping every forward value; each with
-    the first implementations and with the fastest ones that fit
-    (`remat_bench.implementations.fastest_fit`). Their forward pass and stages
-    are MONeT's, so `MonetModel.encode` accepts them; they start the solver
-    and are the answer when the time limit ends before it has one.
+    Candidates: the plans of the fast heuristics whose schedules have
+    MONeT's shape (chen, approximate kusumoto, fenghuang, greedy), with the
+    recomputations the budget does not need undone (`remat_bench.improve`),
+    and keeping every forward value; each with the first implementations and
+    with the fastest ones that fit (`remat_bench.implementations.fastest_fit`).
+    They start the solver when `MonetModel.encode` accepts them, and are the
+    answer when the time limit ends before the solver has one.
     """
     from remat_bench.implementations import fastest_fit
     from remat_bench.improve import drop_recomputations
-    from remat_bench.methods.chen import Chen
+    from remat_bench.methods import get_method
 
     sequences: list[tuple[str, np.ndarray]] = []
-    try:
-        chen = Chen()
-        # Chen's plan takes a few simulations; it runs whatever time is left, as the answer of last resort.
-        answer = chen.solve(graph, budget, None, **chen.parse_params({}))
-        if answer.schedule is not None and answer.status.found_schedule:
-            nodes = answer.schedule.nodes[answer.schedule.kinds == COMPUTE]
-            if budget is not None:
-                nodes = drop_recomputations(graph, nodes, budget, deadline)
-            sequences.append(("chen", nodes))
-    except Exception:  # a failing heuristic only costs a candidate
-        pass
+    for name, params in (("chen", {}), ("kusumoto", {"variant": "approx"}), ("fenghuang", {}), ("greedy", {})):
+        try:
+            heuristic = get_method(name)()
+            # Each takes well under a second on hundreds of nodes; they run whatever time is left,
+            # as the answer of last resort.
+            answer = heuristic.solve(graph, budget, None, **heuristic.parse_params(params))
+            if answer.schedule is not None and answer.status.found_schedule:
+                nodes = answer.schedule.nodes[answer.schedule.kinds == COMPUTE]
+                if budget is not None:
+                    nodes = drop_recomputations(graph, nodes, budget, deadline)
+                sequences.append((name, nodes))
+        except Exception:  # a failing heuristic only costs a candidate
+            pass
+    if budget is not None and not deadline.expired():
+        # Peak shaving from the input order, as for Checkmate's warm start: it recomputes only
+        # where the memory peaks, before the backward node that needs the value.
+        from remat_bench.improve import shave_peaks
+
+        remaining = deadline.remaining()
+        cap = Deadline(20.0 if remaining is None else min(20.0, remaining / 4))
+        sequences.append(("shaved", shave_peaks(graph, np.arange(graph.n, dtype=np.int64), budget, cap)))
     sequences.append(("keep-all", np.concatenate([st.fwd, st.bwd])))
+    sequences = [(label, nodes) for label, nodes in sequences if monet_shaped(st, nodes)]
     found = []
     for label, nodes in sequences:
         first = place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64), drop_unused=False)
@@ -760,6 +772,29 @@ def candidate_schedules(graph: Graph, st: Stages, budget: Number | None, deadlin
             if sim.valid and (budget is None or sim.peak <= budget):
                 found.append((name, schedule, sim.peak, sim.duration))
     return sorted(found, key=lambda c: (c[3], c[2]) if budget is not None else (c[2], c[3]))
+
+
+def monet_shaped(st: Stages, nodes: np.ndarray) -> bool:
+    """Whether a compute sequence has MONeT's shape: the forward nodes once each in file order,
+    then each backward node in file order, after forward recomputations at most once each."""
+    F = st.F
+    if len(nodes) < F or not np.array_equal(nodes[:F], st.fwd):
+        return False
+    t = 0
+    seen: set[int] = set()
+    for v in nodes[F:].tolist():
+        if t >= st.K:
+            return False
+        if st.fpos[v] >= 0:
+            if v in seen:
+                return False
+            seen.add(v)
+        elif v == st.bwd[t]:
+            t += 1
+            seen = set()
+        else:
+            return False
+    return t == st.K
 
 
 def warm_start(mm: MonetModel, candidates: list[tuple[str, Schedule, Number, Number]]

@@ -174,3 +174,19 @@ def test_out_of_time_returns_the_best_heuristic_schedule_within_the_budget():
     assert "time limit" in r.message and r.stats["returned"] in r.message
     sim = simulate(g, r.schedule)
     assert sim.valid and sim.peak <= b and sim.duration == r.objective
+
+
+def test_monet_shape_is_the_forward_pass_then_stages_of_forward_recomputations():
+    from remat_bench.methods.monet import Stages, monet_shaped
+
+    g = random_training_graph(3, implementations=False)
+    st = Stages.of(g)
+    ids = {id: v for v, id in enumerate(g.ids)}
+    order = [ids[x] for x in ("f0", "f1", "f2", "loss", "f2_grad", "f1_grad", "f0_grad")]
+    assert monet_shaped(st, np.array(order))
+    # A recomputation of f0 before f1_grad: still MONeT's shape; twice in one stage, or during
+    # the forward pass, or a backward node recomputed, is not.
+    assert monet_shaped(st, np.array([*order[:5], ids["f0"], *order[5:]]))
+    assert not monet_shaped(st, np.array([*order[:5], ids["f0"], ids["f0"], *order[5:]]))
+    assert not monet_shaped(st, np.array([ids["f0"], ids["f0"], *order[1:]]))
+    assert not monet_shaped(st, np.array([*order, ids["loss"]]))
