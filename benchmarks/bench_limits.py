@@ -11,7 +11,7 @@ import os
 import time
 
 from benchmarks.common import PAPER, Rows, show
-from remat_bench.generators import chain, densenet121
+from remat_bench.generators import chain, densenet121, generate
 from remat_bench.graph import load_graph
 from remat_bench.pipeline import run
 
@@ -23,6 +23,7 @@ def cases():
     rl1000 = load_graph(PAPER / "random_layered_n1000.json")
     big_chain = chain(4000)
     dense = densenet121(batch=8, resolution=64)
+    r50 = generate("resnet50", batch=32, resolution=64, implementations=True)
     return [
         ("none", rl1000, "0.8", {}),
         ("chen", big_chain, "0.5", {}),
@@ -31,10 +32,11 @@ def cases():
         ("checkmate", rl250, "0.8", {}),
         ("checkmate-lp", rl250, "0.8", {}),
         ("moccasin", rl1000, "0.8", {}),
-        ("moccasin", rl250, "0.5", {"order": "free"}),
+        ("moccasin", rl250, "0.7", {"order": "free"}),
         ("kusumoto", dense, "0.5", {"variant": "exact"}),
         ("twremat", big_chain, "min", {}),
         ("fenghuang", big_chain, "min", {}),
+        ("monet", r50, "0.7", {}),
     ]
 
 

@@ -74,6 +74,8 @@ def greedy_schedule(graph: Graph, budget: Number) -> Schedule:
             step = 1 if flag else -1
             for i in inputs[u]:
                 holds[i] += step
+                if not holds[i]:
+                    readmit(i)
 
     consumers = graph.consumers
     now = 0  # position of the node being computed for the first time
@@ -94,39 +96,60 @@ def greedy_schedule(graph: Graph, budget: Number) -> Schedule:
         used -= mem[u]
         out.free(u)
 
+    # Values whose eviction would cascade wait in `parked` (a second heap, kept across calls) until
+    # they can be evicted cleanly again: re-admitted to `heap` when their holds drop to zero or an
+    # operand comes back. Re-checking them at every call instead was quadratic: 700 s on a
+    # 100,000-node chain.
+    parked: list[tuple[float, int, int]] = []
+    parked_version = [-1] * n
+
+    def readmit(u: int) -> None:
+        if resident[u] and parked_version[u] == version[u]:
+            parked_version[u] = -1
+            heapq.heappush(heap, (score(u), u, version[u]))
+
     def make_room(v: int) -> None:
         need = mem[v] + ws[v]
-        skipped: list[tuple[float, int, int]] = []  # pinned now: back into the heap afterwards
-        second: list[tuple[float, int, int]] = []  # evictable only at the price of a cascade
-        while used + need > budget:
-            if heap:
-                item = heapq.heappop(heap)
-                _, u, ver = item
-                if not resident[u] or ver != version[u]:
+        skipped: list[tuple[float, int, int]] = []  # pinned now: back into their heap afterwards
+        skipped_parked: list[tuple[float, int, int]] = []
+        try:
+            while used + need > budget:
+                if heap:
+                    item = heapq.heappop(heap)
+                    _, u, ver = item
+                    if not resident[u] or ver != version[u]:
+                        continue
+                    if pinned[u]:
+                        skipped.append(item)
+                    elif holds[u] or not all(resident[i] for i in inputs[u]):
+                        if parked_version[u] != ver:
+                            parked_version[u] = ver
+                            heapq.heappush(parked, item)
+                    else:
+                        free(u)
+                        set_evicted(u, True)
                     continue
-                if pinned[u] or mem[u] == 0:
-                    skipped.append(item)
-                elif holds[u] or not all(resident[i] for i in inputs[u]):
-                    heapq.heappush(second, item)
-                else:
-                    free(u)
-                    set_evicted(u, True)
-                continue
-            # Last resort: values whose recomputation would cascade (operands held for evicted
-            # values, or values whose own inputs are gone), cheapest first.
-            while second:
-                _, u, ver = heapq.heappop(second)
-                if resident[u] and ver == version[u] and not pinned[u]:
+                # Last resort: values whose recomputation would cascade (operands held for evicted
+                # values, or values whose own inputs are gone), cheapest first.
+                while parked:
+                    item = heapq.heappop(parked)
+                    _, u, ver = item
+                    if not resident[u] or ver != version[u] or parked_version[u] != ver:
+                        continue
+                    if pinned[u]:
+                        skipped_parked.append(item)
+                        continue
+                    parked_version[u] = -1
                     free(u)
                     set_evicted(u, True)
                     break
-            else:
-                for item in skipped:
-                    heapq.heappush(heap, item)
-                raise _Stuck(v, used + need)
-        for item in skipped + second:
-            if resident[item[1]] and item[2] == version[item[1]]:
+                else:
+                    raise _Stuck(v, used + need)
+        finally:
+            for item in skipped:
                 heapq.heappush(heap, item)
+            for item in skipped_parked:
+                heapq.heappush(parked, item)
 
     # Cascading evictions can thrash (each recomputation evicting what the next one needs);
     # past this many computations the pass gives up rather than run for minutes.
@@ -143,7 +166,10 @@ def greedy_schedule(graph: Graph, budget: Number) -> Schedule:
         resident[v] = True
         version[v] += 1
         used += mem[v]
-        heapq.heappush(heap, (score(v), v, version[v]))
+        if mem[v]:  # evicting a value of no size never makes room
+            heapq.heappush(heap, (score(v), v, version[v]))
+        for c in consumers[v]:
+            readmit(c)  # one of its operands is back
 
     def release_inputs(v: int) -> None:
         for u in inputs[v]:
@@ -181,7 +207,7 @@ def greedy_schedule(graph: Graph, budget: Number) -> Schedule:
                 for i in inputs[u]:
                     if resident[i] and not pinned[i] and not needed_later(i):
                         free(i)
-            if resident[u] and needed_later(u):
+            if resident[u] and needed_later(u) and mem[u]:
                 # Its next use moved: re-key it (older heap entries go stale by version).
                 version[u] += 1
                 heapq.heappush(heap, (score(u), u, version[u]))
