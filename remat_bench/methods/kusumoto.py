@@ -87,6 +87,11 @@ GUESSES = 3
 STATES_PER_SET = 8
 # Rows of the lower-set matrix handled at once when the per-set quantities are computed.
 ROW_BLOCK = 2048
+# The family is held as dense (lower sets x forward nodes) boolean tables, four of them: vectorised
+# per-set terms are what make the DP fast, at the price of memory quadratic in the graph for the
+# approximate family. Past this many cells (about 1 GiB of tables) the method declines with a
+# message instead of exhausting the machine (a 50,000-node forward chain would need 10 GiB).
+MAX_TABLE_CELLS = 250_000_000
 
 
 class DPTimeout(Exception):
@@ -252,7 +257,9 @@ def lower_set_family(fg: ForwardGraph, sets: list[int]) -> LowerSetFamily:
             before[rows, src_s[src_heads]] = np.logical_or.reduceat(feeding[:, by_src], src_heads, axis=1)
 
     def total(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
-        return mask.astype(values.dtype) @ values
+        # By row blocks: the whole mask cast to the values' dtype would be eight times its size.
+        return np.concatenate([mask[lo:lo + ROW_BLOCK].astype(values.dtype) @ values
+                               for lo in range(0, len(mask), ROW_BLOCK)])
 
     return LowerSetFamily(
         sets=ordered,
@@ -712,6 +719,16 @@ class Kusumoto(Method):
                              f"(max_lower_sets); use variant=approx, or raise max_lower_sets"))
         else:
             sets = ancestor_sets(fg)
+        if len(sets) * fg.n > MAX_TABLE_CELLS:
+            need = 4 * len(sets) * fg.n
+            size = f"{need / 2**30:.1f} GiB" if need >= 2**30 else f"{need / 2**20:.2f} MiB"
+            return MethodResult(
+                Status.NO_SOLUTION, solve_time_s=time.perf_counter() - started,
+                stats={"variant": variant, "lower_sets": len(sets), "forward_nodes": fg.n},
+                message=(f"the {len(sets)} lower sets over {fg.n} forward nodes of '{graph.name}' would need "
+                         f"{size} of tables, more than this implementation holds "
+                         f"({MAX_TABLE_CELLS:,} set-node cells); the family grows with the square of the "
+                         "forward graph"))
         enumerated = time.perf_counter()
         fam = lower_set_family(fg, sets)
         search = _Search(graph, fg, fam, params["strategy"], deadline)

@@ -10,11 +10,19 @@ order fits the paper's 0.9 and 0.8 budgets at 0% overhead.)
    take the one that raises resident memory least (its output and workspace,
    minus the inputs it is the last reader of), breaking ties by the step's
    memory; a few seeded random tie-breaks are tried too.
-2. A CP-SAT model of the order alone: one compute event x_v per node, all
+2. A local search over topological orders (late-acceptance hill climbing,
+   Burke and Bykov 2017): move one node to another place between its last
+   input and its first consumer, scoring an order by the memory it holds above
+   the target (the budget, or just below the best peak so far). It is written
+   here because no maintained library searches permutations under
+   precedence; each move is scored by a vectorised O(n + edges) profile.
+   On random_layered_n250 at 0.8 it finds an order that fits in about a
+   second, where the CP-SAT model alone took 30-68 s.
+3. A CP-SAT model of the order alone: one compute event x_v per node, all
    distinct (no-overlap of unit intervals), x_u < x_v for each edge, v held
    on [x_v, max over consumers of x_c + 1) (outputs to the end), cumulative
    memory (workspace as a unit interval at x_v), minimising
-   max(peak, budget), hinted with the list schedule and the input order.
+   max(peak, budget), hinted with the best order found so far.
 
 Statuses: ``optimal`` when an order fits the budget (its duration is the least
 possible) or, for ``--budget min``, when CP-SAT proves the lowest peak;
@@ -86,6 +94,112 @@ def list_schedule(graph: Graph, rng: np.random.Generator | None = None) -> list[
     return order
 
 
+class OrderProfile:
+    """Memory at every step of computing an order once each, vectorised for the local search."""
+
+    def __init__(self, graph: Graph):
+        n = self.n = graph.n
+        self.mem = graph.memory.astype(np.float64)
+        self.ws = graph.workspace.astype(np.float64)
+        self.fixed = float(graph.fixed_memory)
+        self.inputs = [np.unique(np.asarray(ins, dtype=np.int64)) for ins in graph.inputs]
+        self.consumers = [np.unique(np.asarray(c, dtype=np.int64)) for c in graph.consumers]
+        self.src = np.repeat(np.arange(n), [len(c) for c in self.consumers])
+        self.dst = np.concatenate(self.consumers) if n else np.zeros(0, dtype=np.int64)
+        self.with_consumers = np.flatnonzero([len(c) > 0 for c in self.consumers])
+        self.offsets = np.searchsorted(self.src, self.with_consumers)
+        self.is_output = np.asarray(graph.is_output, dtype=bool)
+
+    def __call__(self, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(memory at each step, position of each node) of ``order``; the same model as `order_peak`."""
+        n = self.n
+        pos = np.empty(n, dtype=np.int64)
+        pos[order] = np.arange(n)
+        end = pos + 1
+        if len(self.dst):
+            end[self.with_consumers] = np.maximum.reduceat(pos[self.dst] + 1, self.offsets)
+        end[self.is_output] = n
+        held = np.bincount(pos, weights=self.mem, minlength=n + 1) - np.bincount(end, weights=self.mem,
+                                                                              minlength=n + 1)
+        return np.cumsum(held)[:n] + self.ws[order] + self.fixed, pos
+
+
+def local_search(graph: Graph, start: list[int], budget: Number | None, seconds: float,
+                 seed: int = 0) -> list[int]:
+    """The lowest-peak order met by late-acceptance hill climbing from ``start`` within ``seconds``.
+
+    Rounds alternate two targets (the budget itself; just below the best peak so
+    far) and a few history lengths, each from the best order yet, so that no one
+    setting's bad luck decides the answer. A round ends after ``20 * history``
+    moves without a new best; the search ends when an order fits, at
+    ``seconds``, or after a whole cycle of rounds without a new best.
+    """
+    n = graph.n
+    if n < 3 or seconds <= 0:
+        return list(start)
+    profile = OrderProfile(graph)
+    rng = np.random.default_rng(seed)
+    best = np.asarray(start, dtype=np.int64)
+    best_peak = profile(best)[0].max()
+    step = float(profile.mem.mean()) or 1.0
+    settings = [(False, 2000), (True, 2000), (False, 10000), (True, 500)]
+    t_end = time.perf_counter() + seconds
+    rounds = idle_rounds = 0
+    while (time.perf_counter() < t_end and idle_rounds < len(settings)
+           and (budget is None or best_peak > budget)):
+        adaptive, history = settings[rounds % len(settings)]
+        history = min(history, 50 * n)  # small graphs: shorter memory, and rounds end sooner when idle
+        rounds += 1
+        idle_rounds += 1
+        last_gain = 0
+        round_end = min(t_end, time.perf_counter() + max(1.0, seconds / 8))
+        order = best.copy()
+        prof, pos = profile(order)
+
+        def target_of(peak: float, adaptive: bool = adaptive) -> float:
+            if budget is None:
+                return peak - step
+            return max(float(budget), peak - 2 * step) if adaptive else float(budget)
+
+        target = target_of(best_peak)
+        cost = float(np.maximum(prof - target, 0).sum())
+        recent = np.full(history, cost)
+        it = 0
+        while ((it & 63) or time.perf_counter() < round_end) and it - last_gain < 20 * history:
+            it += 1
+            if rng.random() < 0.5:  # a node near a step above the target, or any node
+                over = np.flatnonzero(prof > target)
+                k = int(over[rng.integers(len(over))]) if len(over) else int(rng.integers(n))
+                v = order[min(n - 1, max(0, k + int(rng.integers(-3, 4))))]
+            else:
+                v = order[rng.integers(n)]
+            p = pos[v]
+            lo = pos[profile.inputs[v]].max() + 1 if len(profile.inputs[v]) else 0
+            hi = pos[profile.consumers[v]].min() - 1 if len(profile.consumers[v]) else n - 1
+            if hi <= lo:
+                continue
+            q = int(rng.integers(lo, hi + 1))
+            if q == p:
+                continue
+            moved = np.insert(np.delete(order, p), q, v)
+            new_prof, new_pos = profile(moved)
+            new_cost = float(np.maximum(new_prof - target, 0).sum())
+            if new_cost <= cost or new_cost <= recent[it % history]:
+                order, prof, pos, cost = moved, new_prof, new_pos, new_cost
+                peak = prof.max()
+                if peak < best_peak:
+                    best, best_peak = order.copy(), peak
+                    idle_rounds, last_gain = 0, it
+                    if budget is not None and best_peak <= budget:
+                        break
+                    if target_of(best_peak) != target:  # a new target rescales every cost
+                        target = target_of(best_peak)
+                        cost = float(np.maximum(prof - target, 0).sum())
+                        recent[:] = cost
+            recent[it % history] = cost
+    return best.tolist()
+
+
 @dataclass
 class OrderAnswer:
     order: list[int]
@@ -96,8 +210,9 @@ class OrderAnswer:
 
 
 def best_order(graph: Graph, budget: Number | None, deadline: Deadline, workers: int = 0,
-               seed: int = 0, tries: int = 8, hints: list[list[int]] | None = None) -> OrderAnswer:
-    """The list schedule, then the CP-SAT order model, within ``deadline``."""
+               seed: int = 0, tries: int = 8, hints: list[list[int]] | None = None,
+               search_share: float = 0.3) -> OrderAnswer:
+    """The list schedule, the local search (``search_share`` of the time), then the CP-SAT order model."""
     from ortools.sat.python import cp_model
 
     t0 = time.perf_counter()
@@ -110,6 +225,16 @@ def best_order(graph: Graph, budget: Number | None, deadline: Deadline, workers:
     best = candidates[best_i]
     stats: dict[str, Any] = {"list_schedule_peak": order_peak(graph, candidates[1]),
                              "heuristic_peak": best_peak, "heuristic_time_s": round(time.perf_counter() - t0, 3)}
+    if budget is not None and best_peak <= budget:
+        return OrderAnswer(best, best_peak, True, False, stats)
+    t1 = time.perf_counter()
+    remaining = deadline.remaining()
+    searched = local_search(graph, best, budget, search_share * (60.0 if remaining is None else remaining), seed)
+    searched_peak = order_peak(graph, searched)
+    stats["local_search_peak"] = searched_peak
+    stats["local_search_time_s"] = round(time.perf_counter() - t1, 3)
+    if searched_peak < best_peak:
+        best, best_peak = searched, searched_peak
     if budget is not None and best_peak <= budget:
         return OrderAnswer(best, best_peak, True, False, stats)
     if deadline.expired():
@@ -198,13 +323,15 @@ class Reorder(Method):
         Param("num_workers", int, 0, "CP-SAT workers (0: all cores)"),
         Param("seed", int, 0, "seed of the randomised list schedules and of CP-SAT"),
         Param("tries", int, 8, "randomised list schedules tried besides the plain one"),
+        Param("search_share", float, 0.3, "share of the time limit given to the local search before CP-SAT"),
     )
     requires = ("ortools",)
 
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
               **params: Any) -> MethodResult:
         deadline = Deadline(time_limit)
-        answer = best_order(graph, budget, deadline, params["num_workers"], params["seed"], params["tries"])
+        answer = best_order(graph, budget, deadline, params["num_workers"], params["seed"], params["tries"],
+                            search_share=params["search_share"])
         nodes = np.asarray(answer.order, dtype=np.int64)
         schedule = place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64))
         total = graph.total_duration

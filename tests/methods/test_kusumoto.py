@@ -253,6 +253,20 @@ def test_too_many_lower_sets_says_so_and_approx_still_answers():
     assert r.status.value == "feasible" and r.stats["lower_sets"] == 14
 
 
+def test_a_family_too_large_to_tabulate_is_declined_not_attempted(monkeypatch):
+    # The approximate family of a 50,000-layer chain needed over 24 GiB and was killed by the
+    # kernel; past MAX_TABLE_CELLS the method now declines in a sentence. Scaled down here.
+    import remat_bench.methods.kusumoto as kusumoto
+
+    g = chain(40)  # 40 forward nodes, 41 ancestor sets ({} and one per node, the last = V): 1,640 cells
+    monkeypatch.setattr(kusumoto, "MAX_TABLE_CELLS", 1_000)
+    r = run(g, "kusumoto", "0.5", params={"variant": "approx"})
+    assert r.status.value == "no_solution"
+    assert "41 lower sets over 40 forward nodes" in r.message and "MiB of tables" in r.message
+    monkeypatch.setattr(kusumoto, "MAX_TABLE_CELLS", 1_640)
+    assert run(g, "kusumoto", "0.5", params={"variant": "approx"}).status.value == "feasible"
+
+
 def test_tightens_the_internal_budget_when_the_simulator_disagrees():
     g = chain(10)
     budget = 9
