@@ -220,3 +220,59 @@ def unsupported_without_backward(graph: Graph, method: str) -> MethodResult | No
             f"graph '{graph.name}' has no backward nodes (no node of kind 'backward')"
         ),
     )
+
+
+def _child_call(conn: Any) -> None:
+    """Child process of `call_in_child`: receive (fn, args), send back the answer or the error."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what Ctrl-C means
+    try:
+        fn, args = conn.recv()
+        conn.send(("done", fn(*args)))
+    except BaseException as exc:  # reported to the parent
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+def call_in_child(fn: Callable[..., T], args: tuple[Any, ...], deadline: Deadline) -> tuple[bool, Any]:
+    """``fn(*args)`` in a spawned process stopped at ``deadline`` (or Ctrl-C), for library calls that
+    cannot be interrupted. Returns (True, the answer) or (False, why it was stopped).
+
+    ``fn`` must be a module-level function. Where no child can start (a script
+    read from stdin), the call runs here, unstoppable as before.
+    """
+    import multiprocessing
+
+    from remat_bench.milp import _can_spawn
+
+    if not _can_spawn():
+        return True, fn(*args)
+    ctx = multiprocessing.get_context("spawn")
+    receive, child_end = ctx.Pipe(duplex=True)
+    proc = ctx.Process(target=_child_call, args=(child_end,), daemon=True)
+    proc.start()
+    child_end.close()
+    try:
+        try:
+            receive.send((fn, args))  # after the start: a child that dies at start cannot block this
+        except (BrokenPipeError, ConnectionResetError, EOFError):
+            return True, fn(*args)
+        while True:
+            if receive.poll(0.1):
+                try:
+                    kind, payload = receive.recv()
+                except EOFError:
+                    return False, "the child process ended without an answer"
+                if kind == "done":
+                    return True, payload
+                raise RuntimeError(payload)
+            if not proc.is_alive():
+                return False, "the child process ended without an answer"
+            if deadline.expired():
+                return False, "interrupted" if interrupted() else "stopped at the time limit"
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join()

@@ -258,12 +258,17 @@ class Stages:
                    bops, deps, grads)
 
 
-def model_size(st: Stages) -> dict[str, int]:
-    """Columns, rows and nonzeros of the MONeT model, counted before building it."""
+def model_size(st: Stages, exact: bool = True) -> dict[str, int]:
+    """Columns, rows and nonzeros of the MONeT model, counted before building it.
+
+    ``exact=False`` leaves out the terms that need a pass over every (stage,
+    value) pair (quadratic in a long chain), which makes it a lower bound in
+    constant time: enough to refuse a model that is far too large at once.
+    """
     pairs = int(st.last.sum())
     z = 0
     edges = 0
-    for t in range(st.K + 1):
+    for t in range(st.K + 1 if exact else 0):
         alive = st.alive(t)
         if not len(alive):
             continue
@@ -282,12 +287,20 @@ def model_size(st: Stages) -> dict[str, int]:
 
 def check_fits(st: Stages) -> dict[str, int]:
     """Refuse a model that would not fit in memory, naming the estimate."""
-    size = model_size(st)
-    need = size["est_nonzeros"] * 60 + size["est_columns"] * 80 + size["est_rows"] * 40
     avail = available_memory_bytes()
+
+    def need_of(size: dict[str, int]) -> int:
+        return size["est_nonzeros"] * 60 + size["est_columns"] * 80 + size["est_rows"] * 40
+
+    size = model_size(st, exact=False)
+    exact = need_of(size) <= 0.6 * avail
+    if exact:
+        size = model_size(st)
+    need = need_of(size)
     if need > 0.6 * avail:
+        about = "about" if exact else "at least"
         raise ModelTooLargeError(
-            f"the MONeT model of this graph ({st.F} forward and {st.K} backward nodes) would have about "
+            f"the MONeT model of this graph ({st.F} forward and {st.K} backward nodes) would have {about} "
             f"{size['est_columns']:,} variables and {size['est_nonzeros']:,} nonzeros, needing about "
             f"{need / 2**30:.1f} GiB, more than the {avail / 2**30:.1f} GiB available"
         )

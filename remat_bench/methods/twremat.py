@@ -92,6 +92,8 @@ from remat_bench.simulate import Simulation, place_frees, simulate
 # A build of TWRemat(k) past this many steps is abandoned (about 1 GB once simulated and
 # cleaned up): the deep recursions of wide graphs can grow as n^log(k+2) (Theorem 5).
 MAX_STEPS = 20_000_000
+# From this many nodes, a time-limited decomposition runs in a child process (about 1 s to start).
+CHILD_PROCESS_NODES = 20_000
 
 HEURISTICS: dict[str, Callable[[nx.Graph], tuple[int, nx.Graph]]] = {
     "min_degree": treewidth_min_degree,
@@ -161,15 +163,40 @@ def merge_nested_bags(bags: list[frozenset[int]], edges: list[tuple[int, int]]
     return [bags[r] for r in roots], new_edges
 
 
-def tree_decomposition(graph: Graph, heuristic: str = "min_degree") -> TreeDecomposition:
-    """A tree decomposition of ``graph``'s undirected skeleton (networkx heuristic, then Lemma 1)."""
+class DecompositionTimeout(Exception):
+    """networkx's decomposition, run in a child process, was stopped at the time limit."""
+
+
+def _networkx_decomposition(heuristic: str, n: int,
+                            edges: list[tuple[int, int]]) -> tuple[list[frozenset[int]], list[tuple[int, int]]]:
     skeleton = nx.Graph()
-    skeleton.add_nodes_from(range(graph.n))
-    skeleton.add_edges_from((u, v) for v, ins in enumerate(dependencies(graph)) for u in ins)
+    skeleton.add_nodes_from(range(n))
+    skeleton.add_edges_from(edges)
     _, tree = HEURISTICS[heuristic](skeleton)
     raw_bags: list[frozenset[int]] = list(tree.nodes)
     position = {bag: i for i, bag in enumerate(raw_bags)}
-    raw_edges = [(position[a], position[b]) for a, b in tree.edges]
+    return raw_bags, [(position[a], position[b]) for a, b in tree.edges]
+
+
+def tree_decomposition(graph: Graph, heuristic: str = "min_degree",
+                       deadline: Deadline | None = None) -> TreeDecomposition:
+    """A tree decomposition of ``graph``'s undirected skeleton (networkx heuristic, then Lemma 1).
+
+    networkx's heuristics cannot be interrupted, and on 100,000 nodes they run
+    for minutes; with a time limit, graphs of `CHILD_PROCESS_NODES` nodes or
+    more are decomposed in a child process that is stopped at the limit
+    (raising `DecompositionTimeout`).
+    """
+    edges = [(u, v) for v, ins in enumerate(dependencies(graph)) for u in ins]
+    if deadline is not None and deadline.remaining() is not None and graph.n >= CHILD_PROCESS_NODES:
+        from remat_bench.methods.base import call_in_child
+
+        done, answer = call_in_child(_networkx_decomposition, (heuristic, graph.n, edges), deadline)
+        if not done:
+            raise DecompositionTimeout(answer)
+        raw_bags, raw_edges = answer
+    else:
+        raw_bags, raw_edges = _networkx_decomposition(heuristic, graph.n, edges)
     bags, edges = merge_nested_bags(raw_bags, raw_edges)
     return TreeDecomposition(bags, edges, heuristic, len(raw_bags))
 
@@ -557,7 +584,7 @@ class TWRemat(Method):
                 if search.best is not None and deadline.expired():
                     break
                 began = time.perf_counter()
-                decomposition = tree_decomposition(graph, name)
+                decomposition = tree_decomposition(graph, name, deadline)
                 tree = separator_tree(decomposition, graph.n)
                 shapes[name] = {
                     "width": decomposition.width,
@@ -575,6 +602,11 @@ class TWRemat(Method):
         except _InvalidSchedule as exc:
             return MethodResult(Status.ERROR, solve_time_s=time.perf_counter() - start,
                                 message=str(exc))
+        except DecompositionTimeout as exc:
+            if search.best is None:
+                return MethodResult(Status.NO_SOLUTION, solve_time_s=time.perf_counter() - start, message=(
+                    f"networkx's tree decomposition of the {graph.n:,} nodes did not finish within the time "
+                    f"limit ({time_limit:g} s): {exc}"))
 
         best = search.best
         assert best is not None  # the first schedule is always built to the end

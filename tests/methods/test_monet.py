@@ -190,3 +190,24 @@ def test_monet_shape_is_the_forward_pass_then_stages_of_forward_recomputations()
     assert not monet_shaped(st, np.array([*order[:5], ids["f0"], ids["f0"], *order[5:]]))
     assert not monet_shaped(st, np.array([ids["f0"], ids["f0"], *order[1:]]))
     assert not monet_shaped(st, np.array([*order, ids["loss"]]))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_quick_size_estimate_is_a_lower_bound_of_the_counted_one(seed):
+    # The quick estimate lets a 50,000-layer chain be refused at once, where counting took minutes.
+    from remat_bench.methods.monet import Stages, model_size
+
+    st = Stages.of(random_training_graph(seed + 12, implementations=bool(seed % 2)))
+    quick, counted = model_size(st, exact=False), model_size(st)
+    assert all(0 < quick[k] <= counted[k] for k in quick)
+    assert counted["est_nonzeros"] > quick["est_nonzeros"]
+
+
+def test_a_chain_far_too_large_is_refused_in_a_sentence_and_at_once():
+    from remat_bench.errors import RematBenchError
+    from remat_bench.generators import chain
+    from remat_bench.methods.monet import Stages, check_fits
+
+    st = Stages.of(chain(20_000))
+    with pytest.raises(RematBenchError, match=r"would have at least [\d,]+ variables .* GiB available"):
+        check_fits(st)

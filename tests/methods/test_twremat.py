@@ -285,3 +285,28 @@ def test_shipped_graphs_get_valid_schedules_within_budget(path):
             assert r.budget is None or r.peak <= r.budget
         if budget == "min":
             assert r.status.value == "feasible" and r.peak <= r.baseline_peak
+
+
+def test_large_graphs_decompose_in_a_child_process_with_the_same_answer(monkeypatch):
+    import remat_bench.methods.twremat as twremat
+    from remat_bench.pipeline import run
+
+    g = chain(60)
+    here = run(g, "twremat", "min", time_limit=60)
+    monkeypatch.setattr(twremat, "CHILD_PROCESS_NODES", 100)  # chain(60) has 121 nodes
+    there = run(g, "twremat", "min", time_limit=60)
+    assert there.status.value == here.status.value == "feasible"
+    assert (there.peak, there.duration) == (here.peak, here.duration)
+    assert there.stats["bags"] == here.stats["bags"]
+
+
+def test_call_in_child_stops_an_uninterruptible_call_at_the_deadline():
+    import time
+
+    from remat_bench.methods.base import Deadline, call_in_child
+
+    assert call_in_child(math.factorial, (6,), Deadline(60)) == (True, 720)
+    done, why = call_in_child(time.sleep, (600,), Deadline(0.5))
+    assert not done and why == "stopped at the time limit"
+    with pytest.raises(RuntimeError, match="ValueError"):
+        call_in_child(math.factorial, (-1,), Deadline(60))
