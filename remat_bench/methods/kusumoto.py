@@ -725,7 +725,7 @@ class Kusumoto(Method):
             return MethodResult(
                 Status.NO_SOLUTION, solve_time_s=time.perf_counter() - started,
                 stats={"variant": variant, "lower_sets": len(sets), "forward_nodes": fg.n},
-                message=(f"the {len(sets)} lower sets over {fg.n} forward nodes of '{graph.name}' would need "
+                message=(f"the {len(sets):,} lower sets over {fg.n:,} forward nodes of '{graph.name}' would need "
                          f"{size} of tables, more than this implementation holds "
                          f"({MAX_TABLE_CELLS:,} set-node cells); the family grows with the square of the "
                          "forward graph"))

@@ -318,7 +318,7 @@ def best_order(graph: Graph, budget: Number | None, deadline: Deadline, workers:
 
 class Reorder(Method):
     name = "reorder"
-    description = "the best topological order with no recomputation (list scheduling, then CP-SAT)"
+    description = "the best topological order with no recomputation (list scheduling, local search, then CP-SAT)"
     params = (
         Param("num_workers", int, 0, "CP-SAT workers (0: all cores)"),
         Param("seed", int, 0, "seed of the randomised list schedules and of CP-SAT"),
