@@ -744,7 +744,7 @@ class Kusumoto(Method):
         try:
             best, note = self._search(search, budget, fixed)
         except DPTimeout:
-            best, note = None, f"the time limit ({time_limit} s) ran out inside the DP over {fam.count} lower sets"
+            best, note = None, f"the time limit ({time_limit:.3g} s) ran out inside the DP over {fam.count} lower sets"
         except LoweringError as exc:
             return MethodResult(Status.UNSUPPORTED, message=str(exc))
         stats.update({

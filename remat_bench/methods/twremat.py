@@ -606,7 +606,7 @@ class TWRemat(Method):
             if search.best is None:
                 return MethodResult(Status.NO_SOLUTION, solve_time_s=time.perf_counter() - start, message=(
                     f"networkx's tree decomposition of the {graph.n:,} nodes did not finish within the time "
-                    f"limit ({time_limit:g} s): {exc}"))
+                    f"limit ({time_limit:.3g} s): {exc}"))
 
         best = search.best
         assert best is not None  # the first schedule is always built to the end
