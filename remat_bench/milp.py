@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from remat_bench.child import can_spawn, run_in_child
 from remat_bench.errors import MethodError
-from remat_bench.methods.base import run_interruptibly
+from remat_bench.methods.base import interrupted, run_interruptibly
 
 
 @dataclass
@@ -186,7 +187,7 @@ def solve_milp(
     kind, name = parse_backend(backend)
     if kind == "highs":
         args = (model, time_limit, threads, mip_gap, seed, start, relax, keep_incumbents, options or {})
-        if time_limit is not None and model.num_cols >= ISOLATE_COLUMNS and _can_spawn():
+        if time_limit is not None and model.num_cols >= ISOLATE_COLUMNS and can_spawn():
             return _solve_highs_isolated(*args)
         return _solve_highs(*args)
     return _solve_pulp(model, name or "", time_limit, threads, mip_gap, start, relax)
@@ -198,92 +199,26 @@ def solve_milp(
 # back are kept. Smaller ones overshoot by little and are not worth a process.
 ISOLATE_COLUMNS = 2000
 KILL_GRACE_S = 0.5
-START_FAILED = "the solver process could not start"
-
-
-def _can_spawn() -> bool:
-    """Whether a spawned child can start: it re-runs the parent's main script, which must exist.
-
-    Under ``python -`` (a script on stdin) the main module's file is '<stdin>'
-    and every spawned child dies at start; such runs solve in process.
-    """
-    import os
-    import sys
-
-    path = getattr(sys.modules.get("__main__"), "__file__", None)
-    return path is None or os.path.exists(path)
-
-
-def _highs_child(conn: Any) -> None:
-    """Child process: receive the model, solve, streaming each improving solution, then the final answer."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what Ctrl-C means
-    try:
-        args = conn.recv()
-        solution = _solve_highs(*args, on_incumbent=lambda inc: conn.send(("incumbent", inc)))
-        conn.send(("done", solution))
-    except BaseException as exc:  # reported to the parent, which turns it into an 'error'
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
-    finally:
-        conn.close()
 
 
 def _solve_highs_isolated(model: SparseModel, time_limit: float | None, *rest: Any) -> MilpSolution:
     """`_solve_highs` in a spawned process that is killed past ``time_limit`` (or on Ctrl-C)."""
-    import multiprocessing
-
-    from remat_bench.methods.base import interrupted
-
-    ctx = multiprocessing.get_context("spawn")
-    receive, child_end = ctx.Pipe(duplex=True)
-    # The model goes through this pipe once the child runs, not with the process object: CPython
-    # writes that one before closing its copy of the child's end, so a child that dies at start
-    # (its main script missing) would block the parent's write forever.
-    proc = ctx.Process(target=_highs_child, args=(child_end,), daemon=True)
     t0 = time.perf_counter()
-    proc.start()
-    child_end.close()
     kill_at = t0 + (time_limit or 0.0) + KILL_GRACE_S
     incumbents: list[Incumbent] = []
-    final: MilpSolution | None = None
-    error = ""
-    try:
-        try:
-            receive.send((model, time_limit, *rest))
-        except (BrokenPipeError, ConnectionResetError, EOFError):
-            error = START_FAILED
-        while not error:
-            if receive.poll(0.1):
-                try:
-                    kind, payload = receive.recv()
-                except EOFError:
-                    break
-                if kind == "incumbent":
-                    incumbents.append(payload)
-                elif kind == "done":
-                    final = payload
-                    break
-                else:
-                    error = payload
-                    break
-            elif not proc.is_alive():
-                break
-            if time.perf_counter() > kill_at or interrupted():
-                break
-    finally:
-        if proc.is_alive():
-            proc.kill()
-        proc.join()
+    outcome = run_in_child(_solve_highs, (model, time_limit, *rest),
+                           stop=lambda: time.perf_counter() > kill_at or interrupted(),
+                           stream_to="on_incumbent", on_message=incumbents.append)
     elapsed = time.perf_counter() - t0
-    if final is not None:
-        final.solve_time_s = elapsed
-        return final
-    if error == START_FAILED:
+    if outcome.status == "done":
+        outcome.value.solve_time_s = elapsed
+        return outcome.value
+    if outcome.status == "start_failed":
         left = None if time_limit is None else max(0.0, time_limit - elapsed)
         return _solve_highs(model, left, *rest)
-    if error:
-        return MilpSolution("error", solve_time_s=elapsed, message=error, incumbents=incumbents)
+    if outcome.status == "error":
+        return MilpSolution("error", solve_time_s=elapsed, message=outcome.message, incumbents=incumbents)
+
     import highspy
 
     best = incumbents[-1] if incumbents else None

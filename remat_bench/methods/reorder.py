@@ -17,7 +17,8 @@ order fits the paper's 0.9 and 0.8 budgets at 0% overhead.)
    here because no maintained library searches permutations under
    precedence; each move is scored by a vectorised O(n + edges) profile.
    On random_layered_n250 at 0.8 it finds an order that fits in about a
-   second, where the CP-SAT model alone took 30-68 s.
+   second (`make bench BENCH=orderfree`), where the CP-SAT model alone took
+   30-68 s (the solver measurements behind the order-free issue).
 3. A CP-SAT model of the order alone: one compute event x_v per node, all
    distinct (no-overlap of unit intervals), x_u < x_v for each edge, v held
    on [x_v, max over consumers of x_c + 1) (outputs to the end), cumulative

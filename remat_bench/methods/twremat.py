@@ -84,15 +84,17 @@ import networkx as nx
 import numpy as np
 from networkx.algorithms.approximation import treewidth_min_degree, treewidth_min_fill_in
 
+from remat_bench.child import can_spawn, run_in_child
 from remat_bench.graph import Graph, Number
-from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status
+from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status, interrupted
 from remat_bench.schedule import COMPUTE, FREE, Schedule
 from remat_bench.simulate import Simulation, place_frees, simulate
 
 # A build of TWRemat(k) past this many steps is abandoned (about 1 GB once simulated and
 # cleaned up): the deep recursions of wide graphs can grow as n^log(k+2) (Theorem 5).
 MAX_STEPS = 20_000_000
-# From this many nodes, a time-limited decomposition runs in a child process (about 1 s to start).
+# From this many nodes, a time-limited decomposition runs in a child process; smaller graphs
+# decompose in process, sparing a process start.
 CHILD_PROCESS_NODES = 20_000
 
 HEURISTICS: dict[str, Callable[[nx.Graph], tuple[int, nx.Graph]]] = {
@@ -163,8 +165,8 @@ def merge_nested_bags(bags: list[frozenset[int]], edges: list[tuple[int, int]]
     return [bags[r] for r in roots], new_edges
 
 
-class DecompositionTimeout(Exception):
-    """networkx's decomposition, run in a child process, was stopped at the time limit."""
+class DecompositionStopped(Exception):
+    """networkx's decomposition, run in a child process, was stopped (time limit, Ctrl-C) or died."""
 
 
 def _networkx_decomposition(heuristic: str, n: int,
@@ -185,18 +187,24 @@ def tree_decomposition(graph: Graph, heuristic: str = "min_degree",
     networkx's heuristics cannot be interrupted, and on 100,000 nodes they run
     for minutes; with a time limit, graphs of `CHILD_PROCESS_NODES` nodes or
     more are decomposed in a child process that is stopped at the limit
-    (raising `DecompositionTimeout`).
+    (raising `DecompositionStopped`).
     """
     edges = [(u, v) for v, ins in enumerate(dependencies(graph)) for u in ins]
-    if deadline is not None and deadline.remaining() is not None and graph.n >= CHILD_PROCESS_NODES:
-        from remat_bench.methods.base import call_in_child
-
-        done, answer = call_in_child(_networkx_decomposition, (heuristic, graph.n, edges), deadline)
-        if not done:
-            raise DecompositionTimeout(answer)
-        raw_bags, raw_edges = answer
-    else:
-        raw_bags, raw_edges = _networkx_decomposition(heuristic, graph.n, edges)
+    args = (heuristic, graph.n, edges)
+    outcome = None
+    if deadline is not None and deadline.remaining() is not None and graph.n >= CHILD_PROCESS_NODES and can_spawn():
+        outcome = run_in_child(_networkx_decomposition, args, stop=deadline.expired)
+        if outcome.status == "error":
+            raise RuntimeError(outcome.message)
+        if outcome.status == "stopped":
+            raise DecompositionStopped("interrupted" if interrupted() else
+                                       f"stopped at the time limit ({deadline.seconds:.3g} s)")
+        if outcome.status == "died":
+            raise DecompositionStopped(outcome.message)
+    if outcome is not None and outcome.status == "done":
+        raw_bags, raw_edges = outcome.value
+    else:  # small graph, no limit, or no child could start
+        raw_bags, raw_edges = _networkx_decomposition(*args)
     bags, edges = merge_nested_bags(raw_bags, raw_edges)
     return TreeDecomposition(bags, edges, heuristic, len(raw_bags))
 
@@ -602,11 +610,10 @@ class TWRemat(Method):
         except _InvalidSchedule as exc:
             return MethodResult(Status.ERROR, solve_time_s=time.perf_counter() - start,
                                 message=str(exc))
-        except DecompositionTimeout as exc:
+        except DecompositionStopped as exc:
             if search.best is None:
                 return MethodResult(Status.NO_SOLUTION, solve_time_s=time.perf_counter() - start, message=(
-                    f"networkx's tree decomposition of the {graph.n:,} nodes did not finish within the time "
-                    f"limit ({time_limit:.3g} s): {exc}"))
+                    f"networkx's tree decomposition of the {graph.n:,} nodes did not finish: {exc}"))
 
         best = search.best
         assert best is not None  # the first schedule is always built to the end

@@ -299,14 +299,3 @@ def test_large_graphs_decompose_in_a_child_process_with_the_same_answer(monkeypa
     assert (there.peak, there.duration) == (here.peak, here.duration)
     assert there.stats["bags"] == here.stats["bags"]
 
-
-def test_call_in_child_stops_an_uninterruptible_call_at_the_deadline():
-    import time
-
-    from remat_bench.methods.base import Deadline, call_in_child
-
-    assert call_in_child(math.factorial, (6,), Deadline(60)) == (True, 720)
-    done, why = call_in_child(time.sleep, (600,), Deadline(0.5))
-    assert not done and why == "stopped at the time limit"
-    with pytest.raises(RuntimeError, match="ValueError"):
-        call_in_child(math.factorial, (-1,), Deadline(60))

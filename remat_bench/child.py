@@ -1,0 +1,99 @@
+"""Library calls that cannot be interrupted, run in a spawned child process killed when told to stop.
+
+HiGHS checks its time limit only between phases, and networkx's tree
+decompositions never: on large models and graphs both run far past a time
+limit. `run_in_child` runs such a call in a ``spawn`` child (a fresh
+interpreter: no threads inherited from OR-Tools or HiGHS), polls a stop
+predicate every 0.1 s, and kills the child when it says stop. The call may
+stream messages back (HiGHS's improving solutions), which the parent keeps.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+def can_spawn() -> bool:
+    """Whether a spawned child can start: it re-runs the parent's main script, which must exist.
+
+    Under ``python -`` (a script on stdin) the main module's file is '<stdin>'
+    and every spawned child dies at start; such runs call in process.
+    """
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    return path is None or os.path.exists(path)
+
+
+@dataclass
+class ChildOutcome:
+    """How a child call ended: ``done`` (``value`` holds the answer), ``error`` (``message`` says
+    which exception), ``stopped`` (the stop predicate said so), ``died`` (no answer came), or
+    ``start_failed`` (no child could start: the caller may run the call in process)."""
+
+    status: str
+    value: Any = None
+    message: str = ""
+
+
+def _child_main(conn: Any) -> None:
+    """Child process: receive (fn, args, name of the streaming keyword), call, send the answer back."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what Ctrl-C means
+    try:
+        fn, args, stream_to = conn.recv()
+        kwargs = {stream_to: lambda message: conn.send(("message", message))} if stream_to else {}
+        conn.send(("done", fn(*args, **kwargs)))
+    except BaseException as exc:  # reported to the parent
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+def run_in_child(fn: Callable[..., Any], args: tuple[Any, ...], stop: Callable[[], bool],
+                 stream_to: str | None = None,
+                 on_message: Callable[[Any], None] | None = None) -> ChildOutcome:
+    """``fn(*args)`` in a spawned process, killed once ``stop()`` is true.
+
+    ``fn`` must be importable by name (a module-level function). With
+    ``stream_to``, ``fn`` gets a keyword argument of that name: a function
+    sending one message to the parent, where ``on_message`` receives it.
+    """
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    receive, child_end = ctx.Pipe(duplex=True)
+    # The call goes through the pipe once the child runs, not with the process object: CPython
+    # writes that one before closing its copy of the child's end, so a child that dies at start
+    # (its main script missing) would block the parent's write forever.
+    proc = ctx.Process(target=_child_main, args=(child_end,), daemon=True)
+    proc.start()
+    child_end.close()
+    try:
+        try:
+            receive.send((fn, args, stream_to))
+        except (BrokenPipeError, ConnectionResetError, EOFError):
+            return ChildOutcome("start_failed", message="the child process could not start")
+        while True:
+            if receive.poll(0.1):
+                try:
+                    kind, payload = receive.recv()
+                except EOFError:
+                    return ChildOutcome("died", message="the child process ended without an answer")
+                if kind == "done":
+                    return ChildOutcome("done", value=payload)
+                if kind == "error":
+                    return ChildOutcome("error", message=payload)
+                if on_message is not None:
+                    on_message(payload)
+            elif not proc.is_alive():
+                return ChildOutcome("died", message="the child process ended without an answer")
+            if stop():  # checked after every message too: a fast stream must not keep the child alive
+                return ChildOutcome("stopped")
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join()
