@@ -2,7 +2,7 @@
 
 Methods whose models grow quadratically (checkmate, checkmate-lp, monet, exact
 kusumoto) must refuse with their size estimate instead of exhausting memory;
-twremat, greedy, chen and the approximate kusumoto must run.
+twremat, greedy, chen and the approximate kusumoto (its family thinned to fit) must run.
 """
 
 from __future__ import annotations

@@ -26,7 +26,9 @@ m + 2 M(V') + M(succ(L') \\ L') + M(pred(succ(L')) \\ L') <= budget.
   order). ``max_lower_sets`` caps the enumeration; past it the method says so
   and suggests ``variant=approx``.
 - ``variant=approx`` (section 4.3): the family {}, V, and L_v = {v and its
-  ancestors} for every v.
+  ancestors} for every v. On graphs so large that its tables would not fit
+  (tens of thousands of forward nodes), `THINNED_SETS` of them, evenly spaced
+  by size, are kept (`thin_family`); the run's message says so.
 - ``strategy=tc`` (time-centric): the least overhead within the budget;
   ``strategy=mc`` (memory-centric, section 4.4): the largest overhead within
   the budget, which splits the graph coarsely and lets liveness lower the real
@@ -89,9 +91,14 @@ STATES_PER_SET = 8
 ROW_BLOCK = 2048
 # The family is held as dense (lower sets x forward nodes) boolean tables, four of them: vectorised
 # per-set terms are what make the DP fast, at the price of memory quadratic in the graph for the
-# approximate family. Past this many cells (about 1 GiB of tables) the method declines with a
-# message instead of exhausting the machine (a 50,000-node forward chain would need 10 GiB).
+# approximate family. Past this many cells (about 1 GiB of tables) the exact family is declined with
+# a message, and the approximate one is thinned (`thin_family`): a 50,000-node forward chain would
+# need 10 GiB.
 MAX_TABLE_CELLS = 250_000_000
+# A thinned approximate family keeps at most this many sets: the DP's work grows with the square of
+# the family (every pair of nested sets is a step), and a thousand blocks is already finer than the
+# square-root segmentation that a memory budget calls for on a chain.
+THINNED_SETS = 1024
 
 
 class DPTimeout(Exception):
@@ -201,6 +208,20 @@ def ancestor_sets(fg: ForwardGraph) -> list[int]:
             c |= closure[bit.bit_length() - 1]
         closure[p] = c
     return list(dict.fromkeys([0, *closure, fg.everything]))
+
+
+def thin_family(sets: list[int], keep: int) -> list[int]:
+    """At most ``keep`` of ``sets`` (``keep`` >= 2), evenly spaced by size: {} and V always among them.
+
+    A sub-family of lower sets is still a family the DP can walk (any chain
+    of it is a chain of the whole), so the method stays correct and only its
+    choice of blocks gets coarser.
+    """
+    ordered = sorted(set(sets), key=lambda s: (s.bit_count(), s))
+    if len(ordered) <= keep:
+        return ordered
+    picks = np.unique(np.linspace(0, len(ordered) - 1, keep).round().astype(np.int64))
+    return [ordered[i] for i in picks.tolist()]
 
 
 @dataclass
@@ -719,6 +740,9 @@ class Kusumoto(Method):
                              f"(max_lower_sets); use variant=approx, or raise max_lower_sets"))
         else:
             sets = ancestor_sets(fg)
+        available = len(sets)
+        if variant == "approx" and available * fg.n > MAX_TABLE_CELLS:
+            sets = thin_family(sets, max(2, min(THINNED_SETS, MAX_TABLE_CELLS // fg.n)))
         if len(sets) * fg.n > MAX_TABLE_CELLS:
             need = 4 * len(sets) * fg.n
             size = f"{need / 2**30:.1f} GiB" if need >= 2**30 else f"{need / 2**20:.2f} MiB"
@@ -728,7 +752,8 @@ class Kusumoto(Method):
                 message=(f"the {len(sets):,} lower sets over {fg.n:,} forward nodes of '{graph.name}' would need "
                          f"{size} of tables, more than this implementation holds "
                          f"({MAX_TABLE_CELLS:,} set-node cells); the family grows with the square of the "
-                         "forward graph"))
+                         "forward graph" + ("; use variant=approx, which thins its family to fit"
+                                            if variant == "exact" else "")))
         enumerated = time.perf_counter()
         fam = lower_set_family(fg, sets)
         search = _Search(graph, fg, fam, params["strategy"], deadline)
@@ -737,6 +762,7 @@ class Kusumoto(Method):
             "strategy": params["strategy"],
             "forward_nodes": fg.n,
             "lower_sets": fam.count,
+            **({"lower_sets_before_thinning": available} if available > fam.count else {}),
             "enumeration_s": round(enumerated - started, 4),
             "family_s": round(time.perf_counter() - enumerated, 4),
         }
@@ -759,6 +785,10 @@ class Kusumoto(Method):
             stats["first_model_peak"] = _item(search.first.strategy.peak + fixed)
             stats["first_simulated_peak"] = search.first.simulation.peak
         elapsed = time.perf_counter() - started
+        if available > fam.count:
+            thinned = (f"the {available:,} ancestor sets were thinned to {fam.count:,}, evenly spaced by size "
+                       f"(tables of every set would exceed {MAX_TABLE_CELLS:,} set-node cells)")
+            note = f"{thinned}; {note}" if note else thinned
         if best is None:
             return MethodResult(Status.NO_SOLUTION, solve_time_s=elapsed, stats=stats, message=note)
         sim = best.simulation

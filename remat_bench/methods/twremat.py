@@ -66,14 +66,16 @@ What this adds to the paper:
   always runs to the end; later ones stop at the time limit and past
   `MAX_STEPS` steps.
 
-Left out: the exact (5 tw + 4)-approximate decomposition of Bodlaender et al.
-(the paper's experiments use heuristics too: networkx's minimum-degree by
-default, minimum fill-in on request, which is cubic in networkx and slow past a
-few thousand nodes), and the path-decomposition algorithm of Section 5.
+Decompositions: heuristics, as in the paper's experiments. Minimum degree by
+default (`min_degree_decomposition`, an elimination order turned into a tree
+in linear time), networkx's minimum fill-in on request (cubic, slow past a
+few thousand nodes). Left out: the exact (5 tw + 4)-approximate decomposition
+of Bodlaender et al., and the path-decomposition algorithm of Section 5.
 """
 
 from __future__ import annotations
 
+import heapq
 import time
 from array import array
 from collections.abc import Callable, Iterator
@@ -82,7 +84,7 @@ from typing import Any
 
 import networkx as nx
 import numpy as np
-from networkx.algorithms.approximation import treewidth_min_degree, treewidth_min_fill_in
+from networkx.algorithms.approximation import treewidth_min_fill_in
 
 from remat_bench.child import can_spawn, run_in_child
 from remat_bench.graph import Graph, Number
@@ -97,10 +99,9 @@ MAX_STEPS = 20_000_000
 # decompose in process, sparing a process start.
 CHILD_PROCESS_NODES = 20_000
 
-HEURISTICS: dict[str, Callable[[nx.Graph], tuple[int, nx.Graph]]] = {
-    "min_degree": treewidth_min_degree,
-    "min_fill_in": treewidth_min_fill_in,
-}
+# Tree decomposition heuristics: minimum degree (written here, `min_degree_decomposition`) and
+# networkx's minimum fill-in.
+HEURISTICS = ("min_degree", "min_fill_in")
 
 
 # ---------------------------------------------------------------------- decomposition (Lemma 1)
@@ -111,13 +112,13 @@ class TreeDecomposition:
     """A tree decomposition of a graph's undirected skeleton, after Lemma 1's merging.
 
     ``bags[i]`` is a set of node indices; ``edges`` are the tree's edges
-    between bag positions. ``networkx_bags`` is the bag count before merging.
+    between bag positions. ``raw_bags`` is the bag count before merging.
     """
 
     bags: list[frozenset[int]]
     edges: list[tuple[int, int]]
     heuristic: str
-    networkx_bags: int
+    raw_bags: int
 
     @property
     def width(self) -> int:
@@ -166,7 +167,70 @@ def merge_nested_bags(bags: list[frozenset[int]], edges: list[tuple[int, int]]
 
 
 class DecompositionStopped(Exception):
-    """networkx's decomposition, run in a child process, was stopped (time limit, Ctrl-C) or died."""
+    """A decomposition was stopped (time limit, Ctrl-C), or the child process running networkx's died."""
+
+
+def min_degree_decomposition(n: int, edges: list[tuple[int, int]],
+                             deadline: Deadline | None = None
+                             ) -> tuple[list[frozenset[int]], list[tuple[int, int]]]:
+    """A tree decomposition by minimum-degree elimination: bags and tree edges (before Lemma 1).
+
+    Eliminate a node of least degree, join its neighbours into a clique, and
+    repeat; the bag of an eliminated node v is v with its neighbours at that
+    moment, and its parent is the bag of the neighbour eliminated first after
+    v (the standard construction from an elimination order: every neighbour
+    of v is in that bag, so each node's bags stay connected). Parentless bags
+    (one per connected component) are joined to the last one.
+
+    Written here rather than calling networkx's ``treewidth_min_degree``
+    because networkx builds the tree by scanning every bag made so far for
+    each eliminated node: quadratic, minutes on a 100,000-node chain where
+    this takes seconds. Ties go to the lowest node index, so the result is
+    deterministic. Raises `DecompositionStopped` when ``deadline`` has passed
+    at one of its checks, every 4,096 eliminations (a small graph always
+    decomposes, so a search out of time still has its first schedule).
+    """
+    adjacency: list[set[int]] = [set() for _ in range(n)]
+    for u, v in edges:
+        if u != v:
+            adjacency[u].add(v)
+            adjacency[v].add(u)
+    heap = [(len(adj), v) for v, adj in enumerate(adjacency)]
+    heapq.heapify(heap)
+    position = [-1] * n  # elimination position
+    neighbours: list[list[int]] = [[] for _ in range(n)]
+    step = 0
+    while heap:
+        degree, v = heapq.heappop(heap)
+        if position[v] >= 0 or degree != len(adjacency[v]):
+            continue  # stale entry: v was eliminated, or its degree changed since
+        if deadline is not None and step % 4096 == 4095 and deadline.expired():
+            raise DecompositionStopped("interrupted" if interrupted() else
+                                       f"stopped at the time limit ({deadline.seconds:.3g} s)")
+        around = adjacency[v]
+        for u in around:
+            adjacency[u].discard(v)
+            grown = around - adjacency[u]
+            grown.discard(u)
+            if grown:
+                adjacency[u] |= grown
+            heapq.heappush(heap, (len(adjacency[u]), u))
+        neighbours[v] = sorted(around)
+        adjacency[v] = set()
+        position[v] = step
+        step += 1
+    order = sorted(range(n), key=position.__getitem__)
+    bags = [frozenset([v, *neighbours[v]]) for v in order]
+    tree_edges: list[tuple[int, int]] = []
+    roots: list[int] = []
+    for i, v in enumerate(order):
+        if neighbours[v]:
+            tree_edges.append((i, min(position[u] for u in neighbours[v])))
+        else:
+            roots.append(i)
+    last = n - 1
+    tree_edges.extend((r, last) for r in roots if r != last)
+    return bags, tree_edges
 
 
 def _networkx_decomposition(heuristic: str, n: int,
@@ -174,7 +238,7 @@ def _networkx_decomposition(heuristic: str, n: int,
     skeleton = nx.Graph()
     skeleton.add_nodes_from(range(n))
     skeleton.add_edges_from(edges)
-    _, tree = HEURISTICS[heuristic](skeleton)
+    _, tree = treewidth_min_fill_in(skeleton)
     raw_bags: list[frozenset[int]] = list(tree.nodes)
     position = {bag: i for i, bag in enumerate(raw_bags)}
     return raw_bags, [(position[a], position[b]) for a, b in tree.edges]
@@ -182,31 +246,38 @@ def _networkx_decomposition(heuristic: str, n: int,
 
 def tree_decomposition(graph: Graph, heuristic: str = "min_degree",
                        deadline: Deadline | None = None) -> TreeDecomposition:
-    """A tree decomposition of ``graph``'s undirected skeleton (networkx heuristic, then Lemma 1).
+    """A tree decomposition of ``graph``'s undirected skeleton (a heuristic, then Lemma 1).
 
-    networkx's heuristics cannot be interrupted, and on 100,000 nodes they run
-    for minutes; with a time limit, graphs of `CHILD_PROCESS_NODES` nodes or
-    more are decomposed in a child process that is stopped at the limit
-    (raising `DecompositionStopped`).
+    ``min_degree``: `min_degree_decomposition`, checking the deadline as it
+    goes. ``min_fill_in``: networkx's heuristic, which cannot be interrupted
+    and is cubic; with a time limit, graphs of `CHILD_PROCESS_NODES` nodes or
+    more are decomposed in a child process stopped at the limit (raising
+    `DecompositionStopped`).
     """
+    if heuristic not in HEURISTICS:
+        raise ValueError(f"unknown tree decomposition heuristic {heuristic!r}")
     edges = [(u, v) for v, ins in enumerate(dependencies(graph)) for u in ins]
-    args = (heuristic, graph.n, edges)
-    outcome = None
-    if deadline is not None and deadline.remaining() is not None and graph.n >= CHILD_PROCESS_NODES and can_spawn():
-        outcome = run_in_child(_networkx_decomposition, args, stop=deadline.expired)
-        if outcome.status == "error":
-            raise RuntimeError(outcome.message)
-        if outcome.status == "stopped":
-            raise DecompositionStopped("interrupted" if interrupted() else
-                                       f"stopped at the time limit ({deadline.seconds:.3g} s)")
-        if outcome.status == "died":
-            raise DecompositionStopped(outcome.message)
-    if outcome is not None and outcome.status == "done":
-        raw_bags, raw_edges = outcome.value
-    else:  # small graph, no limit, or no child could start
-        raw_bags, raw_edges = _networkx_decomposition(*args)
-    bags, edges = merge_nested_bags(raw_bags, raw_edges)
-    return TreeDecomposition(bags, edges, heuristic, len(raw_bags))
+    if heuristic == "min_degree":
+        raw_bags, raw_edges = min_degree_decomposition(graph.n, edges, deadline)
+    else:
+        args = (heuristic, graph.n, edges)
+        outcome = None
+        if (deadline is not None and deadline.remaining() is not None and graph.n >= CHILD_PROCESS_NODES
+                and can_spawn()):
+            outcome = run_in_child(_networkx_decomposition, args, stop=deadline.expired)
+            if outcome.status == "error":
+                raise RuntimeError(outcome.message)
+            if outcome.status == "stopped":
+                raise DecompositionStopped("interrupted" if interrupted() else
+                                           f"stopped at the time limit ({deadline.seconds:.3g} s)")
+            if outcome.status == "died":
+                raise DecompositionStopped(outcome.message)
+        if outcome is not None and outcome.status == "done":
+            raw_bags, raw_edges = outcome.value
+        else:  # small graph, no limit, or no child could start
+            raw_bags, raw_edges = _networkx_decomposition(*args)
+    bags, tree_edges = merge_nested_bags(raw_bags, raw_edges)
+    return TreeDecomposition(bags, tree_edges, heuristic, len(raw_bags))
 
 
 # ---------------------------------------------------------------------- balanced separators (Lemma 3)
@@ -570,8 +641,8 @@ class TWRemat(Method):
     params = (
         Param("k", int, 0, "recursion cut-off: regions of fewer than k bags are scheduled in "
               "topological order (1: Algorithm 1 in full); 0 searches k"),
-        Param("heuristic", str, "min_degree", "tree decomposition heuristic of networkx; both: try "
-              "each and keep the better schedule", choices=("min_degree", "min_fill_in", "both")),
+        Param("heuristic", str, "min_degree", "tree decomposition heuristic: minimum degree, or "
+              "networkx's minimum fill-in (cubic); both: try each and keep the better schedule", choices=("min_degree", "min_fill_in", "both")),
         Param("grid", int, 8, "how many values of k the search tries first (geometric over the "
               "cut-offs; with a budget, a bisection follows)"),
     )
@@ -597,7 +668,7 @@ class TWRemat(Method):
                 shapes[name] = {
                     "width": decomposition.width,
                     "bags": len(decomposition.bags),
-                    "networkx_bags": decomposition.networkx_bags,
+                    "raw_bags": decomposition.raw_bags,
                     "levels": tree.levels,
                     "decomposition_time_s": round(time.perf_counter() - began, 3),
                 }
@@ -613,7 +684,8 @@ class TWRemat(Method):
         except DecompositionStopped as exc:
             if search.best is None:
                 return MethodResult(Status.NO_SOLUTION, solve_time_s=time.perf_counter() - start, message=(
-                    f"networkx's tree decomposition of the {graph.n:,} nodes did not finish: {exc}"))
+                    f"the {names[0] if len(names) == 1 else 'tree'} decomposition of the {graph.n:,} nodes "
+                    f"did not finish: {exc}"))
 
         best = search.best
         assert best is not None  # the first schedule is always built to the end

@@ -253,18 +253,41 @@ def test_too_many_lower_sets_says_so_and_approx_still_answers():
     assert r.status.value == "feasible" and r.stats["lower_sets"] == 14
 
 
-def test_a_family_too_large_to_tabulate_is_declined_not_attempted(monkeypatch):
+def test_a_family_too_large_to_tabulate_is_thinned_or_declined(monkeypatch):
     # The approximate family of a 50,000-layer chain needed over 24 GiB and was killed by the
-    # kernel; past MAX_TABLE_CELLS the method now declines in a sentence. Scaled down here.
+    # kernel; past MAX_TABLE_CELLS the approximate family is now thinned and the exact one declined
+    # in a sentence. Scaled down here.
     import remat_bench.methods.kusumoto as kusumoto
 
     g = chain(40)  # 40 forward nodes, 41 ancestor sets ({} and one per node, the last = V): 1,640 cells
-    monkeypatch.setattr(kusumoto, "MAX_TABLE_CELLS", 1_000)
+    full = run(g, "kusumoto", "0.5", params={"variant": "approx"})
+    assert full.status.value == "feasible" and full.stats["lower_sets"] == 41
+    monkeypatch.setattr(kusumoto, "MAX_TABLE_CELLS", 1_000)  # room for 25 sets of 40 nodes
     r = run(g, "kusumoto", "0.5", params={"variant": "approx"})
+    assert r.status.value == "feasible" and r.simulation.valid and r.peak <= r.budget
+    assert r.stats["lower_sets"] == 25 and r.stats["lower_sets_before_thinning"] == 41
+    assert "41 ancestor sets were thinned to 25" in r.message
+    assert r.stats["dp_overhead"] >= full.stats["dp_overhead"]  # a sub-family never does better
+    r = run(g, "kusumoto", "0.5", params={"variant": "exact"})
     assert r.status.value == "no_solution"
     assert "41 lower sets over 40 forward nodes" in r.message and "MiB of tables" in r.message
-    monkeypatch.setattr(kusumoto, "MAX_TABLE_CELLS", 1_640)
-    assert run(g, "kusumoto", "0.5", params={"variant": "approx"}).status.value == "feasible"
+    assert "use variant=approx" in r.message
+
+
+@settings(max_examples=100, deadline=None)
+@given(small_nets(), st.integers(2, 8))
+def test_thinning_keeps_empty_and_whole_and_spreads_by_size(g, keep):
+    from remat_bench.methods.kusumoto import thin_family
+
+    fg = forward_graph(g)
+    sets = ancestor_sets(fg)
+    thinned = thin_family(sets, keep)
+    assert thinned[0] == 0 and thinned[-1] == fg.everything
+    assert set(thinned) <= set(sets) and len(thinned) == min(keep, len(set(sets)))
+    sizes = [s.bit_count() for s in thinned]
+    assert sizes == sorted(sizes)
+    fam = lower_set_family(fg, thinned)  # still a family the DP walks
+    assert best_chain(fam, None, "peak") is not None
 
 
 def test_tightens_the_internal_budget_when_the_simulator_disagrees():

@@ -288,14 +288,44 @@ def test_shipped_graphs_get_valid_schedules_within_budget(path):
 
 
 def test_large_graphs_decompose_in_a_child_process_with_the_same_answer(monkeypatch):
+    """networkx's minimum fill-in cannot be interrupted: past CHILD_PROCESS_NODES it runs in a child."""
     import remat_bench.methods.twremat as twremat
     from remat_bench.pipeline import run
 
     g = chain(60)
-    here = run(g, "twremat", "min", time_limit=60)
+    fill_in = {"heuristic": "min_fill_in"}
+    here = run(g, "twremat", "min", time_limit=60, params=fill_in)
     monkeypatch.setattr(twremat, "CHILD_PROCESS_NODES", 100)  # chain(60) has 121 nodes
-    there = run(g, "twremat", "min", time_limit=60)
+    there = run(g, "twremat", "min", time_limit=60, params=fill_in)
     assert there.status.value == here.status.value == "feasible"
     assert (there.peak, there.duration) == (here.peak, here.duration)
     assert there.stats["bags"] == here.stats["bags"]
 
+
+
+@settings(max_examples=200, deadline=None)
+@given(dags(min_nodes=1, max_nodes=16))
+def test_min_degree_elimination_is_a_tree_decomposition(g):
+    """Every edge in some bag, each node's bags connected, the bags joined by a tree."""
+    import networkx as nx
+
+    from remat_bench.methods.twremat import min_degree_decomposition
+
+    edges = [(u, v) for v, ins in enumerate(dependencies(g)) for u in ins]
+    bags, tree_edges = min_degree_decomposition(g.n, edges)
+    assert len(bags) == g.n and len(tree_edges) == g.n - 1
+    tree = nx.Graph()
+    tree.add_nodes_from(range(len(bags)))
+    tree.add_edges_from(tree_edges)
+    assert nx.is_tree(tree)
+    assert all(any({u, v} <= b for b in bags) for u, v in edges)
+    for v in range(g.n):
+        holding = [i for i, b in enumerate(bags) if v in b]
+        assert holding and nx.is_connected(tree.subgraph(holding))
+
+
+def test_min_degree_elimination_of_a_long_chain_has_width_two():
+    from remat_bench.methods.twremat import tree_decomposition
+
+    d = tree_decomposition(chain(2000))
+    assert d.width == 2 and d.raw_bags == 4001
