@@ -22,11 +22,12 @@ def cases():
     rl250 = load_graph(PAPER / "random_layered_n250.json")
     rl1000 = load_graph(PAPER / "random_layered_n1000.json")
     big_chain = chain(4000)
+    huge_chain = chain(50_000, seed=1)  # the 100,001-node graph of `benchmarks large`
     dense = densenet121(batch=8, resolution=64)
     r50 = generate("resnet50", batch=32, resolution=64, implementations=True)
     return [
         ("none", rl1000, "0.8", {}),
-        ("chen", big_chain, "0.5", {}),
+        ("chen", huge_chain, "0.5", {}),
         ("greedy", rl1000, "min", {}),
         ("reorder", rl1000, "0.8", {}),
         ("checkmate", rl250, "0.8", {}),
@@ -34,7 +35,8 @@ def cases():
         ("moccasin", rl1000, "0.8", {}),
         ("moccasin", rl250, "0.7", {"order": "free"}),
         ("kusumoto", dense, "0.5", {"variant": "exact"}),
-        ("twremat", big_chain, "min", {}),
+        ("kusumoto", huge_chain, "0.5", {"variant": "approx"}),
+        ("twremat", huge_chain, "min", {}),
         ("fenghuang", big_chain, "min", {}),
         ("monet", r50, "0.7", {}),
     ]

@@ -12,7 +12,8 @@ implementations buy back more than the recomputation costs.
 
 Environment: BENCH_TIME_LIMIT (seconds per solve, default 120),
 BENCH_MONET_BUDGETS (comma-separated, default 0.4,...,0.9), BENCH_MONET_GRAPHS
-(comma-separated kinds, default all three).
+(comma-separated kinds, default all three), BENCH_MONET_METHODS (comma-separated
+among monet, checkmate, checkmate+ff; default all three).
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ GRAPHS = (
     ("unet", {"batch": 8, "resolution": 128}),
 )
 WANTED = os.environ.get("BENCH_MONET_GRAPHS", "resnet50,vgg16,unet").split(",")
-METHODS = (("monet", {}), ("checkmate", {}), ("checkmate", {"impl": "fastest-fit"}))
+METHODS = tuple(m for m in (("monet", {}), ("checkmate", {}), ("checkmate", {"impl": "fastest-fit"}))
+                if (m[0] + ("+ff" if m[1] else "")) in os.environ.get("BENCH_MONET_METHODS",
+                                                                     "monet,checkmate,checkmate+ff").split(","))
 
 
 def main() -> None:
@@ -58,8 +61,9 @@ def main() -> None:
                 cells.append(f"{r.solve_time_s:.1f}")
             rows.append(cells)
     show(f"MONeT vs Checkmate, overhead % by budget (limit {LIMIT:g} s; * not proven optimal)",
-         ["graph", "budget", "monet %", "monet s", "checkmate %", "checkmate s",
-          "checkmate+fastest-fit %", "checkmate+ff s"], rows)
+         ["graph", "budget", *(f"{label} {unit}" for method, params in METHODS
+                               for label in [method + ("+fastest-fit" if params else "")] for unit in ("%", "s"))],
+         rows)
 
 
 if __name__ == "__main__":

@@ -325,7 +325,7 @@ def bound(graph: str, budget: str, as_json: bool) -> None:
     """
     from remat_bench.bound import any_order_bound
     from remat_bench.budget import parse_budget
-    from remat_bench.simulate import baseline
+    from remat_bench.simulate import baseline, overhead_pct
 
     g = load(graph)
     b = parse_budget(budget, g)
@@ -333,7 +333,7 @@ def bound(graph: str, budget: str, as_json: bool) -> None:
         raise click.BadParameter("the bound needs a budget, not 'min'", param_hint="--budget")
     result = any_order_bound(g, b.amount)
     base = baseline(g)
-    overhead = None if result.value is None else 100.0 * (result.value / base.duration - 1) if base.duration else 0.0
+    overhead = None if result.value is None else overhead_pct(result.value, base.duration)
     data = {"graph": g.name, "budget": b.amount, "budget_fraction": b.fraction, "status": result.status,
             "lower_bound": result.value, "lower_bound_overhead_pct": overhead,
             "baseline_duration": base.duration, "baseline_peak": base.peak,

@@ -23,6 +23,13 @@ from remat_bench.graph import Graph, Number
 from remat_bench.schedule import COMPUTE, FREE, Schedule
 
 
+def overhead_pct(duration: Number, baseline_duration: Number) -> float:
+    """Extra duration over the baseline, in percent; a graph of zero duration has none (or infinite)."""
+    if baseline_duration == 0:
+        return 0.0 if duration == 0 else float("inf")
+    return 100.0 * (duration / baseline_duration - 1.0)
+
+
 @dataclass(frozen=True)
 class Violation:
     """The first step at which a schedule breaks the model (``step == len(schedule)`` for end checks)."""
@@ -52,9 +59,7 @@ class Simulation:
 
     def overhead_pct(self, baseline_duration: Number) -> float:
         """Extra duration over the baseline, in percent (the TDI of the Moccasin paper)."""
-        if baseline_duration == 0:
-            return 0.0 if self.duration == 0 else float("inf")
-        return 100.0 * (self.duration / baseline_duration - 1.0)
+        return overhead_pct(self.duration, baseline_duration)
 
     def summary(self) -> dict[str, Any]:
         return {

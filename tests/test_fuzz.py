@@ -112,6 +112,8 @@ ULP_OVER_BASELINE = Graph([
     Node("v2", (), 0, 0, kind="backward", implementations=(Implementation("impl0", 0, 0),)),
     Node("v3", (), 0, 0, kind="backward"),
 ], name="fuzz", outputs=["v0", "v1", "v2", "v3"], fixed_memory=7)
+# checkmate: the overhead of its incumbents divided by a baseline duration of zero.
+ZERO_DURATION_WITH_WORKSPACE = Graph([Node("v0", (), 0, 0, workspace=1, kind="forward")], name="fuzz")
 BACKWARD_ONLY = Graph([Node("v0", (), 1, 1, kind="backward"), Node("v1", ("v0",), 2, 1, kind="backward")],
                       name="backward-only")
 
@@ -125,6 +127,7 @@ BACKWARD_ONLY = Graph([Node("v0", (), 1, 1, kind="backward"), Node("v1", ("v0",)
 @example(g=HUGE_WITH_IMPLEMENTATIONS, choice="min")
 @example(g=BACKWARD_ONLY, choice=0.5)
 @example(g=ULP_OVER_BASELINE, choice="min")
+@example(g=ZERO_DURATION_WITH_WORKSPACE, choice=0.0)
 @settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 25)), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(g=graphs(), choice=st.one_of(st.just("min"), st.just(-1.0), st.floats(0.0, 1.0)))

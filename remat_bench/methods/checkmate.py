@@ -53,7 +53,7 @@ from remat_bench.milp import (
     solve_milp,
 )
 from remat_bench.schedule import COMPUTE, Schedule, ScheduleBuilder
-from remat_bench.simulate import place_frees, simulate
+from remat_bench.simulate import overhead_pct, place_frees, simulate
 
 
 def _tri(t: np.ndarray, i: np.ndarray) -> np.ndarray:
@@ -465,7 +465,7 @@ def warm_start(cm: CheckmateModel, graph: Graph, budget: Number,
     LP rounding (`checkmate_lp`), given at most a quarter of the time left
     and a minute, when neither is accepted.
     """
-    from remat_bench.improve import drop_recomputations, shave_peaks
+    from remat_bench.improve import drop_recomputations, shaved_order
     from remat_bench.methods.checkmate_lp import lp_rounding
     from remat_bench.methods.chen import Chen
     from remat_bench.methods.greedy import Greedy
@@ -498,9 +498,7 @@ def warm_start(cm: CheckmateModel, graph: Graph, budget: Number,
     # Peak shaving from the input order (see `remat_bench.improve.shave_peaks`).
     if deadline.expired():
         return (best[1], best[2]) if best else (None, None)
-    remaining = deadline.remaining()
-    cap = Deadline(60.0 if remaining is None else min(60.0, remaining / 4))
-    shaved = shave_peaks(graph, np.arange(graph.n, dtype=np.int64), budget, cap)
+    shaved = shaved_order(graph, budget, deadline)
     shaved_schedule = place_frees(graph, shaved, np.zeros(len(shaved), dtype=np.int64), drop_unused=False)
     if simulate(graph, shaved_schedule).peak <= budget:
         consider(shaved_schedule, "shaved")
@@ -525,7 +523,7 @@ def milp_result(cm: CheckmateModel, sol: Any, stats: dict[str, Any], deadline: D
     incumbents = []
     for inc in sol.incumbents:
         row: dict[str, Any] = {"time_s": round(inc.time_s, 3),
-                               "objective_overhead_pct": 100 * (inc.objective * cm.dur_scale / base_duration - 1)}
+                               "objective_overhead_pct": overhead_pct(inc.objective * cm.dur_scale, base_duration)}
         if inc.x is not None:
             sim = simulate(graph, cm.decode(inc.x))
             if sim.valid:

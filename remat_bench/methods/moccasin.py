@@ -480,12 +480,9 @@ def staged_hint_candidates(graph: Graph, budget: Number | None, deadline: Deadli
     # Peak shaving from the input order (`remat_bench.improve`): on the published random layered
     # graphs at 0.8 it reaches the budget in seconds, where phase 1 from the baseline needed
     # minutes (random_layered_n1000: not in 300 s).
-    from remat_bench.improve import drop_recomputations, shave_peaks
+    from remat_bench.improve import shaved_order
 
-    remaining = deadline.remaining()
-    cap = Deadline(60.0 if remaining is None else min(60.0, remaining / 4))
-    shaved = shave_peaks(graph, np.arange(graph.n, dtype=np.int64), budget, cap, max_copies=max_copies)
-    shaved = drop_recomputations(graph, shaved, budget, cap)
+    shaved = shaved_order(graph, budget, deadline, max_copies=max_copies)
     out.append(("shaved", place_frees(graph, shaved, np.zeros(len(shaved), dtype=np.int64), drop_unused=False)))
     for method in (Greedy(), Chen()):
         if deadline.expired():

@@ -769,11 +769,9 @@ def candidate_schedules(graph: Graph, st: Stages, budget: Number | None, deadlin
     if budget is not None and not deadline.expired():
         # Peak shaving from the input order, as for Checkmate's warm start: it recomputes only
         # where the memory peaks, before the backward node that needs the value.
-        from remat_bench.improve import shave_peaks
+        from remat_bench.improve import shaved_order
 
-        remaining = deadline.remaining()
-        cap = Deadline(20.0 if remaining is None else min(20.0, remaining / 4))
-        sequences.append(("shaved", shave_peaks(graph, np.arange(graph.n, dtype=np.int64), budget, cap)))
+        sequences.append(("shaved", shaved_order(graph, budget, deadline, cap_s=20.0)))
     sequences.append(("keep-all", np.concatenate([st.fwd, st.bwd])))
     sequences = [(label, nodes) for label, nodes in sequences if monet_shaped(st, nodes)]
     found = []
