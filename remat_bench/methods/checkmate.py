@@ -539,7 +539,7 @@ def milp_result(cm: CheckmateModel, sol: Any, stats: dict[str, Any], deadline: D
                             message="the solver proved that no staged schedule fits the budget")
     if sol.x is None:
         return MethodResult(Status.NO_SOLUTION, lower_bound=lower, solve_time_s=deadline.elapsed(), stats=stats,
-                            message=f"no schedule found within the time limit ({sol.message})")
+                            message=f"no schedule found before the solver stopped ({sol.message})")
     schedule = cm.decode(sol.x)
     status = Status.OPTIMAL if sol.status == "optimal" else Status.FEASIBLE
     objective = cm.objective(sol.x)

@@ -919,7 +919,7 @@ class Monet(Method):
                                 message="the solver proved that no MONeT schedule fits the budget")
         if sol.x is None:
             return MethodResult(Status.NO_SOLUTION, lower_bound=lower, solve_time_s=deadline.elapsed(), stats=stats,
-                                message=f"no schedule found within the time limit ({sol.message})")
+                                message=f"no schedule found before the solver stopped ({sol.message})")
         schedule = mm.decode(sol.x)
         sim = simulate(graph, schedule)
         objective = mm.duration(sol.x)
