@@ -21,7 +21,7 @@ from remat_bench.graph import Graph, Number
 from remat_bench.methods import Method, MethodResult, Status, get_method
 from remat_bench.methods.base import interrupted
 from remat_bench.schedule import Schedule
-from remat_bench.simulate import Simulation, baseline, clean_up, simulate
+from remat_bench.simulate import Simulation, baseline, clean_up_simulated, simulate
 
 
 @dataclass
@@ -211,12 +211,12 @@ def _score(graph: Graph, budget: Budget, answer: MethodResult, result: RunResult
         result.status = Status.ERROR
         result.message = f"method '{result.method}' returned an invalid schedule: {raw.violation}"
         return result
-    cleaned, report = clean_up(graph, answer.schedule)
+    cleaned, report, sim = clean_up_simulated(graph, answer.schedule, raw)
     if result.params.get("impl") == "fastest-fit":
         from remat_bench.implementations import fastest_fit
 
-        cleaned, report = clean_up(graph, fastest_fit(graph, cleaned, budget.amount))
-    cleaned = cleaned.with_meta(
+        cleaned, report, sim = clean_up_simulated(graph, fastest_fit(graph, cleaned, budget.amount))
+    cleaned = cleaned.with_meta(  # the same steps: ``sim`` stays theirs
         method=result.method,
         params=result.params,
         budget=budget.amount,
@@ -228,7 +228,6 @@ def _score(graph: Graph, budget: Budget, answer: MethodResult, result: RunResult
             "stats": {k: v for k, v in answer.stats.items() if k != "traceback"},
         },
     )
-    sim = simulate(graph, cleaned)
     result.schedule = cleaned
     result.simulation = sim
     result.cleanup = report.as_dict()

@@ -246,64 +246,91 @@ def place_frees(graph: Graph, nodes: np.ndarray, impls: np.ndarray, drop_unused:
     With ``drop_unused=False`` every computation is kept (an unused one is freed
     at once): the schedule a method meant, before clean-up.
     """
-    nodes_l = nodes.tolist()
-    ops_l = (graph.op_start[nodes] + impls).tolist()
-    m = len(nodes_l)
-    op_inputs = graph.op_inputs
+    nodes = np.asarray(nodes, dtype=np.int64)
+    ops = graph.op_start[nodes] + np.asarray(impls, dtype=np.int64)
+    source, reader = _read_sources(graph, nodes, ops)
+    used = np.zeros(len(nodes), dtype=bool)
+    used[source] = True
+    used[_last_copies(graph, nodes)] = True
+    if drop_unused and not used.all():
+        keep = _keep_sweep(graph, nodes, ops)
+        nodes, ops = nodes[keep], ops[keep]
+        source, reader = _read_sources(graph, nodes, ops)
+    k = len(nodes)
+    # Each copy is freed after its last reader (after itself when unread), except an output's last copy.
+    free_at = np.arange(k)
+    np.maximum.at(free_at, source, reader)
+    freed = np.ones(k, dtype=bool)
+    freed[_last_copies(graph, nodes)] = False
+    # Interleave: compute j, then the copies freed after it in copy order.
+    copies = np.flatnonzero(freed)
+    after = free_at[copies]
+    per_step = np.bincount(after, minlength=k)
+    compute_at = np.arange(k) + np.concatenate(([0], np.cumsum(per_step)[:-1]))
+    by_step = np.argsort(after, kind="stable")
+    group_start = np.concatenate(([0], np.cumsum(per_step)[:-1]))
+    rank = np.arange(len(copies)) - group_start[after[by_step]]
+    total = k + len(copies)
+    kinds = np.full(total, FREE, dtype=np.int8)
+    out_nodes = np.empty(total, dtype=np.int64)
+    out_impls = np.zeros(total, dtype=np.int64)
+    kinds[compute_at] = COMPUTE
+    out_nodes[compute_at] = nodes
+    out_impls[compute_at] = ops - graph.op_start[nodes]
+    out_nodes[compute_at[after[by_step]] + 1 + rank] = nodes[copies[by_step]]
+    return Schedule(kinds, out_nodes, out_impls)
 
-    # Backward sweep: keep a computation if a kept later step (or the end, for outputs) reads it.
+
+def _read_sources(graph: Graph, nodes: np.ndarray, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For every input read by every step: the step whose copy it reads (the latest computation of
+    that input before the reader) and the reader. Inputs must have been computed before."""
+    k = len(nodes)
+    counts = graph.op_in_ptr[ops + 1] - graph.op_in_ptr[ops]
+    reader = np.repeat(np.arange(k, dtype=np.int64), counts)
+    offsets = np.arange(len(reader), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    read = graph.op_in_idx[np.repeat(graph.op_in_ptr[ops], counts) + offsets]
+    order = np.lexsort((np.arange(k), nodes))  # computations by node, then step
+    keys = nodes[order] * k + order
+    found = np.searchsorted(keys, read * k + reader, side="left") - 1
+    source = order[found]
+    # A read of a value never computed before (an invalid sequence, which the simulator will
+    # reject) has no source: leave it out rather than extend another value's life.
+    ok = (found >= 0) & (nodes[source] == read)
+    return source[ok], reader[ok]
+
+
+def _last_copies(graph: Graph, nodes: np.ndarray) -> np.ndarray:
+    """The last computation of each output that is computed (steps)."""
+    last = np.full(graph.n, -1, dtype=np.int64)
+    last[nodes] = np.arange(len(nodes))  # later steps overwrite earlier ones
+    found = last[list(graph.output_indices)]
+    return found[found >= 0]
+
+
+def _keep_sweep(graph: Graph, nodes: np.ndarray, ops: np.ndarray) -> list[bool]:
+    """Which computations to keep: a backward sweep keeping a computation when a kept later step
+    (or the end, for an output) reads it, or when it is its node's first and none later is kept.
+
+    Sequential because dropping a step can leave its inputs unread in turn;
+    `place_frees` calls it only when some computation is unread.
+    """
+    nodes_l = nodes.tolist()
+    ops_l = ops.tolist()
+    op_inputs = graph.op_inputs
     needed = graph.is_output.tolist()
     kept_later = [False] * graph.n
     remaining = np.bincount(nodes, minlength=graph.n).tolist()  # computations of v at or before i
-    keep = [False] * m
-    for i in range(m - 1, -1, -1):
+    keep = [False] * len(nodes_l)
+    for i in range(len(nodes_l) - 1, -1, -1):
         v = nodes_l[i]
         remaining[v] -= 1
-        if needed[v] or not drop_unused or (not kept_later[v] and remaining[v] == 0):
+        if needed[v] or (not kept_later[v] and remaining[v] == 0):
             keep[i] = True
             needed[v] = False
             kept_later[v] = True
             for u in op_inputs[ops_l[i]]:
                 needed[u] = True
-
-    # Forward sweep: the last reader of each kept computation.
-    current = [-1] * graph.n  # position (in the kept sequence) of the live copy of each node
-    kept_nodes: list[int] = []
-    kept_ops: list[int] = []
-    for i in range(m):
-        if keep[i]:
-            kept_nodes.append(nodes_l[i])
-            kept_ops.append(ops_l[i])
-    k = len(kept_nodes)
-    free_at = list(range(k))  # step after which each copy is freed (its own, if unused)
-    for j in range(k):
-        for u in op_inputs[kept_ops[j]]:
-            free_at[current[u]] = j
-        current[kept_nodes[j]] = j
-    final_copy = set()
-    for v in graph.output_indices:
-        if current[v] >= 0:
-            final_copy.add(current[v])
-
-    frees_after: list[list[int]] = [[] for _ in range(k)]
-    for j in range(k):
-        if j not in final_copy:
-            frees_after[free_at[j]].append(kept_nodes[j])
-    kinds: list[int] = []
-    out_nodes: list[int] = []
-    out_impls: list[int] = []
-    op_start = graph.op_start.tolist()
-    for j in range(k):
-        v = kept_nodes[j]
-        kinds.append(COMPUTE)
-        out_nodes.append(v)
-        out_impls.append(kept_ops[j] - op_start[v])
-        for u in frees_after[j]:
-            kinds.append(FREE)
-            out_nodes.append(u)
-            out_impls.append(0)
-    return Schedule(np.array(kinds, dtype=np.int8), np.array(out_nodes, dtype=np.int64),
-                    np.array(out_impls, dtype=np.int64))
+    return keep
 
 
 def clean_up(graph: Graph, schedule: Schedule) -> tuple[Schedule, CleanUp]:
@@ -312,7 +339,19 @@ def clean_up(graph: Graph, schedule: Schedule) -> tuple[Schedule, CleanUp]:
     Raises ValueError if the schedule is not valid: clean-up is defined only
     for schedules the simulator accepts.
     """
-    before = simulate(graph, schedule)
+    cleaned, report, _ = clean_up_simulated(graph, schedule)
+    return cleaned, report
+
+
+def clean_up_simulated(graph: Graph, schedule: Schedule, before: Simulation | None = None
+                       ) -> tuple[Schedule, CleanUp, Simulation]:
+    """`clean_up`, also returning the cleaned schedule's simulation; ``before``: the input's, if known.
+
+    The pipeline scores every schedule this way, so each is simulated once
+    before and once after (a 1.3 M-step schedule takes 0.24 s per simulation).
+    """
+    if before is None:
+        before = simulate(graph, schedule)
     if not before.valid:
         raise ValueError(f"cannot clean up an invalid schedule: {before.violation}")
     computes = schedule.kinds == COMPUTE
@@ -332,7 +371,7 @@ def clean_up(graph: Graph, schedule: Schedule) -> tuple[Schedule, CleanUp]:
         method=schedule.method, params=schedule.params, budget=schedule.budget,
         solver=schedule.solver, cleanup=report.as_dict(),
     )
-    return cleaned, report
+    return cleaned, report, after
 
 
 def baseline_schedule(graph: Graph) -> Schedule:

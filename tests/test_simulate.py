@@ -200,3 +200,54 @@ def test_simulates_a_million_steps():
     sim = simulate(g, big)
     assert sim.valid
     assert sim.computes == g.n
+
+
+def loop_place_frees(graph, nodes, impls, drop_unused=True):
+    """The step-by-step `place_frees` that the vectorised one replaced (kept as its reference)."""
+    nodes_l = nodes.tolist()
+    ops_l = (graph.op_start[nodes] + impls).tolist()
+    m = len(nodes_l)
+    needed = graph.is_output.tolist()
+    kept_later = [False] * graph.n
+    remaining = np.bincount(nodes, minlength=graph.n).tolist()
+    keep = [False] * m
+    for i in range(m - 1, -1, -1):
+        v = nodes_l[i]
+        remaining[v] -= 1
+        if needed[v] or not drop_unused or (not kept_later[v] and remaining[v] == 0):
+            keep[i] = True
+            needed[v] = False
+            kept_later[v] = True
+            for u in graph.op_inputs[ops_l[i]]:
+                needed[u] = True
+    kept = [(nodes_l[i], ops_l[i]) for i in range(m) if keep[i]]
+    current = [-1] * graph.n
+    free_at = list(range(len(kept)))
+    for j, (v, op) in enumerate(kept):
+        for u in graph.op_inputs[op]:
+            free_at[current[u]] = j
+        current[v] = j
+    final = {current[v] for v in graph.output_indices if current[v] >= 0}
+    frees_after = [[] for _ in kept]
+    for j, (v, _) in enumerate(kept):
+        if j not in final:
+            frees_after[free_at[j]].append(v)
+    steps = []
+    for j, (v, op) in enumerate(kept):
+        steps.append(("compute", v, op - int(graph.op_start[v])))
+        steps.extend(("free", u, 0) for u in frees_after[j])
+    return steps
+
+
+@settings(max_examples=300, deadline=None)
+@given(dags(), st.data(), st.booleans())
+def test_place_frees_equals_the_step_by_step_reference(g, data, drop_unused):
+    """Step for step, on sequences with recomputations and unused computations."""
+    extra = data.draw(st.lists(st.integers(0, g.n - 1), max_size=2 * g.n))
+    nodes = np.array(list(range(g.n)) + extra, dtype=np.int64)  # file order first: every input available
+    impls = np.zeros(len(nodes), dtype=np.int64)
+    got = place_frees(g, nodes, impls, drop_unused=drop_unused)
+    want = loop_place_frees(g, nodes, impls, drop_unused)
+    kinds = {0: "compute", 1: "free"}
+    assert [(kinds[int(k)] if int(k) in kinds else int(k), int(v), int(i))
+            for k, v, i in zip(got.kinds, got.nodes, got.impls)] == want

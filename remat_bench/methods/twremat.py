@@ -562,6 +562,7 @@ class _Search:
         self.best: _Candidate | None = None
         self.tried: list[list[Any]] = []  # [heuristic, k, peak, duration] of each schedule built
         self.abandoned: list[list[Any]] = []  # [heuristic, k] stopped by the deadline or MAX_STEPS
+        self.last_attempt_s = 0.0  # wall time of the last schedule built, checked and cleaned
 
     def fits(self, candidate: _Candidate) -> bool:
         return self.budget is None or candidate.sim.peak <= self.budget
@@ -575,11 +576,17 @@ class _Search:
         """Build, check and clean TWRemat(k); None when out of time or past `MAX_STEPS`.
 
         The first schedule of a search is always built to the end, so there
-        is an answer whatever the time limit.
+        is an answer whatever the time limit. A later one is not started when
+        less than twice the last one's time is left: it could not be built
+        and then scored by the pipeline (a clean-up and simulation of the same
+        length) within the limit. On a 100,001-node chain each takes about 3 s.
         """
         first = self.best is None
-        if not first and self.deadline.expired():
+        remaining = self.deadline.remaining()
+        if not first and (self.deadline.expired() or (remaining is not None
+                                                      and remaining < 2 * self.last_attempt_s)):
             return None
+        started = time.perf_counter()
         raw = twremat_schedule(self.graph, tree, k, None if first else self.deadline.expired,
                                None if first else MAX_STEPS)
         if raw is None:
@@ -593,6 +600,7 @@ class _Search:
         cleaned = place_frees(self.graph, raw.nodes[computes], raw.impls[computes])
         candidate = _Candidate(heuristic, k, cleaned, simulate(self.graph, cleaned), own)
         self.tried.append([heuristic, k, candidate.sim.peak, candidate.sim.duration])
+        self.last_attempt_s = time.perf_counter() - started
         if self.best is None or self._key(candidate) < self._key(self.best):
             self.best = candidate
         return candidate
