@@ -5,7 +5,7 @@ with charts) and prints, for each, the per-method summary, what a fresh process
 per run costs, and for the paper config the comparison with Table 2 of the
 Moccasin paper. A sweep already in its folder is resumed, not redone, so an
 interrupted `make bench` goes on where it stopped; delete the folder to measure
-again. The paper sweep takes about an hour on 2 cores; BENCH_SWEEPS=smoke (a
+again. The paper sweep took 4,540 s on 2 cores (2026-11-23); BENCH_SWEEPS=smoke (a
 comma-separated list of config names) runs only those.
 """
 
@@ -80,8 +80,10 @@ def paper_comparison(table: pd.DataFrame) -> None:
     for (stem, budget), (checkmate, moccasin) in PUBLISHED.items():
         runs = table[(table["file"] == stem) & (table["budget_text"] == budget)]
 
-        def ours(method: str, runs: pd.DataFrame = runs) -> str:
+        def ours(method: str, order: str | None = None, runs: pd.DataFrame = runs) -> str:
             mine = runs[runs["method"] == method]
+            if order is not None:
+                mine = mine[mine["params"].astype(str).str.contains(f'"order":"{order}"', regex=False)]
             if mine.empty:
                 return "not run"
             ok = mine[mine["status"].isin(SUCCESS)]
@@ -93,11 +95,18 @@ def paper_comparison(table: pd.DataFrame) -> None:
         ok = runs[runs["status"].isin(SUCCESS)]
         best = "none" if ok.empty else (
             f"{ok.sort_values('overhead_pct').iloc[0]['method']} {ok['overhead_pct'].min():.2f}%")
+        bound = runs["lower_bound_any_order"].dropna().astype(float)
+        base = runs["baseline_duration"].dropna().astype(float)
+        implied = (f"{100 * (bound.max() / base.iloc[0] - 1):.3f}%" if len(bound) and len(base) and base.iloc[0]
+                   else "-")
+        proven = "yes" if runs["proven_optimal"].fillna(False).astype(bool).any() else "no"
         published = [("none in time" if p is None else f"{p[0]:.1f}% / {p[1]:.1f} s") for p in (checkmate, moccasin)]
-        rows.append([stem, budget, *published, ours("checkmate"), ours("moccasin"), best])
+        rows.append([stem, budget, *published, ours("checkmate"), ours("moccasin", "staged"), ours("reorder"),
+                     ours("moccasin", "free"), best, implied, proven])
     show("Moccasin paper Table 2: published (16 cores, Gurobi) against remat-bench (2 cores, HiGHS/CP-SAT, 300 s)",
-         ["graph", "budget", "Checkmate (paper)", "Moccasin (paper)", "checkmate (ours)", "moccasin (ours)",
-          "best of every method (ours)"], rows)
+         ["graph", "budget", "Checkmate (paper)", "Moccasin (paper)", "checkmate (ours)", "moccasin staged (ours)",
+          "reorder (ours)", "moccasin order=free (ours)", "best of every method (ours)", "any-order bound",
+          "proven optimal"], rows)
 
 
 def main() -> None:
