@@ -87,8 +87,10 @@ BISECTION_TOLERANCE = 1e-3
 GUESSES = 3
 # States per lower set past which `best_chain` stops a plain DP run and prunes by a bound instead.
 STATES_PER_SET = 8
-# Rows of the lower-set matrix handled at once when the per-set quantities are computed.
+# Rows of the lower-set matrix handled at once when the per-set quantities are computed, and at
+# most this many set-node cells per block (the time limit is checked between blocks).
 ROW_BLOCK = 2048
+BLOCK_CELLS = 1 << 24
 # The family is held as dense (lower sets x forward nodes) boolean tables, four of them: vectorised
 # per-set terms are what make the DP fast, at the price of memory quadratic in the graph for the
 # approximate family. Past this many cells (about 1 GiB of tables) the exact family is declined with
@@ -245,8 +247,12 @@ class LowerSetFamily:
         return len(self.sets)
 
 
-def lower_set_family(fg: ForwardGraph, sets: list[int]) -> LowerSetFamily:
-    """Sort ``sets`` by size and compute B(L), M(L), T(L) and the succ/pred terms of eq. 2."""
+def lower_set_family(fg: ForwardGraph, sets: list[int], deadline: Deadline | None = None) -> LowerSetFamily:
+    """Sort ``sets`` by size and compute B(L), M(L), T(L) and the succ/pred terms of eq. 2.
+
+    Raises `DPTimeout` when ``deadline`` passes (checked between blocks of
+    rows: about a second each on a 50,000-node forward graph).
+    """
     n = fg.n
     ordered = sorted(set(sets), key=lambda s: (s.bit_count(), s))
     if ordered[0] != 0 or ordered[-1] != fg.everything:
@@ -266,8 +272,11 @@ def lower_set_family(fg: ForwardGraph, sets: list[int]) -> LowerSetFamily:
         src_s, dst_s = fg.src[by_src], fg.dst[by_dst]
         src_heads = np.flatnonzero(np.r_[True, src_s[1:] != src_s[:-1]])
         dst_heads = np.flatnonzero(np.r_[True, dst_s[1:] != dst_s[:-1]])
-        for lo in range(0, len(ordered), ROW_BLOCK):
-            rows = slice(lo, lo + ROW_BLOCK)
+        block = max(1, min(ROW_BLOCK, BLOCK_CELLS // max(n, 1)))
+        for lo in range(0, len(ordered), block):
+            if deadline is not None and deadline.expired():
+                raise DPTimeout
+            rows = slice(lo, lo + block)
             inside = member[rows]
             # Edges leaving the set: their tails are the boundary, their heads succ(L) \ L.
             leaving = inside[:, fg.src] & ~inside[:, fg.dst]
@@ -755,7 +764,16 @@ class Kusumoto(Method):
                          "forward graph" + ("; use variant=approx, which thins its family to fit"
                                             if variant == "exact" else "")))
         enumerated = time.perf_counter()
-        fam = lower_set_family(fg, sets)
+        try:
+            if deadline.expired():
+                raise DPTimeout
+            fam = lower_set_family(fg, sets, deadline)
+        except DPTimeout:
+            return MethodResult(
+                Status.NO_SOLUTION, solve_time_s=time.perf_counter() - started,
+                stats={"variant": variant, "lower_sets": len(sets), "forward_nodes": fg.n},
+                message=(f"the time limit ({time_limit:.3g} s) ran out while tabulating {len(sets):,} lower sets "
+                         f"over {fg.n:,} forward nodes"))
         search = _Search(graph, fg, fam, params["strategy"], deadline)
         stats: dict[str, Any] = {
             "variant": variant,
