@@ -150,8 +150,8 @@ def shaved_order(graph: Graph, budget: Number, deadline: Deadline | None = None,
 
     Shaving adds a recomputation wherever memory peaks, one at a time, and the
     early ones can become unnecessary once later ones are in: on the generated
-    ResNet-50 with implementations at 0.5, dropping them took 7 recomputations
-    off the shaved order, and MONeT's warm start from -15.62% to -15.73%.
+    ResNet-50 with implementations at 0.5, undoing them took MONeT from
+    -15.62% to -15.73% (`make bench BENCH=monet`, docs/benchmarks.md).
     Runs for at most ``cap_s`` seconds and a quarter of what ``deadline`` leaves.
     """
     remaining = None if deadline is None else deadline.remaining()

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remat_bench.graph import load_graph
-from remat_bench.schedule import Schedule
+from remat_bench.schedule import COMPUTE, FREE, Schedule
 from remat_bench.simulate import baseline, baseline_schedule, clean_up, place_frees, simulate
 from tests.helpers import PAPER, dags, make_graph, naive_simulate
 
@@ -248,6 +248,5 @@ def test_place_frees_equals_the_step_by_step_reference(g, data, drop_unused):
     impls = np.zeros(len(nodes), dtype=np.int64)
     got = place_frees(g, nodes, impls, drop_unused=drop_unused)
     want = loop_place_frees(g, nodes, impls, drop_unused)
-    kinds = {0: "compute", 1: "free"}
-    assert [(kinds[int(k)] if int(k) in kinds else int(k), int(v), int(i))
-            for k, v, i in zip(got.kinds, got.nodes, got.impls)] == want
+    kinds = {COMPUTE: "compute", FREE: "free"}
+    assert [(kinds[int(k)], int(v), int(i)) for k, v, i in zip(got.kinds, got.nodes, got.impls)] == want

@@ -220,4 +220,3 @@ def unsupported_without_backward(graph: Graph, method: str) -> MethodResult | No
             f"graph '{graph.name}' has no backward nodes (no node of kind 'backward')"
         ),
     )
-

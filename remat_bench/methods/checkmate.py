@@ -53,7 +53,7 @@ from remat_bench.milp import (
     solve_milp,
 )
 from remat_bench.schedule import COMPUTE, Schedule, ScheduleBuilder
-from remat_bench.simulate import overhead_pct, place_frees, simulate
+from remat_bench.simulate import clean_up_simulated, overhead_pct, place_frees, simulate
 
 
 def _tri(t: np.ndarray, i: np.ndarray) -> np.ndarray:
@@ -525,12 +525,11 @@ def milp_result(cm: CheckmateModel, sol: Any, stats: dict[str, Any], deadline: D
         row: dict[str, Any] = {"time_s": round(inc.time_s, 3),
                                "objective_overhead_pct": overhead_pct(inc.objective * cm.dur_scale, base_duration)}
         if inc.x is not None:
-            sim = simulate(graph, cm.decode(inc.x))
+            decoded = cm.decode(inc.x)
+            sim = simulate(graph, decoded)
             if sim.valid:
-                from remat_bench.simulate import clean_up
-
-                cleaned, _ = clean_up(graph, cm.decode(inc.x))
-                row["cleaned_overhead_pct"] = simulate(graph, cleaned).overhead_pct(base_duration)
+                cleaned_sim = clean_up_simulated(graph, decoded, sim)[2]
+                row["cleaned_overhead_pct"] = cleaned_sim.overhead_pct(base_duration)
         incumbents.append(row)
     stats["incumbents"] = incumbents
     lower = None if sol.dual_bound is None else sol.dual_bound * cm.dur_scale

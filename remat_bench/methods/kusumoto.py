@@ -251,7 +251,7 @@ def lower_set_family(fg: ForwardGraph, sets: list[int], deadline: Deadline | Non
     """Sort ``sets`` by size and compute B(L), M(L), T(L) and the succ/pred terms of eq. 2.
 
     Raises `DPTimeout` when ``deadline`` passes (checked between blocks of
-    rows: about a second each on a 50,000-node forward graph).
+    rows of at most `BLOCK_CELLS` cells).
     """
     n = fg.n
     ordered = sorted(set(sets), key=lambda s: (s.bit_count(), s))
@@ -260,6 +260,7 @@ def lower_set_family(fg: ForwardGraph, sets: list[int], deadline: Deadline | Non
     words = max(1, (n + 63) // 64)
     raw = b"".join(s.to_bytes(8 * words, "little") for s in ordered)
     packed = np.frombuffer(raw, dtype="<u8").reshape(len(ordered), words)
+    block = max(1, min(ROW_BLOCK, BLOCK_CELLS // max(n, 1)))  # rows handled at once
     member = np.unpackbits(np.frombuffer(raw, dtype=np.uint8).reshape(len(ordered), 8 * words),
                            axis=1, bitorder="little")[:, :n].astype(bool)
 
@@ -272,7 +273,6 @@ def lower_set_family(fg: ForwardGraph, sets: list[int], deadline: Deadline | Non
         src_s, dst_s = fg.src[by_src], fg.dst[by_dst]
         src_heads = np.flatnonzero(np.r_[True, src_s[1:] != src_s[:-1]])
         dst_heads = np.flatnonzero(np.r_[True, dst_s[1:] != dst_s[:-1]])
-        block = max(1, min(ROW_BLOCK, BLOCK_CELLS // max(n, 1)))
         for lo in range(0, len(ordered), block):
             if deadline is not None and deadline.expired():
                 raise DPTimeout
@@ -288,8 +288,8 @@ def lower_set_family(fg: ForwardGraph, sets: list[int], deadline: Deadline | Non
 
     def total(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
         # By row blocks: the whole mask cast to the values' dtype would be eight times its size.
-        return np.concatenate([mask[lo:lo + ROW_BLOCK].astype(values.dtype) @ values
-                               for lo in range(0, len(mask), ROW_BLOCK)])
+        return np.concatenate([mask[lo:lo + block].astype(values.dtype) @ values
+                               for lo in range(0, len(mask), block)])
 
     return LowerSetFamily(
         sets=ordered,

@@ -546,7 +546,7 @@ class Moccasin(Method):
         3. The free model, from the best of those.
         """
         from remat_bench.methods.reorder import best_order
-        from remat_bench.simulate import clean_up
+        from remat_bench.simulate import clean_up_simulated
 
         C = params["max_intervals"] or 3
         stats: dict[str, Any] = {}
@@ -570,9 +570,10 @@ class Moccasin(Method):
             staged_result = self._solve_staged_for_hint(graph, budget, Deadline(deadline.remaining() * 0.4), params)
             stats["staged_time_s"] = round(deadline.elapsed() - t1, 3)
             stats["staged_status"] = staged_result.status.value
-            if staged_result.schedule is not None and simulate(graph, staged_result.schedule).valid:
+            staged_sim = None if staged_result.schedule is None else simulate(graph, staged_result.schedule)
+            if staged_sim is not None and staged_sim.valid:
                 # Within budget or not (phase 1's lowest peak): a better start than the order alone.
-                cleaned, _ = clean_up(graph, staged_result.schedule)
+                cleaned, _, _ = clean_up_simulated(graph, staged_result.schedule, staged_sim)
                 candidates.insert(0, ("staged", cleaned))
         events = max([params["events"] or 2 * graph.n] + [int((c.kinds == COMPUTE).sum()) for _, c in candidates])
         free_result = self._two_phase(graph, budget, deadline, params, C, "free", events, candidates, stats)
@@ -580,7 +581,7 @@ class Moccasin(Method):
         best = free_result
         if staged_result is not None and staged_result.schedule is not None and staged_result.status.found_schedule:
             def cleaned_duration(r: MethodResult) -> float:
-                return simulate(graph, clean_up(graph, r.schedule)[0]).duration
+                return clean_up_simulated(graph, r.schedule)[2].duration
             if not free_result.status.found_schedule or free_result.schedule is None or (
                     cleaned_duration(staged_result) < cleaned_duration(free_result)):
                 best = MethodResult(Status.FEASIBLE, staged_result.schedule, objective=staged_result.objective,

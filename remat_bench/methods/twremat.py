@@ -170,6 +170,11 @@ class DecompositionStopped(Exception):
     """A decomposition was stopped (time limit, Ctrl-C), or the child process running networkx's died."""
 
 
+def _stopped(deadline: Deadline) -> DecompositionStopped:
+    return DecompositionStopped("interrupted" if interrupted() else
+                                f"stopped at the time limit ({deadline.seconds:.3g} s)")
+
+
 def min_degree_decomposition(n: int, edges: list[tuple[int, int]],
                              deadline: Deadline | None = None
                              ) -> tuple[list[frozenset[int]], list[tuple[int, int]]]:
@@ -186,17 +191,18 @@ def min_degree_decomposition(n: int, edges: list[tuple[int, int]],
     because networkx builds the tree by scanning every bag made so far for
     each eliminated node: quadratic, minutes on a 100,000-node chain where
     this takes seconds. Ties are broken as networkx does (first queued), so
-    the result is deterministic. Raises `DecompositionStopped` when ``deadline`` has passed
-    at one of its checks, every 4,096 eliminations (a small graph always
-    decomposes, so a search out of time still has its first schedule).
+    the result is deterministic. Raises `DecompositionStopped` when
+    ``deadline`` has passed at one of its checks, every 4,096 eliminations (a
+    small graph always decomposes, so a search out of time still has its
+    first schedule).
     """
     adjacency: list[set[int]] = [set() for _ in range(n)]
     for u, v in edges:
         if u != v:
             adjacency[u].add(v)
             adjacency[v].add(u)
-    # Ties go to the entry queued first (nodes in index order, then each re-queued on a degree
-    # change), as networkx's heuristic breaks them: its trees recursed better on ResNets than
+    # Ties go to the entry queued first (nodes in index order, then the neighbours of each
+    # eliminated node, re-queued with their new degrees), as networkx's heuristic breaks them: its trees recursed better on ResNets than
     # lowest-index ties did (resnet50 peak 0.203 of none against 0.219).
     heap = [(len(adj), v, v) for v, adj in enumerate(adjacency)]
     heapq.heapify(heap)
@@ -209,8 +215,7 @@ def min_degree_decomposition(n: int, edges: list[tuple[int, int]],
         if position[v] >= 0 or degree != len(adjacency[v]):
             continue  # stale entry: v was eliminated, or its degree changed since
         if deadline is not None and step % 4096 == 4095 and deadline.expired():
-            raise DecompositionStopped("interrupted" if interrupted() else
-                                       f"stopped at the time limit ({deadline.seconds:.3g} s)")
+            raise _stopped(deadline)
         around = adjacency[v]
         for u in around:
             adjacency[u].discard(v)
@@ -238,8 +243,9 @@ def min_degree_decomposition(n: int, edges: list[tuple[int, int]],
     return bags, tree_edges
 
 
-def _networkx_decomposition(heuristic: str, n: int,
-                            edges: list[tuple[int, int]]) -> tuple[list[frozenset[int]], list[tuple[int, int]]]:
+def _min_fill_in_decomposition(n: int, edges: list[tuple[int, int]]
+                               ) -> tuple[list[frozenset[int]], list[tuple[int, int]]]:
+    """networkx's minimum fill-in heuristic: bags and tree edges (before Lemma 1)."""
     skeleton = nx.Graph()
     skeleton.add_nodes_from(range(n))
     skeleton.add_edges_from(edges)
@@ -265,22 +271,21 @@ def tree_decomposition(graph: Graph, heuristic: str = "min_degree",
     if heuristic == "min_degree":
         raw_bags, raw_edges = min_degree_decomposition(graph.n, edges, deadline)
     else:
-        args = (heuristic, graph.n, edges)
+        args = (graph.n, edges)
         outcome = None
         if (deadline is not None and deadline.remaining() is not None and graph.n >= CHILD_PROCESS_NODES
                 and can_spawn()):
-            outcome = run_in_child(_networkx_decomposition, args, stop=deadline.expired)
+            outcome = run_in_child(_min_fill_in_decomposition, args, stop=deadline.expired)
             if outcome.status == "error":
                 raise RuntimeError(outcome.message)
             if outcome.status == "stopped":
-                raise DecompositionStopped("interrupted" if interrupted() else
-                                           f"stopped at the time limit ({deadline.seconds:.3g} s)")
+                raise _stopped(deadline)
             if outcome.status == "died":
                 raise DecompositionStopped(outcome.message)
         if outcome is not None and outcome.status == "done":
             raw_bags, raw_edges = outcome.value
         else:  # small graph, no limit, or no child could start
-            raw_bags, raw_edges = _networkx_decomposition(*args)
+            raw_bags, raw_edges = _min_fill_in_decomposition(*args)
     bags, tree_edges = merge_nested_bags(raw_bags, raw_edges)
     return TreeDecomposition(bags, tree_edges, heuristic, len(raw_bags))
 
@@ -584,12 +589,12 @@ class _Search:
         is an answer whatever the time limit. A later one is not started when
         less than twice the last one's time is left: it could not be built
         and then scored by the pipeline (a clean-up and simulation of the same
-        length) within the limit. On a 100,001-node chain each takes about 3 s.
+        length) within the limit.
         """
         first = self.best is None
         remaining = self.deadline.remaining()
-        if not first and (self.deadline.expired() or (remaining is not None
-                                                      and remaining < 2 * self.last_attempt_s)):
+        too_late = self.deadline.expired() or (remaining is not None and remaining < 2 * self.last_attempt_s)
+        if not first and too_late:
             return None
         started = time.perf_counter()
         raw = twremat_schedule(self.graph, tree, k, None if first else self.deadline.expired,
@@ -655,7 +660,8 @@ class TWRemat(Method):
         Param("k", int, 0, "recursion cut-off: regions of fewer than k bags are scheduled in "
               "topological order (1: Algorithm 1 in full); 0 searches k"),
         Param("heuristic", str, "min_degree", "tree decomposition heuristic: minimum degree, or "
-              "networkx's minimum fill-in (cubic); both: try each and keep the better schedule", choices=("min_degree", "min_fill_in", "both")),
+              "networkx's minimum fill-in (cubic); both: try each and keep the better schedule",
+              choices=(*HEURISTICS, "both")),
         Param("grid", int, 8, "how many values of k the search tries first (geometric over the "
               "cut-offs; with a budget, a bisection follows)"),
     )

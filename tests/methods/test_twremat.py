@@ -302,7 +302,6 @@ def test_large_graphs_decompose_in_a_child_process_with_the_same_answer(monkeypa
     assert there.stats["bags"] == here.stats["bags"]
 
 
-
 @settings(max_examples=200, deadline=None)
 @given(dags(min_nodes=1, max_nodes=16))
 def test_min_degree_elimination_is_a_tree_decomposition(g):
