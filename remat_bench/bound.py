@@ -27,10 +27,33 @@ With operator implementations, the cut of c uses its cheapest implementation
 (least input memory plus workspace), a reader d counts only if every
 implementation of d reads x, and duration(x) is x's fastest implementation,
 so the bound stays valid.
+
+Prefix cuts. The cuts above look at one node at a time, so they cannot see
+that no order at all fits: on random_layered_n500 at 0.8 every single cut
+fits, yet no order does. Order the nodes by their first computation. When
+the k-th node c is first computed, the nodes first computed so far form a
+downset D (every input of a member is a member) of size k, and
+
+- c, its workspace and its inputs are resident;
+- every x in D that a node outside D reads (that node is still to be
+  computed for the first time), or that is an output, is resident or
+  computed again later: y_x = 1, as above.
+
+So for every k there is a downset D of size k and a node c in D whose inputs
+lie in D minus c, with that memory within B. Every order gives such a D for
+every k at once; requiring it for a few chosen k (each with its own 0/1
+variables for D and c, sharing y) relaxes that, so the bound stays valid.
+Which k? Any order's memory after its k-th step bounds the least memory over
+all downsets of size k from above, so the k where good orders peak are tried
+first, each as a small 0/1 program of its own with y = 0 (a "probe"); the
+values of k whose probe exceeds B join the program above. A probe that
+exceeds B alone proves that no order fits without recomputation: the
+rematerialization is needed (`reorder` reports that as infeasible).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +64,17 @@ from remat_bench.graph import Graph, Number
 
 # Above this many nodes the n x n ancestor sets would cost too much; the trivial bound is used.
 MAX_NODES = 5000
+# Prefix probes: each is a 0/1 program over 2n variables, so only on graphs up to this size.
+MAX_PREFIX_NODES = 2000
+# At most this many prefix cuts join the bound's 0/1 program (each adds 3n columns).
+MAX_PREFIX_CUTS = 4
+# HiGHS 1.14's presolve returned a wrong "optimal" on a 7-node prefix probe (5 where 3 is feasible;
+# scipy's HiGHS and HiGHS without presolve both give 3), so the prefix programs run without it
+# (about twice as slow on random_layered_n500). A wrong bound would mark schedules optimal.
+EXACT = {"presolve": "off"}
+# Probes tried at most, and their share of the bound's time limit.
+MAX_PROBES = 12
+PROBE_SHARE = 0.6
 
 
 @dataclass(frozen=True)
@@ -52,10 +86,16 @@ class Bound:
     recomputed: tuple[str, ...] = ()  # the values the bound says must be computed again
     solve_time_s: float = 0.0
     cuts: int = 0
+    prefix_sizes: tuple[int, ...] = ()  # the k of the prefix cuts in the program
+    # Proven: every order computing each node once peaks at least this high (None: not shown).
+    order_peak_at_least: Number | None = None
+    no_order_fits: bool = False  # proven: every schedule within the budget recomputes something
 
     def as_dict(self) -> dict[str, Any]:
         return {"value": self.value, "status": self.status, "recomputed": list(self.recomputed),
-                "solve_time_s": self.solve_time_s, "cuts": self.cuts}
+                "solve_time_s": self.solve_time_s, "cuts": self.cuts, "prefix_sizes": list(self.prefix_sizes),
+                "order_peak_at_least": self.order_peak_at_least,
+                "no_order_fits": self.no_order_fits}
 
 
 def _bits_to_array(bits: int, n: int) -> np.ndarray:
@@ -121,6 +161,221 @@ def memory_cuts(graph: Graph) -> tuple[np.ndarray, list[np.ndarray]]:
     return base, sets
 
 
+def common_edges(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """(u, d) for each input u that every implementation of d reads, once each."""
+    src, dst = [], []
+    for d in range(graph.n):
+        common: set[int] | None = None
+        for op in graph.ops_of(d):
+            ins = set(graph.op_inputs[op])
+            common = ins if common is None else common & ins
+        for u in sorted(common or ()):
+            src.append(u)
+            dst.append(d)
+    return np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+
+
+@dataclass
+class _Rows:
+    """Sparse rows collected block by block: lower <= sum(vals * x[cols]) <= upper."""
+
+    rows: list[np.ndarray]
+    cols: list[np.ndarray]
+    vals: list[np.ndarray]
+    lower: list[float]
+    upper: list[float]
+
+    @classmethod
+    def empty(cls) -> _Rows:
+        return cls([], [], [], [], [])
+
+    def add(self, cols: list[np.ndarray], vals: list[float | np.ndarray], lower: float | np.ndarray,
+            upper: float | np.ndarray = np.inf) -> None:
+        """len(lower) rows at once; ``cols[j][i]`` with coefficient ``vals[j]`` (scalar or per row) in row i."""
+        count = len(cols[0])
+        if count == 0:
+            return
+        base = len(self.lower)
+        for c, v in zip(cols, vals, strict=True):
+            self.rows.append(base + np.arange(count))
+            self.cols.append(np.asarray(c, dtype=np.int64))
+            self.vals.append(np.broadcast_to(np.asarray(v, dtype=np.float64), (count,)))
+        self.lower.extend(np.broadcast_to(np.asarray(lower, dtype=np.float64), (count,)).tolist())
+        self.upper.extend(np.broadcast_to(np.asarray(upper, dtype=np.float64), (count,)).tolist())
+
+    def copy(self) -> _Rows:
+        return _Rows(list(self.rows), list(self.cols), list(self.vals), list(self.lower), list(self.upper))
+
+    def add_row(self, cols: np.ndarray, vals: np.ndarray, lower: float, upper: float = np.inf) -> None:
+        """One row over any number of columns."""
+        self.rows.append(np.full(len(cols), len(self.lower)))
+        self.cols.append(np.asarray(cols, dtype=np.int64))
+        self.vals.append(np.asarray(vals, dtype=np.float64))
+        self.lower.append(lower)
+        self.upper.append(upper)
+
+    def matrix(self, num_cols: int) -> Any:
+        import scipy.sparse as sp
+
+        if not self.rows:
+            return sp.csr_matrix((0, num_cols))
+        return sp.csr_matrix((np.concatenate(self.vals), (np.concatenate(self.rows), np.concatenate(self.cols))),
+                             shape=(len(self.lower), num_cols))
+
+
+class _PrefixCut:
+    """The prefix cut at size k (module docstring) as rows over columns d, e, z from ``col0``.
+
+    d: the downset before the k-th first computation (k - 1 nodes); e: after it,
+    so e - d is the node c computed; z_v >= 1 when v must be counted: c itself,
+    an input of c, or a member of e read by a node outside e (or an output) that
+    is not computed again (y_v = 0). Memory: mem . z + workspace . (e - d).
+    """
+
+    def __init__(self, graph: Graph, edges: tuple[np.ndarray, np.ndarray]):
+        self.n = graph.n
+        self.src, self.dst = edges
+        self.mem = graph.memory.astype(np.float64)
+        self.ws = np.minimum.reduceat(graph.op_workspace, graph.op_start[:-1]).astype(np.float64)
+        self.outputs = np.asarray(graph.output_indices, dtype=np.int64)
+        self.fixed = float(graph.fixed_memory)
+        self.integral = (graph.memory.dtype.kind in "iu" and graph.op_workspace.dtype.kind in "iu"
+                         and isinstance(graph.fixed_memory, int))
+
+    def add(self, rows: _Rows, k: int, col0: int, y0: int | None) -> np.ndarray:
+        """Add the rows of size k; return the memory coefficients over this block's 3n columns."""
+        n, src, dst = self.n, self.src, self.dst
+        d, e, z = col0, col0 + n, col0 + 2 * n
+        every = np.arange(n)
+        rows.add([d + src, d + dst], [1.0, -1.0], 0.0)  # d is a downset
+        rows.add([e + src, e + dst], [1.0, -1.0], 0.0)  # so is e
+        rows.add([e + every, d + every], [1.0, -1.0], 0.0)  # d within e
+        both = np.r_[np.ones(n), -np.ones(n)]
+        rows.add_row(np.r_[e + every, d + every], both, 1.0, 1.0)  # one node computed: c
+        rows.add_row(d + every, np.ones(n), float(k - 1), float(k - 1))
+        keep = [z + src, e + src, e + dst] + ([y0 + src] if y0 is not None else [])
+        rows.add(keep, [1.0, -1.0, 1.0] + ([1.0] if y0 is not None else []), 0.0)  # read from outside e
+        out = self.outputs
+        rows.add([z + out, e + out] + ([y0 + out] if y0 is not None else []),
+                 [1.0, -1.0] + ([1.0] if y0 is not None else []), 0.0)  # an output
+        rows.add([z + src, e + dst, d + dst], [1.0, -1.0, 1.0], 0.0)  # an input of c
+        rows.add([z + every, e + every, d + every], [1.0, -1.0, 1.0], 0.0)  # c itself
+        coef = np.zeros(3 * n)
+        coef[2 * n:] = self.mem
+        coef[n:2 * n] = self.ws
+        coef[:n] = -self.ws
+        return coef
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Lower, upper and integrality of one block's columns (z continuous: it sits at its lower bound)."""
+        n = self.n
+        integer = np.zeros(3 * n, dtype=bool)
+        integer[:2 * n] = True
+        return np.zeros(3 * n), np.ones(3 * n), integer
+
+
+@dataclass(frozen=True)
+class PrefixProbe:
+    """The least memory, over every order, at the k-th first computation (with no recomputation)."""
+
+    k: int
+    at_least: float  # proven (the solver's bound when it stopped early; just above the cap when capped)
+    best: float  # the least memory the solver found (equal to at_least when solved)
+
+
+def order_profile_upper(graph: Graph, budget: Number | None = None, seconds: float = 0.0,
+                        tries: int = 3, seed: int = 0) -> np.ndarray:
+    """Memory at each step of good orders, pointwise least (an upper bound on every probe).
+
+    A few list-scheduled orders, and when ``seconds`` > 0 the local search of
+    `remat_bench.methods.reorder` from the best of them: a good order peaks
+    where the probes are highest, which is where they are worth trying.
+    """
+    from remat_bench.methods.reorder import OrderProfile, list_schedule, local_search
+
+    profile = OrderProfile(graph)
+    rng = np.random.default_rng(seed)
+    orders = [list_schedule(graph)] + [list_schedule(graph, rng) for _ in range(tries)]
+    profiles = [profile(np.asarray(o, dtype=np.int64))[0] for o in orders]
+    if seconds > 0:
+        start = orders[int(np.argmin([p.max() for p in profiles]))]
+        searched = local_search(graph, start, budget, seconds, seed)
+        profiles.append(profile(np.asarray(searched, dtype=np.int64))[0])
+    return np.min(profiles, axis=0)
+
+
+def prefix_probes(graph: Graph, budget: Number, seconds: float, upper: np.ndarray | None = None,
+                  max_probes: int = MAX_PROBES) -> list[PrefixProbe]:
+    """Probe the sizes k where good orders hold the most memory, while one could exceed ``budget``.
+
+    ``upper[k - 1]`` (a good order's memory at its k-th step) bounds the probe
+    at k from above, and good orders peak where the probes are highest (on
+    random_layered_n500 the best order found peaks at step 310, where the probe
+    is highest too). Sizes are tried from the highest upper bound down, at least
+    n/50 apart, until no size left can exceed the budget, ``max_probes`` were
+    tried, or ``seconds`` ran out; each probe gets an equal share of what is
+    left, and one stopped early keeps the solver's bound.
+    """
+    n = graph.n
+    if n < 1 or n > MAX_PREFIX_NODES or seconds <= 0:
+        return []
+    end = time.perf_counter() + seconds
+    if upper is None:
+        upper = order_profile_upper(graph)
+    block = _PrefixCut(graph, common_edges(graph))
+    spacing = max(1, n // 50)
+    probes: list[PrefixProbe] = []
+    tried: list[int] = []
+    for k in (np.argsort(-upper, kind="stable") + 1).tolist():
+        left = end - time.perf_counter()
+        if len(tried) >= max_probes or left <= 0.05 or upper[k - 1] <= budget:
+            break
+        if any(abs(k - t) < spacing for t in tried):
+            continue
+        tried.append(k)
+        result = _probe(block, k, left / max(1, min(3, max_probes - len(tried) + 1)), budget)
+        if result is not None:
+            probes.append(result)
+    return sorted(probes, key=lambda p: p.k)
+
+
+def probe_prefix(graph: Graph, k: int, seconds: float = 60.0) -> PrefixProbe | None:
+    """The least memory, over every order computing each node once, at its k-th step (None: no answer in time)."""
+    return _probe(_PrefixCut(graph, common_edges(graph)), k, seconds)
+
+
+def _probe(block: _PrefixCut, k: int, seconds: float, cap: Number | None = None) -> PrefixProbe | None:
+    """The probe at size k; with ``cap``, only whether it exceeds ``cap`` (much faster when it does).
+
+    With a cap the memory row ``<= cap`` is added: infeasible proves the probe
+    exceeds the cap (the solver stops as soon as its bound passes it, instead
+    of closing the gap to the exact value), and any solution shows it does not.
+    """
+    from remat_bench.milp import SparseModel, solve_milp
+
+    n = block.n
+    lo, hi, integer = block.bounds()
+    rows = _Rows.empty()
+    coef = block.add(rows, k, 0, None)
+    if cap is not None:
+        nz = np.flatnonzero(coef)
+        rows.add_row(nz, coef[nz], -np.inf, float(cap) - block.fixed)
+    model = SparseModel(cost=coef, lower=lo, upper=hi, integer=integer, A=rows.matrix(3 * n),
+                        row_lower=np.asarray(rows.lower), row_upper=np.asarray(rows.upper))
+    sol = solve_milp(model, time_limit=max(0.05, seconds), mip_gap=0.0, options=EXACT)
+    if sol.status == "infeasible" and cap is not None:
+        above = math.floor(cap) + 1 if block.integral else float(np.nextafter(float(cap), np.inf))
+        return PrefixProbe(k, above, above)
+    if sol.objective is None and sol.dual_bound is None:
+        return None  # no answer in time (a DAG always has a downset of each size)
+    optimal = sol.status == "optimal" and sol.objective is not None
+    at_least = block.fixed + (sol.objective if optimal else max(0.0, sol.dual_bound or 0.0))
+    best = block.fixed + sol.objective if sol.objective is not None else at_least
+    if block.integral:  # whole units: the solver's round-off is not a bound
+        at_least, best = math.ceil(at_least - 1e-6), round(best)
+    return PrefixProbe(k, at_least, best)
+
+
 def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.0) -> Bound:
     """The cut bound at ``budget`` (None: the lowest peak, where only the trivial bound holds)."""
     trivial = graph.min_total_duration
@@ -136,9 +391,8 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
         return Bound(None, "infeasible", solve_time_s=time.perf_counter() - start)
     # Cut of c: sum_{x in A(c)} mem_x y_x >= sum_{x in A(c)} mem_x - (B - base_c). Only cuts that
     # bind, and only x with positive memory and duration, matter (y_x = 1 is free when duration is 0).
-    rows, cols, vals, lower = [], [], [], []
+    rows = _Rows.empty()
     free_x = fastest <= 0
-    r = 0
     for c in range(graph.n):
         xs = sets[c]
         if not len(xs):
@@ -151,38 +405,91 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
         xs = xs[~free_x[xs] & (mem[xs] > 0)]
         if need <= 0:
             continue
-        rows.append(np.full(len(xs), r))
-        cols.append(xs)
-        vals.append(mem[xs])
-        lower.append(need)
-        r += 1
-    if r == 0:
-        return Bound(trivial, "optimal", solve_time_s=time.perf_counter() - start)
-    import scipy.sparse as sp
+        rows.add_row(xs, mem[xs], need)
+    cuts = len(rows.lower)
+    # The cut program alone first (it is small and fast), then the prefix cuts if a probe says they bind.
+    first = _solve_program(graph, rows, fastest, budget, [], time_limit / 3) if cuts else (0.0, "optimal", ())
+    probes: list[PrefixProbe] = []
+    left = time_limit - (time.perf_counter() - start)
+    if graph.n <= MAX_PREFIX_NODES and first[0] is not None and left > 0.1:
+        # A fifth of the probes' time goes to finding a good order: where it peaks, the probes are high.
+        probe_start = time.perf_counter()
+        upper = order_profile_upper(graph, budget, PROBE_SHARE * left / 5)
+        if upper.max() > budget:
+            probes = prefix_probes(graph, budget, PROBE_SHARE * left - (time.perf_counter() - probe_start), upper)
+    over = sorted((p for p in probes if p.best > budget), key=lambda p: -p.best)
+    chosen = [p.k for p in over[:MAX_PREFIX_CUTS]]
+    peak_at_least = max((p.at_least for p in probes), default=None)
+    no_order = peak_at_least is not None and peak_at_least > budget
+    if isinstance(budget, int) and peak_at_least is not None:
+        peak_at_least = int(np.ceil(peak_at_least - 1e-6))
+    answer = first
+    if chosen:
+        left = max(0.05, time_limit - (time.perf_counter() - start))
+        second = _solve_program(graph, rows.copy(), fastest, budget, chosen, left)
+        if second[0] is None or second[0] > first[0]:
+            answer = second
+    extra, status, recomputed = answer
+    elapsed = time.perf_counter() - start
+    info = {"solve_time_s": elapsed, "cuts": cuts, "order_peak_at_least": peak_at_least,
+            "prefix_sizes": tuple(chosen) if answer is not first else ()}
+    if extra is None:
+        return Bound(None, "infeasible", no_order_fits=True, **info)
+    value = trivial + (int(np.ceil(extra - 1e-6)) if isinstance(trivial, int) else extra)
+    return Bound(value, status, recomputed, no_order_fits=no_order or extra > 0, **info)
 
+
+def _solve_program(graph: Graph, rows: _Rows, fastest: np.ndarray, budget: Number, sizes: list[int],
+                   seconds: float) -> tuple[float | None, str, tuple[str, ...]]:
+    """Least recomputation (duration) meeting the cuts in ``rows`` and the prefix cuts of ``sizes``.
+
+    (extra duration or None when infeasible, "optimal" or "limit", the values recomputed when optimal).
+    """
     from remat_bench.milp import SparseModel, solve_milp
 
-    A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(r, graph.n))
+    n = graph.n
+    num_cols = n
+    cost, lo, hi, integer = [fastest], [np.zeros(n)], [np.ones(n)], [np.ones(n, dtype=bool)]
+    if sizes:
+        block = _PrefixCut(graph, common_edges(graph))
+        b_lo, b_hi, b_int = block.bounds()
+        for k in sizes:
+            coef = block.add(rows, k, num_cols, 0)
+            nz = np.flatnonzero(coef)
+            rows.add_row(num_cols + nz, coef[nz], -np.inf, float(budget) - block.fixed)
+            cost.append(np.zeros(3 * n))
+            lo.append(b_lo)
+            hi.append(b_hi)
+            integer.append(b_int)
+            num_cols += 3 * n
     model = SparseModel(
-        cost=fastest, lower=np.zeros(graph.n), upper=np.ones(graph.n), integer=np.ones(graph.n, dtype=bool),
-        A=A, row_lower=np.asarray(lower), row_upper=np.full(r, np.inf),
+        cost=np.concatenate(cost), lower=np.concatenate(lo), upper=np.concatenate(hi),
+        integer=np.concatenate(integer), A=rows.matrix(num_cols), row_lower=np.asarray(rows.lower),
+        row_upper=np.asarray(rows.upper),
     )
-    sol = solve_milp(model, time_limit=time_limit, mip_gap=0.0)
-    elapsed = time.perf_counter() - start
+    sol = solve_milp(model, time_limit=max(0.05, seconds), mip_gap=0.0, options=EXACT)
     if sol.status == "infeasible":
-        return Bound(None, "infeasible", solve_time_s=elapsed, cuts=r)
+        return None, "infeasible", ()
     if sol.status == "optimal" and sol.x is not None:
-        y = np.round(sol.x) > 0.5
-        extra = float(fastest[y].sum())
-        value = trivial + (round(extra) if isinstance(trivial, int) else extra)
-        return Bound(value, "optimal", tuple(graph.ids[i] for i in np.flatnonzero(y)), elapsed, r)
+        y = np.round(sol.x[:n]) > 0.5
+        return float(fastest[y].sum()), "optimal", tuple(graph.ids[i] for i in np.flatnonzero(y))
     # Stopped early: the solver's dual bound is still a valid bound.
-    extra = max(0.0, sol.dual_bound or 0.0)
-    value = trivial + (int(np.ceil(extra - 1e-9)) if isinstance(trivial, int) else extra)
-    return Bound(value, "limit", solve_time_s=elapsed, cuts=r)
+    return max(0.0, sol.dual_bound or 0.0), "limit", ()
 
 
 _CACHE: dict[tuple[str, Number | None], Bound] = {}
+
+
+def share_bound(graph: Graph, same: Graph, budget: Number | None) -> None:
+    """Let ``same`` (``graph`` with its nodes listed in another order) use ``graph``'s cached bound."""
+    key = (graph.sha256, budget)
+    if key in _CACHE:
+        _CACHE[(same.sha256, budget)] = _CACHE[key]
+
+
+def peek_bound(graph: Graph, budget: Number | None) -> Bound | None:
+    """The cached bound of ``graph`` at ``budget``, if one was computed (never computes one)."""
+    return _CACHE.get((graph.sha256, budget))
 
 
 def cached_bound(graph: Graph, budget: Number | None, time_limit: float = 30.0) -> Bound:

@@ -337,7 +337,9 @@ def bound(graph: str, budget: str, as_json: bool) -> None:
     data = {"graph": g.name, "budget": b.amount, "budget_fraction": b.fraction, "status": result.status,
             "lower_bound": result.value, "lower_bound_overhead_pct": overhead,
             "baseline_duration": base.duration, "baseline_peak": base.peak,
-            "recomputed": list(result.recomputed), "cuts": result.cuts, "solve_time_s": result.solve_time_s}
+            "recomputed": list(result.recomputed), "cuts": result.cuts, "solve_time_s": result.solve_time_s,
+            "no_order_fits": result.no_order_fits, "order_peak_at_least": result.order_peak_at_least,
+            "prefix_sizes": list(result.prefix_sizes)}
     if as_json:
         print_json(data)
     else:
@@ -355,9 +357,14 @@ def bound(graph: str, budget: str, as_json: bool) -> None:
             if result.recomputed:
                 shown = ", ".join(result.recomputed[:8]) + (" ..." if len(result.recomputed) > 8 else "")
                 table.add_row("must recompute", f"{len(result.recomputed)} values: {shown}")
+            if result.no_order_fits:
+                peak = "" if result.order_peak_at_least is None else (
+                    f": every order holds at least {fmt_amount(result.order_peak_at_least, unit)} at some step")
+                table.add_row("rematerialization", f"[bold]needed[/], no order fits without recomputation{peak}")
             elif overhead == 0:
                 table.add_row("", "rematerialization may not be needed: a schedule with no recomputation may fit")
-        table.add_row("cuts", f"{result.cuts} binding memory cuts, solved in {result.solve_time_s:.2f} s")
+        table.add_row("cuts", f"{result.cuts} binding memory cuts, {len(result.prefix_sizes)} prefix cuts, "
+                          f"solved in {result.solve_time_s:.2f} s")
         out.print(table)
     sys.exit(1 if result.value is None else 0)
 

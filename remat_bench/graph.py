@@ -326,6 +326,18 @@ class Graph:
         fastest = np.minimum.reduceat(self.op_duration, self.op_start[:-1])
         return fastest.sum().item()
 
+    def in_order(self, order: Sequence[int]) -> Graph:
+        """The same graph with its nodes listed in ``order`` (a topological order of indices).
+
+        Methods that follow the input order (staged Checkmate and Moccasin) can
+        then follow another one; node ``i`` of the result is node ``order[i]`` here.
+        """
+        if sorted(order) != list(range(self.n)):
+            raise ValueError("order must list every node index once")
+        return Graph([self.nodes[v] for v in order], name=self.name, outputs=self.outputs,
+                     fixed_memory=self.fixed_memory, units=self.units, metadata=self.metadata,
+                     source=self.source)
+
     def to_networkx(self):
         """The graph as a networkx DiGraph on node indices, with memory and duration attributes."""
         import networkx as nx

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from remat_bench.bound import any_order_bound
+from remat_bench.bound import any_order_bound, prefix_probes, probe_prefix
 from remat_bench.budget import memory_floor, parse_budget
 from remat_bench.graph import load_graph
+from remat_bench.methods.reorder import OrderProfile
 from remat_bench.simulate import baseline
-from tests.bruteforce import any_order_optimum
+from tests.bruteforce import any_order_optimum, best_order_peak, topological_orders
 from tests.helpers import PAPER
 from tests.methods.test_checkmate import random_graph
 
@@ -42,7 +44,6 @@ def test_bound_never_exceeds_the_optimum_and_infeasible_only_when_nothing_fits(s
         ("checkmate_resnet50_train", "0.5", 1.49876),
         ("checkmate_vgg16_train", "0.9", 1.96774),
         ("random_layered_n100", "0.8", 0.0),
-        ("random_layered_n100", "0.6", 0.51917),
     ],
 )
 def test_published_graph_bounds(name, budget, overhead):
@@ -52,6 +53,48 @@ def test_published_graph_bounds(name, budget, overhead):
     assert round(100 * (bound.value / g.total_duration - 1), 5) == overhead
 
 
+def test_prefix_cuts_only_raise_the_bound():
+    # random_layered_n100 at 0.6: the node cuts alone give 0.51917%; the prefix cuts chosen in time
+    # (which ones depends on the time) can only add to that, and they prove that no order fits.
+    g = load_graph(PAPER / "random_layered_n100.json")
+    bound = any_order_bound(g, parse_budget("0.6", g).amount)
+    assert bound.status == "optimal"
+    assert round(100 * (bound.value / g.total_duration - 1), 5) >= 0.51917
+    assert bound.no_order_fits
+    assert bound.order_peak_at_least > parse_budget("0.6", g).amount
+
+
 def test_bound_below_the_floor_is_infeasible():
     g = load_graph(PAPER / "checkmate_vgg16_train.json")
     assert any_order_bound(g, parse_budget("0.8", g).amount).value is None
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_prefix_probe_is_the_least_memory_of_any_order_at_each_step(seed):
+    # Computing each node once, memory at step k is the same as the probe's count (c, its inputs,
+    # what the first k nodes hand on): the probe's minimum over downsets is the minimum over orders.
+    g = random_graph(seed + 500, n=7)
+    profile = OrderProfile(g)
+    least = np.min([profile(np.asarray(o))[0] for o in topological_orders(g)], axis=0)
+    for k in range(1, g.n + 1):
+        probe = probe_prefix(g, k)
+        assert probe.at_least == probe.best == least[k - 1]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_prefix_probes_never_exceed_the_lowest_order_peak(seed):
+    g = random_graph(seed + 520, n=8)
+    lowest = best_order_peak(g)
+    probes = prefix_probes(g, 0, 60.0, max_probes=8)
+    assert probes
+    assert max(p.at_least for p in probes) <= lowest
+
+
+def test_no_order_fits_random_layered_n500_at_08():
+    # The least memory over every order at its 344th step exceeds the budget (227,551): no order fits
+    # without recomputation, although each node's own cut fits (the cut program alone gives 0).
+    g = load_graph(PAPER / "random_layered_n500.json")
+    budget = parse_budget("0.8", g).amount
+    probe = probe_prefix(g, 344, 120.0)
+    assert budget == 227551
+    assert probe.at_least == 231010

@@ -25,9 +25,14 @@ order fits the paper's 0.9 and 0.8 budgets at 0% overhead.)
    memory (workspace as a unit interval at x_v), minimising
    max(peak, budget), hinted with the best order found so far.
 
+Before CP-SAT, the prefix probes of `remat_bench.bound` (led by the best
+order's memory at each step) look for a step k at which every order holds more
+than the budget; finding one proves that no order fits. CP-SAT's own bound
+stays far below that on the published random layered graphs.
+
 Statuses: ``optimal`` when an order fits the budget (its duration is the least
 possible) or, for ``--budget min``, when CP-SAT proves the lowest peak;
-``infeasible`` when CP-SAT proves that no order fits.
+``infeasible`` when the prefix probes or CP-SAT prove that no order fits.
 """
 
 from __future__ import annotations
@@ -212,7 +217,7 @@ class OrderAnswer:
 
 def best_order(graph: Graph, budget: Number | None, deadline: Deadline, workers: int = 0,
                seed: int = 0, tries: int = 8, hints: list[list[int]] | None = None,
-               search_share: float = 0.3) -> OrderAnswer:
+               search_share: float = 0.3, probe_share: float = 0.3) -> OrderAnswer:
     """The list schedule, the local search (``search_share`` of the time), then the CP-SAT order model."""
     from ortools.sat.python import cp_model
 
@@ -240,6 +245,8 @@ def best_order(graph: Graph, budget: Number | None, deadline: Deadline, workers:
         return OrderAnswer(best, best_peak, True, False, stats)
     if deadline.expired():
         return OrderAnswer(best, best_peak, False, False, stats)
+    if budget is not None and _no_order_fits(graph, budget, best, deadline, probe_share, stats):
+        return OrderAnswer(best, best_peak, False, True, stats)
 
     n = graph.n
     fixed = graph.fixed_memory
@@ -317,6 +324,37 @@ def best_order(graph: Graph, budget: Number | None, deadline: Deadline, workers:
     return OrderAnswer(order, peak_found, status == cp_model.OPTIMAL, False, stats)
 
 
+def _no_order_fits(graph: Graph, budget: Number, best: list[int], deadline: Deadline, share: float,
+                   stats: dict[str, Any]) -> bool:
+    """True when the prefix probes (`remat_bench.bound`) prove that no order fits the budget.
+
+    The bound already computed for this graph and budget (the pipeline computes
+    it before the method) answers at once; otherwise probes get ``share`` of the
+    time left, led by the best order's memory at each step.
+    """
+    from remat_bench.bound import order_profile_upper, peek_bound, prefix_probes
+
+    known = peek_bound(graph, budget)
+    if known is not None and known.no_order_fits:
+        stats["order_peak_at_least"] = known.order_peak_at_least
+        stats["proven_by"] = "the any-order bound"
+        return True
+    remaining = deadline.remaining()
+    seconds = share * (60.0 if remaining is None else remaining)
+    upper = np.minimum(OrderProfile(graph)(np.asarray(best, dtype=np.int64))[0], order_profile_upper(graph))
+    t0 = time.perf_counter()
+    probes = prefix_probes(graph, budget, seconds, upper)
+    stats["probe_time_s"] = round(time.perf_counter() - t0, 3)
+    if not probes:
+        return False
+    top = max(probes, key=lambda p: p.at_least)
+    stats["order_peak_at_least"] = top.at_least
+    if top.at_least > budget:
+        stats["proven_by"] = f"the prefix bound at step {top.k}: every order holds at least {top.at_least} there"
+        return True
+    return False
+
+
 class Reorder(Method):
     name = "reorder"
     description = "the best topological order with no recomputation (list scheduling, local search, then CP-SAT)"
@@ -339,8 +377,12 @@ class Reorder(Method):
         stats = {**answer.stats, "peak": answer.peak}
         if budget is not None and answer.peak > budget:
             status = Status.INFEASIBLE if answer.infeasible else Status.NO_SOLUTION
-            why = ("CP-SAT proved that no order fits the budget without recomputation" if answer.infeasible
-                   else f"the best order found peaks at {answer.peak}, above the budget {budget}")
+            if answer.infeasible and "proven_by" in answer.stats:
+                why = f"no order fits the budget without recomputation ({answer.stats['proven_by']})"
+            elif answer.infeasible:
+                why = "CP-SAT proved that no order fits the budget without recomputation"
+            else:
+                why = f"the best order found peaks at {answer.peak}, above the budget {budget}"
             return MethodResult(status, schedule, objective=total, solve_time_s=deadline.elapsed(),
                                 stats=stats, message=why)
         status = Status.OPTIMAL if answer.proven else Status.FEASIBLE

@@ -78,3 +78,18 @@ def test_local_search_reaches_the_budget_on_random_layered_n250():
     found = local_search(g, list_schedule(g), budget, 60.0, 0)
     assert sorted(found) == list(range(g.n))
     assert order_peak(g, found) <= budget
+
+
+@pytest.mark.parametrize("seed", [300, 301, 302, 304, 305, 307])
+def test_prefix_probes_prove_that_no_order_fits(seed):
+    # On these graphs the least memory over all orders at some single step already equals the
+    # lowest peak, so just below it the prefix probes (not CP-SAT) give the proof.
+    g = random_graph(seed, n=7)
+    want = best_order_peak(g)
+    profile = OrderProfile(g)
+    least = np.min([profile(np.asarray(o))[0] for o in topological_orders(g)], axis=0)
+    assert least.max() == want
+    r = solve(g, want - 1)
+    assert r.status.value == "infeasible"
+    assert "prefix bound" in r.message
+    assert r.stats["order_peak_at_least"] == want
