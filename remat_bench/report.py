@@ -137,7 +137,7 @@ def finding_section(frame: pd.DataFrame) -> str | None:
         return None
     ok = frame[frame["ok"] & frame["overhead_pct"].notna()]
     rows = []
-    no_remat, proven, total = 0, 0, 0
+    no_remat, proven, total, remat_needed = 0, 0, 0, 0
     for graph in dict.fromkeys(frame["graph"]):
         for budget in _budget_order(frame):
             at = frame[(frame["graph"] == graph) & (frame["budget_text"] == budget)]
@@ -153,6 +153,8 @@ def finding_section(frame: pd.DataFrame) -> str | None:
             bound_pct = (100 * (float(bound.max()) / float(base.iloc[0]) - 1)
                          if len(bound) and len(base) and float(base.iloc[0]) else None)
             reorder = good[good["method"] == "reorder"]
+            # reorder is infeasible only when proven (the any-order bound's prefix cuts, or CP-SAT).
+            needed = bool((at["method"].eq("reorder") & at["status"].eq("infeasible")).any())
             if len(reorder):
                 no_remat += 1
                 verdict = "no rematerialization needed: an order fits at 0%"
@@ -166,10 +168,14 @@ def finding_section(frame: pd.DataFrame) -> str | None:
                 verdict = f"open: gap {best_any - (bound_pct or 0):.3f} points"
             if best_any is not None and bound_pct is not None and best_any <= bound_pct + 1e-9:
                 proven += 1
+            if needed and best_any is not None:
+                remat_needed += 1
+                verdict = "rematerialization needed (no order fits, proven); " + verdict
             rows.append([graph, budget, _cell(best_staged, "{:+.3f}"), _cell(best_any, "{:+.3f}"),
                          _cell(bound_pct, "{:+.3f}"), verdict])
     lead = (f"On {no_remat} of {total} graph-budget pairs another topological order fits the budget with "
-            f"no recomputation at all (overhead 0%); {proven} of {total} are proven optimal, their best "
+            f"no recomputation at all (overhead 0%); on {remat_needed} it is proven that none does, so "
+            f"rematerialization is needed; {proven} of {total} are proven optimal, their best "
             "schedule equal to the lower bound valid for every order (`remat-bench bound`). Input-order "
             "methods (checkmate, checkmate-lp, greedy, moccasin with its stages) cannot leave the file's "
             "order, so their overhead includes the cost of that order.")

@@ -144,5 +144,7 @@ def test_finding_section_states_whether_rematerialization_is_needed():
     text = finding_section(frame)
     assert text.startswith("On 1 of 3 graph-budget pairs another topological order fits")
     assert "| g | 0.9 | +2.000 | +0.000 | +0.000 | no rematerialization needed: an order fits at 0% |" in text
-    assert "| g | 0.8 | +3.000 | +3.000 | +3.000 | proven optimal (best = bound) |" in text
+    assert "on 1 it is proven that none does, so rematerialization is needed; 2 of 3 are proven optimal" in text
+    assert ("| g | 0.8 | +3.000 | +3.000 | +3.000 | rematerialization needed (no order fits, proven); "
+            "proven optimal (best = bound) |") in text
     assert "| g | 0.7 | +6.000 | +6.000 | +4.000 | open: gap 2.000 points |" in text
