@@ -309,9 +309,10 @@ def prefix_probes(graph: Graph, budget: Number, seconds: float, upper: np.ndarra
     """Probe the sizes k where good orders hold the most memory, while one could exceed ``budget``.
 
     ``upper[k - 1]`` (a good order's memory at its k-th step) bounds the probe
-    at k from above, and good orders peak where the probes are highest (on
-    random_layered_n500 the best order found peaks at step 310, where the probe
-    is highest too). Sizes are tried from the highest upper bound down, at least
+    at k from above, and good orders peak where the probes are highest (the
+    orders of the list scheduler alone do not: on random_layered_n500 they led
+    the probes astray, the local search's did not). Sizes are tried from the
+    highest upper bound down, at least
     n/50 apart, until no size left can exceed the budget, ``max_probes`` were
     tried, or ``seconds`` ran out; each probe gets an equal share of what is
     left, and one stopped early keeps the solver's bound.
