@@ -185,9 +185,11 @@ def test_paths_expand_environment_variables_and_shipped_configs_validate(monkeyp
     assert len(paper.graphs) == 7
     assert {r.budget_text for r in paper.runs} == {"0.9", "0.8"}
     assert paper.time_limit == 300
-    for name in ("smoke", "tradeoff", "scaling"):
+    for name in ("smoke", "tradeoff", "scaling", "paper-orderfree"):
         cfg = load_config(ROOT / "configs" / f"{name}.yaml")
         assert cfg.runs, name
+    anyorder = load_config(ROOT / "configs" / "paper-anyorder.yaml")
+    assert len(anyorder.runs) == 24  # 4 random layered graphs x 2 budgets x (reorder, moccasin x 2 orders)
     scaling = load_config(ROOT / "configs" / "scaling.yaml")
     assert min(g.nodes for g in scaling.graphs) == 50 and max(g.nodes for g in scaling.graphs) == 2000
 
