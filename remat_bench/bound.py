@@ -107,17 +107,11 @@ def memory_cuts(graph: Graph) -> tuple[np.ndarray, list[np.ndarray]]:
     """Per node c: the fixed part of its cut (fixed + c + ws + inputs) and the set A(c)."""
     n = graph.n
     mem = graph.memory
-    # Inputs every implementation of d reads (a reader counts only then).
-    common_inputs: list[int] = []
-    for d in range(n):
-        ops = graph.ops_of(d)
-        bits = None
-        for op in ops:
-            b = 0
-            for u in graph.op_inputs[op]:
-                b |= 1 << u
-            bits = b if bits is None else bits & b
-        common_inputs.append(bits or 0)
+    # Inputs every implementation of d reads (a reader counts only then), as bitsets.
+    common_inputs = [0] * n
+    src, dst = common_edges(graph)
+    for u, d in zip(src.tolist(), dst.tolist(), strict=True):
+        common_inputs[d] |= 1 << u
     # Ancestors (forward) and "read by a descendant" (backward), as Python-int bitsets:
     # one pass each in topological order, O(n * edges / 64) word operations.
     ancestors = [0] * n
@@ -189,9 +183,8 @@ class _Rows:
     def empty(cls) -> _Rows:
         return cls([], [], [], [], [])
 
-    def add(self, cols: list[np.ndarray], vals: list[float | np.ndarray], lower: float | np.ndarray,
-            upper: float | np.ndarray = np.inf) -> None:
-        """len(lower) rows at once; ``cols[j][i]`` with coefficient ``vals[j]`` (scalar or per row) in row i."""
+    def add(self, cols: list[np.ndarray], vals: list[float], lower: float) -> None:
+        """len(cols[0]) rows ``sum_j vals[j] * x[cols[j][i]] >= lower`` at once."""
         count = len(cols[0])
         if count == 0:
             return
@@ -199,9 +192,9 @@ class _Rows:
         for c, v in zip(cols, vals, strict=True):
             self.rows.append(base + np.arange(count))
             self.cols.append(np.asarray(c, dtype=np.int64))
-            self.vals.append(np.broadcast_to(np.asarray(v, dtype=np.float64), (count,)))
-        self.lower.extend(np.broadcast_to(np.asarray(lower, dtype=np.float64), (count,)).tolist())
-        self.upper.extend(np.broadcast_to(np.asarray(upper, dtype=np.float64), (count,)).tolist())
+            self.vals.append(np.full(count, v, dtype=np.float64))
+        self.lower.extend([lower] * count)
+        self.upper.extend([np.inf] * count)
 
     def copy(self) -> _Rows:
         return _Rows(list(self.rows), list(self.cols), list(self.vals), list(self.lower), list(self.upper))
@@ -253,11 +246,15 @@ class _PrefixCut:
         both = np.r_[np.ones(n), -np.ones(n)]
         rows.add_row(np.r_[e + every, d + every], both, 1.0, 1.0)  # one node computed: c
         rows.add_row(d + every, np.ones(n), float(k - 1), float(k - 1))
-        keep = [z + src, e + src, e + dst] + ([y0 + src] if y0 is not None else [])
-        rows.add(keep, [1.0, -1.0, 1.0] + ([1.0] if y0 is not None else []), 0.0)  # read from outside e
+        # Held unless computed again (y_v = 1, when the program has y at ``y0``).
+        def unless_recomputed(v: np.ndarray) -> tuple[list[np.ndarray], list[float]]:
+            return ([y0 + v], [1.0]) if y0 is not None else ([], [])
+
+        again, one = unless_recomputed(src)
+        rows.add([z + src, e + src, e + dst, *again], [1.0, -1.0, 1.0, *one], 0.0)  # read from outside e
         out = self.outputs
-        rows.add([z + out, e + out] + ([y0 + out] if y0 is not None else []),
-                 [1.0, -1.0] + ([1.0] if y0 is not None else []), 0.0)  # an output
+        again, one = unless_recomputed(out)
+        rows.add([z + out, e + out, *again], [1.0, -1.0, *one], 0.0)  # an output
         rows.add([z + src, e + dst, d + dst], [1.0, -1.0, 1.0], 0.0)  # an input of c
         rows.add([z + every, e + every, d + every], [1.0, -1.0, 1.0], 0.0)  # c itself
         coef = np.zeros(3 * n)
@@ -312,10 +309,10 @@ def prefix_probes(graph: Graph, budget: Number, seconds: float, upper: np.ndarra
     at k from above, and good orders peak where the probes are highest (the
     orders of the list scheduler alone do not: on random_layered_n500 they led
     the probes astray, the local search's did not). Sizes are tried from the
-    highest upper bound down, at least
-    n/50 apart, until no size left can exceed the budget, ``max_probes`` were
-    tried, or ``seconds`` ran out; each probe gets an equal share of what is
-    left, and one stopped early keeps the solver's bound.
+    highest upper bound down, at least n/50 apart, until no size left can
+    exceed the budget, ``max_probes`` were tried, or ``seconds`` ran out. Each
+    probe is capped at the budget (`_probe`) and gets a share of what is left,
+    a third at most; one stopped early keeps the solver's bound.
     """
     n = graph.n
     if n < 1 or n > MAX_PREFIX_NODES or seconds <= 0:
@@ -422,8 +419,6 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
     chosen = [p.k for p in over[:MAX_PREFIX_CUTS]]
     peak_at_least = max((p.at_least for p in probes), default=None)
     no_order = peak_at_least is not None and peak_at_least > budget
-    if isinstance(budget, int) and peak_at_least is not None:
-        peak_at_least = int(np.ceil(peak_at_least - 1e-6))
     answer = first
     if chosen:
         left = max(0.05, time_limit - (time.perf_counter() - start))

@@ -84,11 +84,17 @@ def test_prefix_probe_is_the_least_memory_of_any_order_at_each_step(seed):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_prefix_probes_never_exceed_the_lowest_order_peak(seed):
+def test_capped_prefix_probes_bracket_the_least_memory_of_any_order(seed):
+    # Capped at the lowest order peak, every step is probed (no upper bound skips one): a probe never
+    # claims more than the least memory over all orders at its step, nor finds less.
     g = random_graph(seed + 520, n=8)
     lowest = best_order_peak(g)
-    probes = prefix_probes(g, 0, 60.0, max_probes=8)
-    assert probes
+    profile = OrderProfile(g)
+    least = np.min([profile(np.asarray(o))[0] for o in topological_orders(g)], axis=0)
+    probes = prefix_probes(g, lowest - 1, 60.0, upper=np.full(g.n, np.inf), max_probes=g.n)
+    assert [p.k for p in probes] == list(range(1, g.n + 1))
+    for p in probes:
+        assert p.at_least <= least[p.k - 1] <= p.best
     assert max(p.at_least for p in probes) <= lowest
 
 

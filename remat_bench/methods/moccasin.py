@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -572,8 +572,8 @@ class Moccasin(Method):
         staged_result = None
         if budget is not None and not deadline.expired():
             t1 = deadline.elapsed()
-            staged_result = self._solve_staged_for_hint(graph, budget, Deadline(deadline.remaining() * STAGED_SHARE), params,
-                                                        answer.order)
+            staged_result = self._solve_staged_for_hint(
+                graph, budget, Deadline(deadline.remaining() * STAGED_SHARE), params, answer.order)
             stats["staged_time_s"] = round(deadline.elapsed() - t1, 3)
             stats["staged_status"] = staged_result.status.value
             staged_sim = None if staged_result.schedule is None else simulate(graph, staged_result.schedule)
@@ -613,10 +613,9 @@ class Moccasin(Method):
         permuted = graph.in_order(order)
         share_bound(graph, permuted, budget)
         result = self.solve(permuted, budget, deadline.remaining(), **staged_params)
-        if result.schedule is not None:
-            s = result.schedule
-            result.schedule = Schedule(s.kinds, np.asarray(order, dtype=np.int64)[s.nodes], s.impls,
-                                       method=s.method, params=s.params, budget=s.budget, solver=s.solver)
+        if result.schedule is not None:  # node i of ``permuted`` is node order[i] here
+            back = np.asarray(order, dtype=np.int64)[result.schedule.nodes]
+            result.schedule = replace(result.schedule, nodes=back)
         return result
 
     def _two_phase(self, graph: Graph, budget: Number | None, deadline: Deadline, params: dict[str, Any],
