@@ -69,8 +69,9 @@ MAX_PREFIX_NODES = 2000
 # At most this many prefix cuts join the bound's 0/1 program (each adds 3n columns).
 MAX_PREFIX_CUTS = 4
 # HiGHS 1.14's presolve returned a wrong "optimal" on a 7-node prefix probe (5 where 3 is feasible;
-# scipy's HiGHS and HiGHS without presolve both give 3), so the prefix programs run without it
-# (about twice as slow on random_layered_n500). A wrong bound would mark schedules optimal.
+# scipy's HiGHS and HiGHS without presolve both give 3; ERGO-Code/HiGHS#3073 and #3094 report the
+# same kind of bug), so the bound's programs run without it, slower but right: a wrong bound
+# would mark schedules optimal.
 EXACT = {"presolve": "off"}
 # Probes tried at most, and their share of the bound's time limit.
 MAX_PROBES = 12
