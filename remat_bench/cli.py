@@ -545,13 +545,17 @@ def graphs_generate(kind: str, output: Path, **options: Any) -> None:
               help="Per-sample input shape, e.g. 3x32x32 (zoo models have a default).")
 @click.option("--durations", type=click.Choice(["flops", "profile"]), default="flops", show_default=True,
               help="FLOPs from fake tensors, or each operator timed (ns) on real ones, with its workspace.")
+@click.option("--workspace", type=click.Choice(["none", "measure"]),
+              help="Scratch memory of each operator: 0, or measured on real tensors on this machine "
+                   "(default: measure with --durations profile, else none).")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
 def graphs_import_torch(model: str, batch: int | None, input_shape: str | None, durations: str,
-                        output: Path) -> None:
+                        workspace: str | None, output: Path) -> None:
     """Trace MODEL's training step into a graph: a zoo name or package.module:factory.
 
     Zoo: mlp, vgg11, resnet18, resnet50, unet, gpt. Tracing uses fake tensors,
-    so any batch size imports without allocating it (except --durations profile).
+    so any batch size imports without allocating it (except --durations profile
+    and --workspace measure, which run the operators).
     """
     _require_torch("graphs import-torch")
     from remat_bench.graph import save_graph
@@ -559,7 +563,7 @@ def graphs_import_torch(model: str, batch: int | None, input_shape: str | None, 
 
     check_output(output, [], "remat-bench-graph")
     shape = _parse_shape(input_shape) if input_shape else None
-    g = import_model(model, batch=batch, input_shape=shape, durations=durations)
+    g = import_model(model, batch=batch, input_shape=shape, durations=durations, workspace=workspace)
     save_graph(g, output)
     out.print(f"wrote {output}: {g.name} ({g.n} nodes, {g.num_edges} edges, fixed memory "
               f"{fmt_amount(g.fixed_memory, 'bytes')})")
@@ -766,6 +770,8 @@ def _print_replay(g: Graph, r: Any) -> None:
                                f"{r.duration_unit})")
     table.add_row("steps", f"{r.steps} ({r.computes} computes, {r.recomputations} recomputations)")
     table.add_row("measured by", r.measurement)
+    if r.note:
+        table.add_row("note", r.note)
     out.print(table)
 
 

@@ -16,6 +16,8 @@ the whole path from a user's own ``nn.Module`` to a chart.
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
 
 from remat_bench.errors import RematBenchError
@@ -41,6 +43,26 @@ def require_torch(what: str = "this command") -> None:
         raise TorchMissingError(f"{what} needs PyTorch, which is not installed: {INSTALL_HINT}")
 
 
+# Environment variables by which a user asks torch for its own logs (torch._logging).
+TORCH_LOG_SWITCHES = ("TORCH_LOGS", "TORCH_TRACE", "TORCH_COMPILE_DEBUG", "TORCH_DTRACE")
+
+
+def quiet_torch_logs() -> None:
+    """Keep torch's logging at warnings unless the user asked for its logs.
+
+    torch keeps its structured-trace logger (``torch.__trace``) at DEBUG at all
+    times; tracing a model with fake tensors writes thousands of records to it,
+    and any handler on it (pytest's log capture is one) prints them all.
+    Called once torch is imported (`remat_bench.torch.zoo`).
+    """
+    if any(os.environ.get(name) for name in TORCH_LOG_SWITCHES):
+        return
+    for name in ("torch", "torch.__trace"):
+        logger = logging.getLogger(name)
+        if logger.level < logging.WARNING:
+            logger.setLevel(logging.WARNING)
+
+
 _EXPORTS = {
     "import_model": "remat_bench.torch.importer",
     "program_for_graph": "remat_bench.torch.importer",
@@ -62,4 +84,4 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["INSTALL_HINT", "TorchMissingError", "require_torch", "torch_available", *_EXPORTS]
+__all__ = ["INSTALL_HINT", "TorchMissingError", "quiet_torch_logs", "require_torch", "torch_available", *_EXPORTS]

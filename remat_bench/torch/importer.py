@@ -27,9 +27,13 @@ base, dead code dropped) and writes what the simulator needs:
   ``grad_of``: for a backward operator, the forward node whose autograd
   function produced it (matched through autograd sequence numbers);
 - ``workspace``: 0 with ``durations="flops"``: fake tensors cannot tell
-  what scratch memory a kernel allocates inside itself. The replay measures
-  it, so measured peaks can exceed simulated ones by that much
-  (docs/pytorch.md).
+  what scratch memory a kernel allocates inside itself, so a replay's
+  measured peak can exceed the simulated one by that much. With
+  ``workspace="measure"`` (implied by ``durations="profile"``) every operator
+  runs once on real tensors and its scratch is measured (`measure_workspace`);
+  the scratch depends on the processor (oneDNN picks its convolution kernels
+  by instruction set), so it is measured on the machine that will run the
+  schedule, and the graph's metadata says where (docs/pytorch.md).
 
 The graph's metadata keeps the model spec (model, batch, shapes, seed, task,
 constructor arguments) and the torch version; each node's metadata names its
@@ -41,7 +45,7 @@ re-creates the operators of a graph file.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -65,6 +69,7 @@ from remat_bench.torch.program import (
 )
 
 DURATIONS = ("flops", "profile")
+WORKSPACES = ("none", "measure")
 METADATA_KEY = "torch"
 
 
@@ -77,24 +82,64 @@ def import_model(
     repeats: int = 3,
     device: str | None = None,
     name: str | None = None,
+    workspace: str | None = None,
     **kwargs: Any,
 ) -> Graph:
     """The training graph of ``model`` (a zoo name or ``package.module:factory``) at ``batch``.
 
     ``input_shape`` is per sample (the zoo gives a default); ``kwargs`` go to
     the model's constructor. ``durations="profile"`` runs every operator on
-    real tensors (on ``device``, default cpu), so the batch must fit in memory.
+    real tensors (on ``device``, default cpu), so the batch must fit in memory;
+    so does ``workspace="measure"`` (the default with profiled durations; with
+    FLOPs the default is ``"none"``, every workspace 0).
     """
     if durations not in DURATIONS:
         raise GraphError(f"durations must be one of {', '.join(DURATIONS)}, not {durations!r}")
+    workspace = workspace or ("measure" if durations == "profile" else "none")
+    if workspace not in WORKSPACES:
+        raise GraphError(f"workspace must be one of {', '.join(WORKSPACES)}, not {workspace!r}")
     spec = model_spec(model, batch=batch, input_shape=tuple(input_shape) if input_shape else None,
                       seed=seed, **kwargs)
     program = build_program(spec)
+    dev = torch.device(device or "cpu")
+    scratch: list[int] | None = None
     if durations == "flops":
-        costs, workspace = [node_flops(node) for node in program.nodes], None
+        costs = [node_flops(node) for node in program.nodes]
+        if workspace == "measure":
+            scratch = measure_workspace(program, dev)
     else:
-        costs, workspace = profile_costs(program, torch.device(device or "cpu"), repeats)
-    return program_graph(program, costs, "flops" if durations == "flops" else "ns", workspace, name=name)
+        costs, measured = profile_costs(program, dev, repeats)
+        scratch = measured if workspace == "measure" else None
+    graph = program_graph(program, costs, "flops" if durations == "flops" else "ns", scratch, name=name)
+    if scratch is not None:
+        graph.metadata[METADATA_KEY]["workspace"] = measured_where(dev)
+    return graph
+
+
+def measured_where(device: torch.device) -> dict[str, Any]:
+    """Where workspaces were measured: they hold on that kind of processor and thread count."""
+    import platform
+
+    where: dict[str, Any] = {"device": str(device), "machine": platform.machine(),
+                             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                             "threads": torch.get_num_threads(), "processor": _processor_name()}
+    if device.type == "cuda":
+        where["gpu"] = torch.cuda.get_device_name(device)
+    return where
+
+
+def _processor_name() -> str:
+    """The processor's model name (Linux /proc/cpuinfo), else what the platform module says."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.lower().startswith(("model name", "hardware")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
 
 
 def default_name(spec: ModelSpec) -> str:
@@ -176,18 +221,8 @@ def node_flops(node: ProgramNode) -> int:
     return max(1, largest_read, _numel(val))
 
 
-def profile_costs(program: Program, device: torch.device, repeats: int = 3) -> tuple[list[int], list[int]]:
-    """Measured cost of every node, running the nodes in file order on real tensors.
-
-    Returns (nanoseconds, workspace bytes). A warm-up pass comes first; the
-    time of a node is the least of ``repeats`` passes; its workspace is the
-    most its operator allocated at once beyond its own output, in one more
-    pass that measures each operator alone (the profiler's memory events on
-    CPU, the allocator's peak statistics on CUDA).
-    """
-    from remat_bench.torch.replay import measure_peak
-
-    state = State.create(program.spec, device)
+def _in_file_order(program: Program, state: State) -> Iterator[tuple[int, Executor]]:
+    """Yield each node index of a pass in file order; inputs are freed after their last reader."""
     n = len(program.nodes)
     last_use = list(range(n))
     for v, node in enumerate(program.nodes):
@@ -196,25 +231,56 @@ def profile_costs(program: Program, device: torch.device, repeats: int = 3) -> t
     frees: dict[int, list[int]] = {}
     for v in sorted(set(range(n)) - set(program.outputs())):
         frees.setdefault(last_use[v], []).append(v)
-    best = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
-    workspace = [0] * n
+    ex = Executor(program, state)
+    for v in range(n):
+        yield v, ex  # the caller computes v
+        for u in frees.get(v, ()):
+            ex.free(u)
+
+
+def measure_workspace(program: Program, device: torch.device) -> list[int]:
+    """The scratch memory (bytes) each node's operator allocates beyond its output, on ``device``.
+
+    One pass in file order; each operator runs alone under the peak
+    measurement of `remat_bench.torch.replay.measure_peak` (the profiler's
+    memory events on CPU, the allocator's peak statistics on CUDA), and its
+    workspace is that peak less the node's memory. What a kernel allocates
+    inside itself depends on the machine: oneDNN picks its convolution
+    algorithm by the processor's instruction set and the thread count (on an
+    AVX2-only x86 processor a weight gradient of a 3x3 convolution may run as
+    an im2col GEMM with a scratch buffer four times the weights; with AVX-512
+    it runs a direct kernel with almost none), so a workspace is measured
+    where the schedule will run, with the same number of threads.
+    """
+    from remat_bench.torch.replay import measure_peak
+
+    state = State.create(program.spec, device)
+    workspace = [0] * len(program.nodes)
+    for v, ex in _in_file_order(program, state):
+        peak = measure_peak(device, lambda v=v, ex=ex: ex.compute(v))
+        workspace[v] = max(0, peak - program.nodes[v].memory)
+    return workspace
+
+
+def profile_costs(program: Program, device: torch.device, repeats: int = 3) -> tuple[list[int], list[int]]:
+    """Measured cost of every node, running the nodes in file order on real tensors.
+
+    Returns (nanoseconds, workspace bytes). A warm-up pass comes first; the
+    time of a node is the least of ``repeats`` passes; its workspace is
+    measured in one more pass (`measure_workspace`).
+    """
+    state = State.create(program.spec, device)
+    best = np.full(len(program.nodes), np.iinfo(np.int64).max, dtype=np.int64)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    for rep in range(repeats + 2):
-        ex = Executor(program, state)
-        for v in range(n):
-            if rep == repeats + 1:
-                peak = measure_peak(device, lambda v=v, ex=ex: ex.compute(v))
-                workspace[v] = max(0, peak - program.nodes[v].memory)
-            else:
-                sync()
-                start = time.perf_counter_ns()
-                ex.compute(v)
-                sync()
-                if rep:  # pass 0 warms up caches and kernels
-                    best[v] = min(best[v], time.perf_counter_ns() - start)
-            for u in frees.get(v, ()):
-                ex.free(u)
-    return [max(1, int(t)) for t in best], workspace
+    for rep in range(repeats + 1):
+        for v, ex in _in_file_order(program, state):
+            sync()
+            start = time.perf_counter_ns()
+            ex.compute(v)
+            sync()
+            if rep:  # pass 0 warms up caches and kernels
+                best[v] = min(best[v], time.perf_counter_ns() - start)
+    return [max(1, int(t)) for t in best], measure_workspace(program, device)
 
 
 # ---------------------------------------------------------------------- re-creating a graph's program

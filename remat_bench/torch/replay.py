@@ -88,6 +88,7 @@ class ReplayResult:
     max_abs_diff: float | None = None
     max_rel_diff: float | None = None
     measurement: str = ""
+    note: str = ""
     diffs: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -118,6 +119,7 @@ class ReplayResult:
             "computes": self.computes,
             "recomputations": self.recomputations,
             "measurement": self.measurement,
+            "note": self.note,
         }
 
 
@@ -178,11 +180,12 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
         check = finish()
         if timing_run:
             wall = _timed(dev, lambda: execute(steps))
+    measured_peak = fixed_bytes + measured_delta
     return ReplayResult(
         graph=graph.name,
         device=str(dev),
         mode="model" if spec is not None else "synthetic",
-        measured_peak=fixed_bytes + measured_delta,
+        measured_peak=measured_peak,
         simulated_peak=sim.peak,
         measured_fixed=fixed_bytes,
         fixed_memory=graph.fixed_memory,
@@ -198,7 +201,32 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
         diffs=check.get("diffs", {}),
         measurement=("torch.profiler memory events (CPU allocator)" if dev.type == "cpu"
                      else "torch.cuda.max_memory_allocated"),
+        note=scratch_note(graph, dev, measured_peak, sim.peak) if spec is not None else "",
     )
+
+
+def scratch_note(graph: Graph, device: torch.device, measured_peak: int, simulated_peak: Number) -> str:
+    """Why an imported graph's measured peak is above its simulated one, when it is by over 1%.
+
+    The usual cause is the scratch memory kernels allocate inside themselves,
+    which a graph models only when its workspaces were measured, and only for
+    the processor and thread count they were measured with.
+    """
+    if measured_peak <= 1.01 * simulated_peak:
+        return ""
+    where = graph.metadata.get("torch", {}).get("workspace")
+    if not where:
+        return ("operators allocated scratch memory the graph does not model (its workspaces are 0); "
+                "import it with `--workspace measure` on this machine to model it")
+    from remat_bench.torch.importer import measured_where
+
+    here = measured_where(device)
+    differs = [f"{key} {where.get(key)} there, {value} here" for key, value in here.items()
+               if where.get(key) != value]
+    if differs:
+        return ("the graph's workspaces were measured elsewhere (" + "; ".join(differs) + "): "
+                "import it again with `--workspace measure` on this machine")
+    return "operators allocated more scratch memory than the graph's measured workspaces"
 
 
 Step = tuple[int, int, int]  # (COMPUTE or FREE, node index, implementation position)

@@ -44,6 +44,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from remat_bench.errors import RematBenchError
+from remat_bench.torch import quiet_torch_logs
+
+quiet_torch_logs()
 
 TASKS = ("classify", "segment", "language", "regress")
 
