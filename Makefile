@@ -3,9 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# The published graphs are read in place, never copied: ../shared/graphs/paper beside the checkout.
-PAPER_GRAPHS ?= $(firstword $(wildcard $(abspath ../shared/graphs/paper) /work/shared/graphs/paper))
-export PAPER_GRAPHS
+# The published graphs (paper:<name>) are found by remat_bench/datasets.py: $PAPER_GRAPHS,
+# ../shared/graphs/paper beside the checkout, or the cache `remat-bench graphs fetch paper` fills.
 
 .PHONY: install demo test bench lint clean
 

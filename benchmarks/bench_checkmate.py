@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from benchmarks.common import PAPER, Rows, show
+from benchmarks.common import Rows, paper, show
 from remat_bench.budget import parse_budget
 from remat_bench.graph import load_graph
 from remat_bench.methods.checkmate import CheckmateModel, check_fits
@@ -38,7 +38,7 @@ def time_to_reach(result, target: float) -> str:
 def main() -> None:
     rows = Rows()
     for (name, budget), published in PUBLISHED.items():
-        g = load_graph(PAPER / f"{name}.json")
+        g = load_graph(paper(name))
         b = parse_budget(budget, g).amount
         t0 = time.perf_counter()
         check_fits(g.n, g.num_edges, "Checkmate")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from benchmarks.common import PAPER, ROOT, best_time, show
+from benchmarks.common import ROOT, best_time, paper, show
 from remat_bench.generators import densenet121, resnet50
 from remat_bench.graph import Graph, load_graph
 from remat_bench.methods.fenghuang import FengHuang
@@ -38,7 +38,7 @@ def timing_rows() -> list[list[str]]:
     cases = [
         ("resnet50 (generated, b32)", resnet50()),
         ("densenet121 (generated, b32)", densenet121()),
-        ("checkmate_resnet50_train", load_graph(PAPER / "checkmate_resnet50_train.json")),
+        ("checkmate_resnet50_train", load_graph(paper("checkmate_resnet50_train"))),
     ]
     method = FengHuang()
     params = method.parse_params({})
@@ -64,7 +64,7 @@ def cutoff_rows() -> tuple[list[list[str]], bool]:
         ("resnet50 b64", "resnet50", resnet50(batch=64)),
         ("resnet152 b16", "resnet152", resnet50(batch=16, depth=152)),
         ("densenet121 b32", "densenet121", densenet121(batch=32)),
-        ("checkmate_resnet50_train", "", load_graph(PAPER / "checkmate_resnet50_train.json")),
+        ("checkmate_resnet50_train", "", load_graph(paper("checkmate_resnet50_train"))),
     ]
     rows = []
     for label, key, g in cases:

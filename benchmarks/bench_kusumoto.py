@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 
-from benchmarks.common import PAPER, best_time, show
+from benchmarks.common import best_time, paper, show
 from remat_bench.budget import parse_budget
 from remat_bench.generators import densenet121, resnet50, unet
 from remat_bench.graph import Graph, load_graph
@@ -52,8 +52,8 @@ CAP = 10000
 
 def graphs() -> list[tuple[str, Graph]]:
     return [
-        ("checkmate_vgg16_train", load_graph(PAPER / "checkmate_vgg16_train.json")),
-        ("checkmate_resnet50_train", load_graph(PAPER / "checkmate_resnet50_train.json")),
+        ("checkmate_vgg16_train", load_graph(paper("checkmate_vgg16_train"))),
+        ("checkmate_resnet50_train", load_graph(paper("checkmate_resnet50_train"))),
         ("resnet50", resnet50(batch=32)),
         ("densenet121", densenet121(batch=32)),
         ("unet", unet(batch=8, resolution=256)),

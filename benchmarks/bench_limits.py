@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from benchmarks.common import PAPER, Rows, show
+from benchmarks.common import Rows, paper, show
 from remat_bench.generators import chain, densenet121, generate
 from remat_bench.graph import load_graph
 from remat_bench.pipeline import run
@@ -19,8 +19,8 @@ LIMIT = float(os.environ.get("BENCH_LIMIT", 10))
 
 
 def cases():
-    rl250 = load_graph(PAPER / "random_layered_n250.json")
-    rl1000 = load_graph(PAPER / "random_layered_n1000.json")
+    rl250 = load_graph(paper("random_layered_n250"))
+    rl1000 = load_graph(paper("random_layered_n1000"))
     big_chain = chain(4000)
     huge_chain = chain(50_000, seed=1)  # the 100,001-node graph of `benchmarks large`
     dense = densenet121(batch=8, resolution=64)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from benchmarks.common import PAPER, Rows, show
+from benchmarks.common import Rows, paper, show
 from remat_bench.graph import load_graph
 from remat_bench.pipeline import run
 
@@ -53,7 +53,7 @@ def pct(result, value) -> str:
 def table2() -> None:
     rows = Rows()
     for (name, budget), (published, published_s) in PUBLISHED.items():
-        g = load_graph(PAPER / f"{name}.json")
+        g = load_graph(paper(name))
         limit = LARGE_LIMIT if g.n >= 500 else LIMIT
         r = run(g, "moccasin", budget, time_limit=limit)
         gap = "-"
@@ -69,7 +69,7 @@ def table2() -> None:
 
 
 def profile() -> None:
-    g = load_graph(PAPER / "random_layered_n250.json")
+    g = load_graph(paper("random_layered_n250"))
     variants = [
         ("as shipped", {}),
         ("reservoir precedence (paper)", {"precedence": "reservoir"}),

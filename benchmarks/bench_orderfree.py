@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 
-from benchmarks.common import PAPER, Rows, show
+from benchmarks.common import Rows, paper, show
 from remat_bench.bound import cached_bound
 from remat_bench.budget import memory_floor, parse_budget
 from remat_bench.graph import load_graph
@@ -27,7 +27,7 @@ LIMIT = float(os.environ.get("BENCH_TIME_LIMIT", 120))
 def table(budgets: list[str], title: str) -> None:
     rows = Rows()
     for name in GRAPHS:
-        g = load_graph(PAPER / f"{name}.json")
+        g = load_graph(paper(name))
         for budget in budgets:
             amount = parse_budget(budget, g).amount
             if amount < memory_floor(g).amount:

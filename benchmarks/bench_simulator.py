@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.common import PAPER, best_time, show
+from benchmarks.common import best_time, paper, show
 from remat_bench.generators import chain, random_layered
 from remat_bench.graph import load_graph
 from remat_bench.schedule import FREE, Schedule
@@ -29,7 +29,7 @@ def long_schedule(g, target_steps: int) -> Schedule:
 def main() -> None:
     cases = [
         ("chain-1000 (training, 2001 nodes)", chain(1000)),
-        ("random_layered_n1000 (paper)", load_graph(PAPER / "random_layered_n1000.json")),
+        ("random_layered_n1000 (paper)", load_graph(paper("random_layered_n1000"))),
         ("random-layered 5000 nodes (14 inputs per node)", random_layered(5000, seed=1)),
     ]
     rows = []

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 from rich.console import Console
 
-from benchmarks.common import PAPER, ROOT, show
+from benchmarks.common import ROOT, show
 from remat_bench.report import write_report
 from remat_bench.sweep import load_config, run_sweep, summarize
 from remat_bench.sweep.progress import SweepProgress
@@ -110,7 +110,6 @@ def paper_comparison(table: pd.DataFrame) -> None:
 
 
 def main() -> None:
-    os.environ.setdefault("PAPER_GRAPHS", str(PAPER))
     wanted = [n.strip() for n in os.environ.get("BENCH_SWEEPS", ",".join(CONFIGS)).split(",") if n.strip()]
     for name in wanted:
         table, wall, finished = sweep(name)

@@ -11,10 +11,10 @@
 
 from __future__ import annotations
 
-import glob
 import time
 
-from benchmarks.common import PAPER, show
+from benchmarks.common import paper, show
+from remat_bench import datasets
 from remat_bench.generators import chain, resnet50, transformer
 from remat_bench.graph import Graph, load_graph
 from remat_bench.methods.twremat import separator_tree, tree_decomposition, twremat_schedule
@@ -86,9 +86,8 @@ def large_graphs() -> None:
 def paper_graphs() -> None:
     rows = []
     methods = [("twremat", {}), ("twremat", {"heuristic": "both"}), ("chen", {}), ("greedy", {})]
-    for path in sorted(glob.glob(str(PAPER / "*.json"))):
-        g = load_graph(path)
-        name = path.rsplit("/", 1)[-1].removesuffix(".json")
+    for name in sorted(f.name.removesuffix(".json") for f in datasets.PAPER.files):
+        g = load_graph(paper(name))
         for budget in ("0.9", "0.8"):
             for method, params in methods:
                 r = run(g, method, budget, time_limit=300, params=params)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -13,11 +14,19 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from remat_bench import datasets
+
 ROOT = Path(__file__).resolve().parents[1]
-PAPER = Path(os.environ.get("PAPER_GRAPHS") or next(
-    (p for p in (ROOT.parent / "shared" / "graphs" / "paper", Path("/work/shared/graphs/paper")) if p.is_dir()),
-    ROOT.parent / "shared" / "graphs" / "paper"))
 console = Console(highlight=False, soft_wrap=True)
+
+
+def paper(name: str) -> Path:
+    """A published graph's path (`remat_bench.datasets` finds it); one sentence and exit 2 when missing."""
+    try:
+        return datasets.locate(name)
+    except datasets.DatasetError as exc:
+        console.print(f"[bold red]error:[/] {exc}")
+        sys.exit(2)
 
 
 def machine() -> str:

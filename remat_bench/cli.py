@@ -68,16 +68,19 @@ def fmt_amount(value: Number | None, unit: str = "") -> str:
 
 
 def graph_search_path() -> list[Path]:
-    """Where graph names are looked up: $REMAT_BENCH_GRAPHS, the shipped graphs/, $PAPER_GRAPHS."""
+    """Where graph names are looked up: $REMAT_BENCH_GRAPHS, then the shipped graphs/."""
     paths = [Path(p) for p in os.environ.get("REMAT_BENCH_GRAPHS", "").split(os.pathsep) if p]
     paths.append(Path(__file__).resolve().parents[1] / "graphs")
-    if os.environ.get("PAPER_GRAPHS"):
-        paths.append(Path(os.environ["PAPER_GRAPHS"]))
     return paths
 
 
 def resolve_graph(text: str) -> Path:
-    """A path as given, or the name of a graph on the search path (with or without .json)."""
+    """A path as given, ``paper:<name>`` (a published graph), or a graph's name on the search path."""
+    from remat_bench import datasets
+
+    published = datasets.resolve(text)
+    if published is not None:
+        return published
     path = Path(text)
     if path.exists():
         return path
@@ -88,7 +91,8 @@ def resolve_graph(text: str) -> Path:
     from remat_bench.errors import GraphError
 
     raise GraphError(
-        f"{text}: no such file, and no shipped graph of that name (`remat-bench graphs list` shows them)"
+        f"{text}: no such file, and no shipped graph of that name (`remat-bench graphs list` shows them; "
+        "published graphs are named paper:<name>)"
     )
 
 
@@ -421,38 +425,87 @@ def graphs() -> None:
 @graphs.command("list")
 @click.option("--json", "as_json", is_flag=True)
 def graphs_list(as_json: bool) -> None:
-    """Graphs on the search path (shipped graphs/, $REMAT_BENCH_GRAPHS, $PAPER_GRAPHS)."""
+    """Graphs on the search path (shipped graphs/, $REMAT_BENCH_GRAPHS) and the published ones (paper:<name>)."""
+    from remat_bench import datasets
     from remat_bench.graph import load_graph
     from remat_bench.simulate import baseline
 
+    entries = [(path.stem, path) for folder in graph_search_path() if folder.is_dir()
+               for path in sorted(folder.glob("*.json"))]
+    entries += [(datasets.PREFIX + f.name.removesuffix(".json"), datasets.find(f.name))
+                for f in datasets.PAPER.files]
     rows = []
-    for folder in graph_search_path():
-        if not folder.is_dir():
+    for label, path in entries:
+        if path is None:
+            rows.append({"graph": label, "file": None, "error": f"not on this machine: {datasets.FETCH_HINT}"})
             continue
-        for path in sorted(folder.glob("*.json")):
-            try:
-                g = load_graph(path)
-            except RematBenchError as exc:
-                rows.append({"file": str(path), "error": str(exc)})
-                continue
-            rows.append({
-                "file": str(path), "name": g.name, "nodes": g.n, "edges": g.num_edges,
-                "kind": "training" if g.has_backward else "forward only",
-                "baseline_peak": baseline(g).peak, "memory_unit": g.units.get("memory", ""),
-            })
+        try:
+            g = load_graph(path)
+        except RematBenchError as exc:
+            rows.append({"graph": label, "file": str(path), "error": str(exc)})
+            continue
+        rows.append({
+            "graph": label, "file": str(path), "name": g.name, "nodes": g.n, "edges": g.num_edges,
+            "kind": "training" if g.has_backward else "forward only",
+            "baseline_peak": baseline(g).peak, "memory_unit": g.units.get("memory", ""),
+        })
     if as_json:
         print_json(rows)
         return
     table = Table(title="graphs")
-    for col in ("file", "name", "nodes", "edges", "kind", "baseline peak"):
+    for col in ("graph", "name", "nodes", "edges", "kind", "baseline peak"):
         table.add_column(col)
     for r in rows:
         if "error" in r:
-            table.add_row(r["file"], f"[red]{r['error']}[/]", "", "", "", "")
+            table.add_row(r["graph"], f"[red]{escape(r['error'])}[/]", "", "", "", "")
         else:
-            table.add_row(Path(r["file"]).name, r["name"], str(r["nodes"]), str(r["edges"]), r["kind"],
+            table.add_row(r["graph"], r["name"], str(r["nodes"]), str(r["edges"]), r["kind"],
                           fmt_amount(r["baseline_peak"], r["memory_unit"]))
     out.print(table)
+
+
+@graphs.command("fetch")
+@click.argument("dataset", type=click.Choice(["paper"]))
+@click.option("-o", "--output", type=click.Path(path_type=Path, file_okay=False),
+              help="Folder to put the files in (default: the user cache, $REMAT_BENCH_CACHE).")
+@click.option("--source", metavar="URL|DIR",
+              help="Base URL of a mirror, or a local folder holding the files (default: the pinned commit "
+                   "of haoming-codes/moccasin on GitHub).")
+def graphs_fetch(dataset: str, output: Path | None, source: str | None) -> None:
+    """Download the published graphs (DATASET: paper, the Moccasin paper's Table 2), SHA-256 checked.
+
+    Each file is checked against the hash pinned in remat_bench/datasets.py
+    before it is renamed into place; a file already there with the right hash
+    is kept. The graphs are then named paper:<name> everywhere (solve,
+    graphs show, sweep configs).
+    """
+    from remat_bench import datasets
+
+    data = datasets.DATASETS[dataset]
+    dest = output or datasets.cache_dir() / "graphs" / data.name
+    label = source or data.source
+    err.print(f"fetching {len(data.files)} graphs of '{data.name}' ({data.description}) from {label} into {dest}")
+    show = err.is_terminal
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), console=err,
+                  disable=not show, transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(name: str, received: int, total: int) -> None:
+            if name not in tasks:
+                tasks[name] = bar.add_task(name, total=total)
+            bar.update(tasks[name], completed=received)
+
+        fetched = datasets.fetch(data, dest, source, progress)
+    for f in fetched:
+        out.print(f"{f.action:>10}  {f.path}" + ("" if f.action == "present" else f"  (sha256 ok, from {f.source})"))
+    where = [p.resolve() for p in datasets.search_path(data)]
+    if dest.resolve() not in where:
+        out.print(f"the graphs are in {dest}; set PAPER_GRAPHS={dest} so that paper:<name> finds them")
+    elif datasets.find(data.files[0].name, data) != fetched[0].path:
+        out.print(f"note: paper:<name> still reads {datasets.find(data.files[0].name, data).parent} first "
+                  "(PAPER_GRAPHS, then ../shared/graphs/paper beside the checkout, then the cache)")
 
 
 @graphs.command("show")

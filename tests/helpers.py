@@ -2,29 +2,36 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+import pytest
 from hypothesis import strategies as st
 
+from remat_bench import datasets
 from remat_bench.graph import Graph, Node
 from remat_bench.schedule import COMPUTE, Schedule
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _paper_graphs() -> Path:
-    """The published graphs: $PAPER_GRAPHS, else ../shared/graphs/paper beside the checkout."""
-    if os.environ.get("PAPER_GRAPHS"):
-        return Path(os.environ["PAPER_GRAPHS"])
-    for candidate in (ROOT.parent / "shared" / "graphs" / "paper", Path("/work/shared/graphs/paper")):
-        if candidate.is_dir():
-            return candidate
-    raise RuntimeError("the published graphs are missing: set PAPER_GRAPHS to ../shared/graphs/paper")
-
-
-PAPER = _paper_graphs()
 SHIPPED = ROOT / "graphs"
+PAPER_NAMES = tuple(f.name.removesuffix(".json") for f in datasets.PAPER.files)
+# The reason every test that needs a published graph gives when it is skipped (tests/conftest.py
+# counts them, and fails the run instead under CI=true).
+PAPER_MISSING = f"the published graphs are not on this machine: {datasets.FETCH_HINT}"
+
+
+def paper_graph(name: str) -> Path:
+    """The path of a published graph (``random_layered_n100``); the test is skipped if it is not here."""
+    path = datasets.find(name)
+    if path is None:
+        pytest.skip(PAPER_MISSING)
+    return path
+
+
+def graph_path(name: str) -> Path:
+    """``paper:<name>`` (skipped when not here, as `paper_graph`) or a shipped graph's file name."""
+    if name.startswith(datasets.PREFIX):
+        return paper_graph(name[len(datasets.PREFIX):])
+    return SHIPPED / name
 
 
 def make_graph(edges: dict[str, list[str]], memory: dict[str, int] | int = 1,

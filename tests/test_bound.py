@@ -11,7 +11,7 @@ from remat_bench.graph import load_graph
 from remat_bench.methods.reorder import OrderProfile
 from remat_bench.simulate import baseline
 from tests.bruteforce import any_order_optimum, best_order_peak, topological_orders
-from tests.helpers import PAPER
+from tests.helpers import paper_graph
 from tests.methods.test_checkmate import random_graph
 
 
@@ -47,7 +47,7 @@ def test_bound_never_exceeds_the_optimum_and_infeasible_only_when_nothing_fits(s
     ],
 )
 def test_published_graph_bounds(name, budget, overhead):
-    g = load_graph(PAPER / f"{name}.json")
+    g = load_graph(paper_graph(name))
     bound = any_order_bound(g, parse_budget(budget, g).amount)
     assert bound.status == "optimal"
     assert round(100 * (bound.value / g.total_duration - 1), 5) == overhead
@@ -57,7 +57,7 @@ def test_prefix_cuts_only_raise_the_bound():
     # random_layered_n100 at 0.6: the node cuts alone give 0.51917%; the prefix cuts chosen in time
     # (which ones depends on the time) can only add to that. At step 71 every order holds 31,350,
     # above the budget: no order fits without recomputation.
-    g = load_graph(PAPER / "random_layered_n100.json")
+    g = load_graph(paper_graph("random_layered_n100"))
     budget = parse_budget("0.6", g).amount
     bound = any_order_bound(g, budget)
     assert bound.status == "optimal"
@@ -67,7 +67,7 @@ def test_prefix_cuts_only_raise_the_bound():
 
 
 def test_bound_below_the_floor_is_infeasible():
-    g = load_graph(PAPER / "checkmate_vgg16_train.json")
+    g = load_graph(paper_graph("checkmate_vgg16_train"))
     assert any_order_bound(g, parse_budget("0.8", g).amount).value is None
 
 
@@ -101,7 +101,7 @@ def test_capped_prefix_probes_bracket_the_least_memory_of_any_order(seed):
 def test_no_order_fits_random_layered_n500_at_08():
     # The least memory over every order at its 344th step exceeds the budget (227,551): no order fits
     # without recomputation, although each node's own cut fits (the cut program alone gives 0).
-    g = load_graph(PAPER / "random_layered_n500.json")
+    g = load_graph(paper_graph("random_layered_n500"))
     budget = parse_budget("0.8", g).amount
     probe = probe_prefix(g, 344, 120.0)
     assert budget == 227551

@@ -8,12 +8,12 @@ from remat_bench.budget import memory_floor, parse_budget
 from remat_bench.errors import BudgetError
 from remat_bench.graph import load_graph
 from remat_bench.pipeline import run
-from tests.helpers import PAPER, make_graph
+from tests.helpers import make_graph, paper_graph
 
 
 @pytest.fixture(scope="module")
 def vgg():
-    return load_graph(PAPER / "checkmate_vgg16_train.json")
+    return load_graph(paper_graph("checkmate_vgg16_train"))
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from remat_bench.cli import main
 from remat_bench.graph import load_graph
 from remat_bench.schedule import load_schedule
 from remat_bench.simulate import simulate
-from tests.helpers import PAPER, SHIPPED
+from tests.helpers import SHIPPED, paper_graph
 
 CHAIN = str(SHIPPED / "chain-16-train.json")
 SOLVE_KEYS = {"graph", "method", "params", "status", "budget", "peak", "duration", "baseline_peak",
@@ -43,7 +43,7 @@ def test_solve_human_table():
 
 
 def test_solve_exit_1_when_no_schedule_fits():
-    r = invoke("solve", str(PAPER / "checkmate_vgg16_train.json"), "-m", "chen", "-b", "0.8")
+    r = invoke("solve", str(paper_graph("checkmate_vgg16_train")), "-m", "chen", "-b", "0.8")
     assert r.exit_code == 1
     assert "infeasible" in r.output and "memory floor" in r.output
     r = invoke("solve", CHAIN, "-m", "none", "-b", "0.5", "--json")
@@ -114,12 +114,12 @@ def test_third_party_methods_come_from_the_entry_point_group(monkeypatch):
 
 
 def test_bound_command_prints_the_any_order_bound_and_exit_status():
-    r = invoke("bound", str(PAPER / "checkmate_fcn8_vgg_train.json"), "-b", "0.8", "--json")
+    r = invoke("bound", str(paper_graph("checkmate_fcn8_vgg_train")), "-b", "0.8", "--json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
     assert data["status"] == "optimal"
     assert round(data["lower_bound_overhead_pct"], 4) == 0.1361
-    r = invoke("bound", str(PAPER / "checkmate_vgg16_train.json"), "-b", "0.8")
+    r = invoke("bound", str(paper_graph("checkmate_vgg16_train")), "-b", "0.8")
     assert r.exit_code == 1
     assert "no schedule fits" in r.output
     assert invoke("bound", CHAIN, "-b", "min").exit_code == 2

@@ -23,7 +23,7 @@ from remat_bench.generators import (
 )
 from remat_bench.graph import Implementation, load_graph, save_graph
 from remat_bench.simulate import baseline
-from tests.helpers import PAPER as PAPER_GRAPHS
+from tests.helpers import paper_graph
 
 
 def node(graph, id):
@@ -98,7 +98,7 @@ def test_training_graph_grad_duration_override_and_implementations():
     "name", ["checkmate_vgg16_train", "checkmate_resnet50_train", "checkmate_fcn8_vgg_train"]
 )
 def test_training_graph_reproduces_the_published_checkmate_graphs(name):
-    path = PAPER_GRAPHS / f"{name}.json"
+    path = paper_graph(name)
     published = load_graph(path)
     fwd = [
         ForwardOp(n.id, n.op, n.inputs, n.memory, n.duration)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from remat_bench.cli import main
 from remat_bench.errors import GraphError
 from remat_bench.graph import graph_from_data, load_graph, save_graph
-from tests.helpers import PAPER
+from tests.helpers import paper_graph
 
 
 def doc(nodes, **extra):
@@ -97,7 +97,7 @@ def test_duplicate_inputs_are_read_once():
 
 
 def test_checkmate_nodelink_gives_kinds_and_grad_of():
-    g = load_graph(PAPER / "checkmate_vgg16_train.json")
+    g = load_graph(paper_graph("checkmate_vgg16_train"))
     i = g.index["block1_conv2_backward"]
     assert g.nodes[i].kind == "backward"
     assert g.nodes[i].grad_of == "block1_conv2"
@@ -107,8 +107,8 @@ def test_checkmate_nodelink_gives_kinds_and_grad_of():
 
 
 def test_moccasin_nodelink_follows_graph_order():
-    raw = json.loads((PAPER / "random_layered_n100.json").read_text())
-    g = load_graph(PAPER / "random_layered_n100.json")
+    raw = json.loads((paper_graph("random_layered_n100")).read_text())
+    g = load_graph(paper_graph("random_layered_n100"))
     assert g.ids == [str(k) for k in raw["graph"]["order"]]
     assert not g.has_backward
     assert g.memory[g.index["0"]] == 790
@@ -117,12 +117,12 @@ def test_moccasin_nodelink_follows_graph_order():
 def test_import_converts_nodelink_and_refuses_to_overwrite_foreign_files(tmp_path):
     out = tmp_path / "vgg.json"
     runner = CliRunner()
-    result = runner.invoke(main, ["graphs", "import", str(PAPER / "checkmate_vgg16_train.json"), "-o", str(out)])
+    result = runner.invoke(main, ["graphs", "import", str(paper_graph("checkmate_vgg16_train")), "-o", str(out)])
     assert result.exit_code == 0, result.output
-    assert load_graph(out).sha256 == load_graph(PAPER / "checkmate_vgg16_train.json").sha256
+    assert load_graph(out).sha256 == load_graph(paper_graph("checkmate_vgg16_train")).sha256
     notes = tmp_path / "notes.json"
     notes.write_text('{"mine": true}')
-    result = runner.invoke(main, ["graphs", "import", str(PAPER / "checkmate_vgg16_train.json"), "-o", str(notes)])
+    result = runner.invoke(main, ["graphs", "import", str(paper_graph("checkmate_vgg16_train")), "-o", str(notes)])
     assert result.exit_code == 2
     assert "only replaces files it wrote" in result.output
     assert notes.read_text() == '{"mine": true}'

@@ -9,7 +9,7 @@ from remat_bench.graph import load_graph
 from remat_bench.improve import drop_recomputations, shave_peaks
 from remat_bench.simulate import baseline, place_frees, simulate
 from tests.bruteforce import staged_optimum
-from tests.helpers import PAPER
+from tests.helpers import paper_graph
 from tests.methods.test_checkmate import budgets, random_graph
 
 
@@ -29,7 +29,7 @@ def staged(g, nodes):
 
 
 def test_shaving_reaches_the_staged_optimum_on_random_layered_n100_at_0_8():
-    g = load_graph(PAPER / "random_layered_n100.json")
+    g = load_graph(paper_graph("random_layered_n100"))
     b = parse_budget("0.8", g).amount
     nodes = shave_peaks(g, np.arange(g.n), b)
     s = sim(g, nodes)
@@ -53,7 +53,7 @@ def test_shaving_stays_in_the_staged_space_and_never_breaks_validity():
 
 
 def test_dropping_recomputations_keeps_the_budget_and_never_lengthens():
-    g = load_graph(PAPER / "random_layered_n100.json")
+    g = load_graph(paper_graph("random_layered_n100"))
     b = parse_budget("0.9", g).amount
     # The input order with a pointless recomputation of the source before the last node.
     wasteful = np.concatenate([np.arange(g.n - 1), [0], [g.n - 1]])

@@ -11,11 +11,11 @@ import time
 from remat_bench.graph import load_graph
 from remat_bench.schedule import load_schedule
 from remat_bench.simulate import simulate
-from tests.helpers import PAPER
+from tests.helpers import paper_graph
 
 
 def test_first_ctrl_c_returns_the_best_schedule_so_far(tmp_path):
-    graph = PAPER / "random_layered_n250.json"
+    graph = paper_graph("random_layered_n250")
     out = tmp_path / "schedule.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "remat_bench.cli", "solve", str(graph), "-m", "moccasin", "-b", "0.8",

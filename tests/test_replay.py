@@ -28,7 +28,7 @@ from remat_bench.schedule import save_schedule
 from remat_bench.simulate import baseline, baseline_schedule
 from remat_bench.torch.importer import import_model
 from remat_bench.torch.replay import ATOL, RTOL, ReplayError, replay, replay_files, scratch_note
-from tests.helpers import PAPER, SHIPPED
+from tests.helpers import SHIPPED, graph_path
 
 # One intra-op thread: on a small shared machine OpenMP's spinning barriers make two threads
 # up to 40 times slower than one. Results do not depend on it (the CPU kernels are deterministic).
@@ -124,13 +124,13 @@ def test_cli_replay_json_prints_the_design_fields(tmp_path):
     assert r.exit_code == 0 and "outputs match autograd" in r.output and "measured peak" in r.output
 
 
-@pytest.mark.parametrize("path, method", [
-    (PAPER / "random_layered_n100.json", "none"),
-    (SHIPPED / "chain-16-train.json", "chen"),
-    (SHIPPED / "resnet18-b8-r64-train.json", "greedy"),
+@pytest.mark.parametrize("graph, method", [
+    ("paper:random_layered_n100", "none"),
+    ("chain-16-train.json", "chen"),
+    ("resnet18-b8-r64-train.json", "greedy"),
 ])
-def test_synthetic_replay_of_other_graphs_measures_the_simulated_peak(path, method):
-    g = load_graph(path)
+def test_synthetic_replay_of_other_graphs_measures_the_simulated_peak(graph, method):
+    g = load_graph(graph_path(graph))
     result = solve(g, method, "1" if method == "none" else "0.9", 30)
     measured = replay(g, result.schedule, "cpu", timing_run=False)
     assert measured.mode == "synthetic" and measured.outputs_match is None

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from remat_bench.graph import load_graph
 from remat_bench.schedule import COMPUTE, FREE, Schedule
 from remat_bench.simulate import baseline, baseline_schedule, clean_up, place_frees, simulate
-from tests.helpers import PAPER, dags, make_graph, naive_simulate
+from tests.helpers import dags, make_graph, naive_simulate, paper_graph
 
 # design.md section 3: baseline peaks of the published graphs, to the unit.
 PAPER_BASELINES = {
@@ -29,7 +29,7 @@ def test_paper_baseline_peaks_match_design_table(name):
     from remat_bench.budget import parse_budget
 
     nodes, edges, peak, b90, b80 = PAPER_BASELINES[name]
-    g = load_graph(PAPER / f"{name}.json")
+    g = load_graph(paper_graph(name))
     assert (g.n, g.num_edges) == (nodes, edges)
     assert baseline(g).peak == peak
     assert parse_budget("0.9", g).amount == b90

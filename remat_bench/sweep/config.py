@@ -9,7 +9,8 @@ limit, repeats and seeds, the executor and the output folder::
     memory_limit: 4GiB                # address-space cap per run (optional)
     graphs:
       - ../graphs/chain-16-train.json
-      - glob: ${PAPER_GRAPHS}/random_layered_*.json
+      - paper:checkmate_vgg16_train     # a published graph (remat-bench graphs fetch paper)
+      - glob: paper:random_layered_n*   # published graphs by pattern, or a pattern of files
       - generate: {kind: random-layered, nodes: [50, 100], seed: 0}
     methods:
       - none
@@ -47,6 +48,7 @@ from typing import Any
 
 import yaml
 
+from remat_bench import datasets
 from remat_bench.budget import parse_budget
 from remat_bench.errors import BudgetError, ConfigError, GraphError, MethodError
 from remat_bench.graph import Graph
@@ -360,6 +362,16 @@ def _graphs(doc: _Document, node: yaml.Node, env: Mapping[str, str],
             name=graph.name, path=path, sha256=graph.sha256, nodes=graph.n, edges=graph.num_edges,
             line=item.start_mark.line + 1, generated=graph if generated else None), graph))
 
+    def published(item: yaml.Node, text: str, pattern: bool = False) -> list[str] | None:
+        """``paper:<name>`` (or a pattern of names) -> the paths; None when ``text`` names no published graph."""
+        if not text.startswith(datasets.PREFIX):
+            return None
+        name = text[len(datasets.PREFIX):]
+        try:
+            return [str(p) for p in (datasets.matching(name) if pattern else [datasets.locate(name)])]
+        except datasets.DatasetError as exc:
+            raise doc.error(item, str(exc)) from None
+
     def read(item: yaml.Node, path: str) -> None:
         if not os.path.isfile(path):
             why = "is a folder; use 'glob: <folder>/*.json' for its graphs" if os.path.isdir(path) else "does not exist"
@@ -371,17 +383,25 @@ def _graphs(doc: _Document, node: yaml.Node, env: Mapping[str, str],
 
     for item in doc.items(node, "graphs"):
         if isinstance(item, yaml.ScalarNode):
-            read(item, doc.expand_path(item, doc.text(item, "graphs"), env))
+            text = doc.text(item, "graphs")
+            for path in published(item, text) or [doc.expand_path(item, text, env)]:
+                read(item, path)
             continue
         entry = doc.mapping(item, "a graph entry", GRAPH_KEYS)
         if len(entry) != 1:
             raise doc.error(item, "a graph entry is a path, or a mapping with exactly one of path, glob, generate")
         key, (_, value) = next(iter(entry.items()))
         if key == "path":
-            read(value, doc.expand_path(value, doc.text(value, "path"), env))
+            text = doc.text(value, "path")
+            for path in published(value, text) or [doc.expand_path(value, text, env)]:
+                read(value, path)
         elif key == "glob":
-            pattern = doc.expand_path(value, doc.text(value, "glob"), env)
-            matches = sorted(p for p in globbing.glob(pattern, recursive=True) if os.path.isfile(p))
+            text = doc.text(value, "glob")
+            matches = published(value, text, pattern=True)
+            pattern = text
+            if matches is None:
+                pattern = doc.expand_path(value, text, env)
+                matches = sorted(p for p in globbing.glob(pattern, recursive=True) if os.path.isfile(p))
             if not matches:
                 raise doc.error(value, f"the pattern {pattern} matches no graph file")
             for match in matches:

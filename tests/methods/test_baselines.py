@@ -16,15 +16,16 @@ from remat_bench.methods.chen import separators
 from remat_bench.methods.greedy import greedy_schedule
 from remat_bench.pipeline import run
 from remat_bench.simulate import baseline, simulate
-from tests.helpers import PAPER, SHIPPED, dags
+from tests.helpers import PAPER_NAMES, SHIPPED, dags, graph_path, paper_graph
 
-GRAPH_FILES = sorted(glob.glob(str(SHIPPED / "*.json"))) + sorted(glob.glob(str(PAPER / "*.json")))
+GRAPHS = [p.rsplit("/", 1)[-1] for p in sorted(glob.glob(str(SHIPPED / "*.json")))] + [
+    f"paper:{name}" for name in sorted(PAPER_NAMES)]
 
 
-@pytest.mark.parametrize("path", GRAPH_FILES, ids=lambda p: p.rsplit("/", 1)[-1])
+@pytest.mark.parametrize("graph", GRAPHS)
 @pytest.mark.parametrize("method", ["none", "chen", "greedy"])
-def test_every_shipped_graph_gets_a_valid_schedule_or_a_clear_answer(path, method):
-    g = load_graph(path)
+def test_every_shipped_graph_gets_a_valid_schedule_or_a_clear_answer(graph, method):
+    g = load_graph(graph_path(graph))
     for budget in ("0.9", "0.8", "min"):
         r = run(g, method, budget, time_limit=60)
         assert r.status.value in ("optimal", "feasible", "infeasible", "no_solution", "unsupported"), r.message
@@ -64,7 +65,7 @@ def test_chen_sqrt_on_a_chain_of_16():
 
 
 def test_greedy_at_the_baseline_peak_recomputes_nothing():
-    g = load_graph(PAPER / "checkmate_fcn8_vgg_train.json")
+    g = load_graph(paper_graph("checkmate_fcn8_vgg_train"))
     sim = simulate(g, greedy_schedule(g, baseline(g).peak))
     assert sim.valid and sim.recomputations == 0
 

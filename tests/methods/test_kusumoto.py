@@ -23,7 +23,7 @@ from remat_bench.methods.kusumoto import (
 )
 from remat_bench.pipeline import run
 from remat_bench.simulate import baseline, simulate
-from tests.helpers import PAPER, make_graph
+from tests.helpers import make_graph, paper_graph
 
 # ---------------------------------------------------------------------- the brute force, on plain sets
 
@@ -304,7 +304,7 @@ def test_tightens_the_internal_budget_when_the_simulator_disagrees():
 
 
 def test_when_the_model_says_no_but_the_simulator_says_yes():
-    g = load_graph(PAPER / "checkmate_resnet50_train.json")
+    g = load_graph(paper_graph("checkmate_resnet50_train"))
     least = run(g, "kusumoto", "min", params={"strategy": "mc"})
     assert least.stats["simulated_peak"] < least.stats["model_peak"]
     budget = (least.stats["simulated_peak"] + least.stats["model_peak"]) // 2
@@ -323,7 +323,7 @@ def test_no_solution_when_even_the_leanest_chain_is_over():
 @pytest.mark.parametrize("name", ["checkmate_vgg16_train", "checkmate_resnet50_train"])
 @pytest.mark.parametrize("variant", ["exact", "approx"])
 def test_published_graphs(name, variant):
-    g = load_graph(PAPER / f"{name}.json")
+    g = load_graph(paper_graph(name))
     peaks = {}
     for strategy in ("tc", "mc"):
         for budget in ("min", "0.9"):

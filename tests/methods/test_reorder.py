@@ -18,7 +18,7 @@ from remat_bench.methods.reorder import (
 )
 from remat_bench.simulate import baseline
 from tests.bruteforce import best_order_peak, topological_orders
-from tests.helpers import PAPER
+from tests.helpers import paper_graph
 from tests.methods.test_checkmate import random_graph
 
 
@@ -72,7 +72,7 @@ def test_local_search_keeps_a_topological_order_and_never_loses_ground(seed):
 def test_local_search_reaches_the_budget_on_random_layered_n250():
     # The published Table 2 instance whose 0.8 budget a list schedule misses (131,220 > 117,472)
     # and the CP-SAT order model reached only after 30-68 s (solver-measurements.md).
-    g = load_graph(PAPER / "random_layered_n250.json")
+    g = load_graph(paper_graph("random_layered_n250"))
     budget = parse_budget("0.8", g).amount
     assert order_peak(g, list_schedule(g)) > budget
     found = local_search(g, list_schedule(g), budget, 60.0, 0)

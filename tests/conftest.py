@@ -1,0 +1,43 @@
+"""Published graphs: tests that need them are skipped when they are not here, except under CI.
+
+`tests.helpers.paper_graph` skips a test whose published graph is missing,
+with one reason (`PAPER_MISSING`). Under ``CI=true`` a missing graph is a
+failure of the whole run before any test starts, so CI cannot pass by
+skipping; everywhere else the summary says how many tests were skipped and
+how to fetch the graphs.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from remat_bench import datasets
+from tests.helpers import PAPER_MISSING
+
+
+def _on_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    missing = datasets.missing()
+    if missing and _on_ci():
+        raise pytest.UsageError(
+            f"CI=true, and the published graphs {', '.join(missing)} are not on this machine (looked in "
+            f"{', '.join(str(p) for p in datasets.search_path())}): {datasets.FETCH_HINT}, or set PAPER_GRAPHS"
+        )
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    skipped = terminalreporter.stats.get("skipped", [])
+    for_paper = [r for r in skipped if PAPER_MISSING in str(r.longrepr)]
+    if for_paper:
+        terminalreporter.write_line(
+            f"{len(for_paper)} tests skipped: {PAPER_MISSING} (or set PAPER_GRAPHS to a folder holding them)",
+            yellow=True, bold=True,
+        )
+    others = [r for r in skipped if r not in for_paper]
+    if others:
+        terminalreporter.write_line(f"{len(others)} tests skipped for other reasons (see above)", red=True)
