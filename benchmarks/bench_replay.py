@@ -1,4 +1,4 @@
-"""Replay: measured against simulated peaks for the zoo, at three budgets (design.md section 9).
+"""Replay: measured against simulated peaks for the zoo, at three budgets (docs/design.md section 9).
 
 Each zoo model is imported at a batch where activations outweigh parameters
 (else no budget much below the baseline is feasible), solved by `greedy` at

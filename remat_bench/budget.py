@@ -1,4 +1,4 @@
-"""Budgets (design.md section 5): parse them, and the hard floor below which none is feasible."""
+"""Budgets (docs/design.md section 5): parse them, and the hard floor below which none is feasible."""
 
 from __future__ import annotations
 

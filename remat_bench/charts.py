@@ -6,7 +6,7 @@ figures are built with `matplotlib.figure.Figure` directly, never through
 pyplot's global state, so they render headless (Agg) and from threads.
 
 Each method keeps one colour and one marker in every chart: the methods of
-design.md's table take fixed places, and any other registered method (a
+docs/design.md's table take fixed places, and any other registered method (a
 plugin) follows in `remat_bench.methods.method_names` order. Variants of one
 method (a parameter grid) share its colour and differ by line style.
 
@@ -46,7 +46,7 @@ from remat_bench.simulate import baseline, simulate
 
 KINDS = ("tradeoff", "scaling", "timeline", "intervals")
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
-# design.md section 6, in its order: these places never move, so colours stay comparable across versions.
+# docs/design.md section 6, in its order: these places never move, so colours stay comparable across versions.
 DESIGN_METHODS = ("none", "reorder", "chen", "greedy", "checkmate", "checkmate-lp", "moccasin", "kusumoto",
                   "twremat", "fenghuang", "monet", "bound")
 PALETTE = ("#7f7f7f", "#8c564b", "#1f77b4", "#ff7f0e", "#2ca02c", "#98df8a", "#d62728", "#9467bd",

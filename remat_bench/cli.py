@@ -1,4 +1,4 @@
-"""The ``remat-bench`` command line (design.md section 7): parse, call the library, format.
+"""The ``remat-bench`` command line (docs/design.md section 7): parse, call the library, format.
 
 Every user-caused error becomes one sentence on stderr and exit status 2;
 ``solve`` exits 0 when a schedule within budget was found and 1 otherwise.

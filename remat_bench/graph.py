@@ -1,6 +1,6 @@
 """The computation graph: nodes, their inputs, sizes and costs; loading, saving, validation.
 
-A node is both an operator and the one value it produces (design.md section 2):
+A node is both an operator and the one value it produces (docs/design.md section 2):
 it produces ``memory`` units, costs ``duration`` to compute, and holds
 ``workspace`` units of scratch memory while it computes. Nodes are listed in a
 topological order, the *input order* that stage-based formulations follow.
@@ -81,7 +81,7 @@ def _number_array(values: Sequence[Number]) -> np.ndarray:
 
 
 class Graph:
-    """A validated computation graph (design.md section 2).
+    """A validated computation graph (docs/design.md section 2).
 
     Raises `GraphError` with one sentence naming ``source`` and the offending
     node or field when the nodes do not describe a valid graph.

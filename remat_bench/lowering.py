@@ -3,7 +3,7 @@
 Forward-graph methods (chen, kusumoto, fenghuang) decide which forward values
 to keep (checkpoints) and how the forward pass splits into segments; they do
 not deal with the backward pass. The lowering turns their plan into steps
-(design.md section 6):
+(docs/design.md section 6):
 
 1. A forward pass computes every forward node once in file order. The plan's
    kept values and the forward sinks (the values the loss reads at once) stay
@@ -78,7 +78,7 @@ def plan_from_checkpoints(graph: Graph, checkpoints: Iterable[int]) -> Plan:
 
 
 def lower_plan(graph: Graph, plan: Plan) -> Schedule:
-    """The full training schedule of design.md section 6 for ``plan``."""
+    """The full training schedule of docs/design.md section 6 for ``plan``."""
     check_forward_then_backward(graph)
     forward = graph.forward_indices
     backward = graph.backward_indices

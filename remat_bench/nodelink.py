@@ -1,6 +1,6 @@
 """Reading the networkx node-link JSON that Checkmate and Moccasin graphs are distributed in.
 
-Two dialects are recognised by their content (design.md section 2):
+Two dialects are recognised by their content (docs/design.md section 2):
 
 - Checkmate (exported from its Keras extraction): node attributes ``cost_ram``
   (bytes), ``cost_cpu``, ``backward`` (bool), ``name``; edges ``source``/``target``;

@@ -56,7 +56,7 @@ class RunResult:
 
     @property
     def exit_code(self) -> int:
-        """0 when a schedule within budget was found, 1 otherwise (design.md section 7)."""
+        """0 when a schedule within budget was found, 1 otherwise (docs/design.md section 7)."""
         return 0 if self.status.found_schedule else 1
 
     def to_json(self) -> dict[str, Any]:

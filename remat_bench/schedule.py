@@ -3,7 +3,7 @@
 In memory a schedule is three parallel integer arrays over the graph's node
 indices (step kind, node, implementation position), so that long schedules
 cost a few bytes per step and the simulator can work on them with numpy. On
-disk it is the ``remat-bench-schedule`` JSON of design.md section 4, with node
+disk it is the ``remat-bench-schedule`` JSON of docs/design.md section 4, with node
 ids and implementation names.
 """
 

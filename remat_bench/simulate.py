@@ -1,4 +1,4 @@
-"""The shared simulator, the baseline schedule and the shared clean-up (design.md section 3).
+"""The shared simulator, the baseline schedule and the shared clean-up (docs/design.md section 3).
 
 The model: the resident set R starts empty. ``compute v`` needs every input of
 v (of the chosen implementation) in R and v not in R; the step's memory is
@@ -81,7 +81,7 @@ def _item(x: Any) -> Number:
 
 
 def simulate(graph: Graph, schedule: Schedule) -> Simulation:
-    """Walk ``schedule`` over ``graph`` under the memory and time model of design.md section 3."""
+    """Walk ``schedule`` over ``graph`` under the memory and time model of docs/design.md section 3."""
     kinds, nodes, impls = schedule.kinds, schedule.nodes, schedule.impls
     S = len(kinds)
     n = graph.n
@@ -311,7 +311,7 @@ def _keep_sweep(graph: Graph, nodes: np.ndarray, ops: np.ndarray) -> list[bool]:
 
 
 def clean_up(graph: Graph, schedule: Schedule) -> tuple[Schedule, CleanUp]:
-    """The shared clean-up of design.md section 3, applied to a valid schedule.
+    """The shared clean-up of docs/design.md section 3, applied to a valid schedule.
 
     Raises ValueError if the schedule is not valid: clean-up is defined only
     for schedules the simulator accepts.

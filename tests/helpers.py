@@ -70,7 +70,7 @@ def dags(draw, min_nodes: int = 1, max_nodes: int = 9, max_memory: int = 10,
 
 
 def naive_simulate(graph: Graph, schedule: Schedule) -> tuple[bool, int, int]:
-    """Deliberately plain walk of design.md section 3: (valid, peak, duration)."""
+    """Deliberately plain walk of docs/design.md section 3: (valid, peak, duration)."""
     resident: set[int] = set()
     peak = 0
     duration = 0

@@ -37,7 +37,8 @@ def test_bound_never_exceeds_the_optimum_and_infeasible_only_when_nothing_fits(s
 @pytest.mark.parametrize(
     "name, budget, overhead",
     [
-        # ../shared/notes/solver-measurements.md: the cut bound is exact on these.
+        # The cut bound equals the staged optimum on these (checkmate and moccasin prove it in
+        # docs/benchmarks.md), so the values are exact.
         ("checkmate_fcn8_vgg_train", "0.9", 0.02936),
         ("checkmate_fcn8_vgg_train", "0.8", 0.13611),
         ("checkmate_resnet50_train", "0.8", 0.27855),

@@ -1,4 +1,4 @@
-"""Budget parsing and the memory floor (design.md section 5)."""
+"""Budget parsing and the memory floor (docs/design.md section 5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`remat-bench solve`, `methods` and `graphs`: outputs and exit statuses (design.md section 7)."""
+"""`remat-bench solve`, `methods` and `graphs`: outputs and exit statuses (docs/design.md section 7)."""
 
 from __future__ import annotations
 

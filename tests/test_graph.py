@@ -1,4 +1,4 @@
-"""Graph loading and validation: every bad-input case of design.md section 2."""
+"""Graph loading and validation: every bad-input case of docs/design.md section 2."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Schedule files (design.md section 4) and `remat-bench simulate`."""
+"""Schedule files (docs/design.md section 4) and `remat-bench simulate`."""
 
 from __future__ import annotations
 

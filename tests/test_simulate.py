@@ -1,4 +1,4 @@
-"""The shared simulator, baseline and clean-up (design.md section 3)."""
+"""The shared simulator, baseline and clean-up (docs/design.md section 3)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from remat_bench.schedule import COMPUTE, FREE, Schedule
 from remat_bench.simulate import baseline, baseline_schedule, clean_up, place_frees, simulate
 from tests.helpers import dags, make_graph, naive_simulate, paper_graph
 
-# design.md section 3: baseline peaks of the published graphs, to the unit.
+# docs/design.md section 3: baseline peaks of the published graphs, to the unit.
 PAPER_BASELINES = {
     "random_layered_n100": (100, 236, 46319, 41687, 37055),
     "random_layered_n250": (250, 944, 146840, 132156, 117472),

@@ -1,4 +1,4 @@
-"""Sweeps (design.md section 8): config checks, hard limits, crashes, the journal and resuming, executors.
+"""Sweeps (docs/design.md section 8): config checks, hard limits, crashes, the journal and resuming, executors.
 
 Runs that must hang are made to by the worker's test hook, not by a test-only
 method: REMAT_BENCH_TEST_SLEEP="METHOD:SECONDS" makes every run of METHOD

@@ -2,7 +2,7 @@
 
 MONeT chooses, jointly with the checkpointing schedule, how each operator is
 implemented. This module gives the generated graphs two of its kinds of
-choices (design.md section 2: an implementation has a name, a duration, a
+choices (docs/design.md section 2: an implementation has a name, a duration, a
 workspace and, optionally, its own inputs):
 
 1. **Convolution algorithms** (MONeT's "conv-optimized"; it picks among 8

@@ -3,8 +3,19 @@
 Bartan et al. (Moccasin, ICML 2023) benchmark on random layered graphs made by
 the generator of Gagrani et al. ("Neural Topological Ordering for Computation
 Graphs", NeurIPS 2022, Appendix A), which is not public. This generator is
-fitted to the four published instances (measurements in
-``../shared/notes/random-layered-graphs.md``):
+fitted to the four published instances (``paper:random_layered_n*``, see
+`remat_bench.datasets`). Measured on them (layers are ``-graph.pos[v][1]``):
+
+    graph                  nodes  edges  layers  widest  edges between consecutive layers
+    random_layered_n100      100    236      21       9  203 (86%)
+    random_layered_n250      250    944      24      22  815 (86%)
+    random_layered_n500      500   2461      33      29  2130 (87%)
+    random_layered_n1000    1000   5875      51      36  5062 (86%)
+
+one source and one sink of duration 0; the other edges skip 2 to ~47 layers,
+fewer the longer the skip; durations spread evenly over [0, 1000); output
+sizes multiples of 10 from 10 to ~8000, right-skewed (median ~1500, mean
+~2000), independent of duration. The generator:
 
 - Node 0 is the only source and node n-1 the only sink, each alone in its
   layer and of duration 0; the source feeds all of the first inner layer and

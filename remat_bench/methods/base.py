@@ -1,4 +1,4 @@
-"""What every method is and returns (design.md section 6).
+"""What every method is and returns (docs/design.md section 6).
 
 A method is a small class: a ``name``, a one-line ``description``, declared
 ``params`` (name, type, default, help), the Python modules it ``requires``,

@@ -20,7 +20,7 @@ it, so two computations never share an event (6).
   minimises duration from phase 1's solution.
 
 What this implementation changes, measured on this repository's 2-core
-machine (docs/benchmarks.md, ../shared/notes/solver-measurements.md):
+machine (docs/benchmarks.md):
 
 - Events are numbered stage * n + position, and the start of a recomputation
   of v is the affine expression n * stage + v of a contiguous stage variable,

@@ -34,7 +34,7 @@ Constraints (the paper's numbers):
 - objective (eq. 9): the total duration of forward, recomputed and backward
   implementations.
 
-Mapping to remat-bench's node model (design.md section 3). The forward nodes
+Mapping to remat-bench's node model (docs/design.md section 3). The forward nodes
 (kind ``forward``) are MONeT's forward operators; every backward node
 (``backward``, the loss included) is a stage of its own, in file order. A
 backward node's forward inputs are its dependencies D_t (per implementation:

@@ -1,4 +1,4 @@
-"""The baseline: no rematerialization (design.md section 3).
+"""The baseline: no rematerialization (docs/design.md section 3).
 
 Every node is computed once, in file order, and each value is freed right
 after its last consumer computes. Its peak and duration are the reference for

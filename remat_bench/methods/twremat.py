@@ -26,7 +26,7 @@ Mapping to remat-bench: a node is a value, computed with its first
 implementation (whose inputs define the graph's edges here); workspace and
 fixed memory are the simulator's business. The top-level S is the graph's
 outputs. Nodes that no output depends on must still be computed once
-(design.md section 3): a first pass runs TWRemat(V, those nodes' sinks) and
+(docs/design.md section 3): a first pass runs TWRemat(V, those nodes' sinks) and
 frees them, before the main pass leaves the outputs resident.
 
 Frees. The schedule is written with the frees where Algorithm 1 places them,

@@ -1,4 +1,4 @@
-"""Batch sweeps (design.md section 8): configs, hard-limited runs, the journal and the results table.
+"""Batch sweeps (docs/design.md section 8): configs, hard-limited runs, the journal and the results table.
 
 - `config`: read and check a YAML config, expand it into `RunSpec` runs;
 - `worker`: one run in its own process (``python -m remat_bench.sweep.worker``);

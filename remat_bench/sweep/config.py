@@ -1,4 +1,4 @@
-"""Sweep configs (design.md section 8): read one YAML file, check all of it, expand it into runs.
+"""Sweep configs (docs/design.md section 8): read one YAML file, check all of it, expand it into runs.
 
 A config names graphs, methods with parameter grids, budgets, a per-run time
 limit, repeats and seeds, the executor and the output folder::

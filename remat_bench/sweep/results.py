@@ -1,4 +1,4 @@
-"""The results table (design.md section 8): one row per run, as Parquet (and CSV), and its aggregates.
+"""The results table (docs/design.md section 8): one row per run, as Parquet (and CSV), and its aggregates.
 
 Every row has every column of `COLUMNS`, whatever the outcome. A row is the
 run's spec (graph, method, parameters, budget, seed, repeat, limits) merged with

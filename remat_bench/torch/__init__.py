@@ -1,4 +1,4 @@
-"""PyTorch import and replay (design.md section 9), in the optional ``torch`` extra.
+"""PyTorch import and replay (docs/design.md section 9), in the optional ``torch`` extra.
 
 - `remat_bench.torch.zoo`: the built-in models (mlp, vgg11, resnet18,
   resnet50, unet, gpt), defined here without torchvision;

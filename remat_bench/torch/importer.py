@@ -1,4 +1,4 @@
-"""Import a PyTorch model's training step as a remat-bench graph (design.md sections 2 and 9).
+"""Import a PyTorch model's training step as a remat-bench graph (docs/design.md sections 2 and 9).
 
 ``import_model("resnet18", batch=32)`` traces one training step of a zoo model
 (or of ``package.module:factory``, the user's own) with fake tensors, lowers it

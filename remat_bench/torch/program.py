@@ -11,7 +11,7 @@ nodes at the end). Autograd hooks put each backward operator's autograd
 sequence number in its node's metadata (``seq_nr``), which is how a backward
 node finds the forward node it differentiates.
 
-Lowering to remat-bench nodes (design.md section 2: a node is an operator and
+Lowering to remat-bench nodes (docs/design.md section 2: a node is an operator and
 the one value it produces):
 
 - an FX node whose tensor outputs all share storage with an existing value
@@ -507,7 +507,7 @@ def build_program(spec: ModelSpec) -> Program:
         raise RuntimeError(f"could not place {sum(len(v) for v in tail.values())} gradient or update nodes")
 
     # Kinds: the forward pass is what runs before the loss; the loss and everything after it
-    # are backward (design.md section 2). An update is forward when all it reads is.
+    # are backward (docs/design.md section 2). An update is forward when all it reads is.
     loss = index[loss_base]
     loss_pos = order[loss_base]
     for node in nodes:

@@ -1,4 +1,4 @@
-"""Replay: run a schedule with real tensors and measure the real peak (design.md section 9).
+"""Replay: run a schedule with real tensors and measure the real peak (docs/design.md section 9).
 
 `replay(graph, schedule)` walks the schedule step by step:
 

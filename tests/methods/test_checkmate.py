@@ -85,7 +85,7 @@ def test_lp_bound_never_exceeds_the_optimum_and_roundings_are_valid(seed):
             sim = simulate(g, r.schedule)
             assert sim.valid and sim.peak <= b
             # The rounding's own schedule lies in the staged space; clean-up (inside the
-            # method's scoring) may then go below the staged optimum (design.md section 3).
+            # method's scoring) may then go below the staged optimum (docs/design.md section 3).
             assert r.objective >= want
 
 
