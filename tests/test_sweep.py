@@ -185,7 +185,7 @@ def test_shipped_configs_validate_and_name_the_published_graphs():
     assert len(paper.graphs) == 7
     assert {r.budget_text for r in paper.runs} == {"0.9", "0.8"}
     assert paper.time_limit == 300
-    for name in ("smoke", "tradeoff", "scaling", "paper-orderfree"):
+    for name in ("smoke", "demo", "tradeoff", "scaling", "paper-orderfree"):
         cfg = load_config(ROOT / "configs" / f"{name}.yaml")
         assert cfg.runs, name
     anyorder = load_config(ROOT / "configs" / "paper-anyorder.yaml")
