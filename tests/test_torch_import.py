@@ -7,6 +7,7 @@ installs torch, and a missing torch fails the module with how to install it.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -252,3 +253,18 @@ def test_graph_file_keeps_the_spec_and_node_names(tmp_path):
     assert all(nd["metadata"]["fx"] for nd in data["nodes"])
     assert any(nd["op"].startswith("aten._scaled_dot_product") for nd in data["nodes"])
     assert replay(g, baseline_schedule(g), "cpu", timing_run=False).outputs_match
+
+
+def test_torch_logging_stays_at_warnings_unless_asked():
+    import logging
+
+    import_model("mlp", batch=4, depth=1)
+    trace = logging.getLogger("torch.__trace")
+    assert not trace.isEnabledFor(logging.DEBUG) and trace.level == logging.WARNING
+    # A user who asks torch for its logs (TORCH_LOGS, TORCH_TRACE) gets them untouched.
+    code = ("import logging, remat_bench.torch.zoo; "
+            "print(logging.getLogger('torch.__trace').isEnabledFor(logging.DEBUG))")
+    for env, expected in (({}, "False"), ({"TORCH_LOGS": "+dynamo"}, "True")):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env={**os.environ, **env}, cwd=ROOT)
+        assert out.stdout.strip() == expected, out.stderr
