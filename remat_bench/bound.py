@@ -53,6 +53,8 @@ rematerialization is needed (`reorder` reports that as infeasible).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -474,26 +476,124 @@ def _solve_program(graph: Graph, rows: _Rows, fastest: np.ndarray, budget: Numbe
     return max(0.0, sol.dual_bound or 0.0), "limit", ()
 
 
-_CACHE: dict[tuple[str, Number | None], Bound] = {}
+# Statuses whose value no further effort changes: reused whatever effort was asked for.
+SETTLED = ("optimal", "trivial", "infeasible")
+
+
+@functools.lru_cache(maxsize=1)
+def _source_digest() -> str:
+    """A digest of this module's source: a bound cached on disk by other code is never reused."""
+    import hashlib
+    from pathlib import Path
+
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+
+
+class BoundCache:
+    """Any-order bounds remembered per (graph hash, budget), in memory and optionally on disk.
+
+    A bound computed with a time limit of ``effort`` seconds answers a request for
+    ``effort`` or less, or any request when it is settled (the 0/1 program was solved,
+    or the answer is trivial or infeasible); a request for more effort than a cached
+    "limit" bound was given computes it again. On disk each entry is one small JSON
+    file named by the graph hash and budget, tagged with a digest of this module's
+    source, so a changed bound is never read back. The pipeline, sweep runs (each in
+    its own process) and `remat-bench bound` share the folder.
+    """
+
+    def __init__(self, folder: str | None = None) -> None:
+        self.folder = folder
+        self._memory: dict[tuple[str, Number | None], tuple[Bound, float]] = {}
+
+    def _path(self, sha256: str, budget: Number | None):
+        from pathlib import Path
+
+        return Path(self.folder) / f"{sha256[:32]}-{budget}.json" if self.folder else None
+
+    def peek(self, graph: Graph, budget: Number | None) -> Bound | None:
+        """The cached bound of ``graph`` at ``budget``, whatever its effort (never computes one)."""
+        hit = self._memory.get((graph.sha256, budget)) or self._read(graph.sha256, budget)
+        return hit[0] if hit else None
+
+    def get(self, graph: Graph, budget: Number | None, effort: float = 30.0) -> tuple[Bound, bool]:
+        """(the bound, whether it came from the cache), computing it with ``effort`` seconds if needed."""
+        key = (graph.sha256, budget)
+        hit = self._memory.get(key) or self._read(graph.sha256, budget)
+        if hit and (hit[0].status in SETTLED or hit[1] >= effort):
+            self._memory[key] = hit
+            return hit[0], True
+        bound = any_order_bound(graph, budget, effort)
+        self.put(graph.sha256, budget, bound, effort)
+        return bound, False
+
+    def put(self, sha256: str, budget: Number | None, bound: Bound, effort: float) -> None:
+        if len(self._memory) > 256:
+            self._memory.clear()
+        self._memory[(sha256, budget)] = (bound, effort)
+        path = self._path(sha256, budget)
+        if path is not None:
+            import json
+
+            from remat_bench.errors import OutputError
+            from remat_bench.io import atomic_write_text
+
+            entry = {"bound": bound.as_dict(), "effort": effort, "code": _source_digest(), "graph": sha256,
+                     "budget": budget}
+            with contextlib.suppress(OutputError):  # a cache that cannot be written only costs time
+                atomic_write_text(path, json.dumps(entry))
+
+    def share(self, graph: Graph, same: Graph, budget: Number | None) -> None:
+        """Let ``same`` (``graph`` with its nodes in another order) use ``graph``'s cached bound."""
+        hit = self._memory.get((graph.sha256, budget))
+        if hit:
+            self._memory[(same.sha256, budget)] = hit
+
+    def _read(self, sha256: str, budget: Number | None) -> tuple[Bound, float] | None:
+        path = self._path(sha256, budget)
+        if path is None or not path.is_file():
+            return None
+        import json
+
+        try:
+            entry = json.loads(path.read_text())
+            if entry.get("code") != _source_digest() or entry.get("graph") != sha256:
+                return None
+            data = entry["bound"]
+            bound = Bound(value=data["value"], status=data["status"], recomputed=tuple(data["recomputed"]),
+                          solve_time_s=float(data["solve_time_s"]), cuts=int(data["cuts"]),
+                          prefix_sizes=tuple(data["prefix_sizes"]), order_peak_at_least=data["order_peak_at_least"],
+                          no_order_fits=bool(data["no_order_fits"]))
+            return bound, float(entry["effort"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # an unreadable entry is recomputed (and overwritten)
+
+
+def default_cache_folder() -> str | None:
+    """$REMAT_BENCH_BOUND_CACHE (``off`` for none), else <user cache>/bounds."""
+    import os
+
+    from remat_bench.io import cache_dir
+
+    setting = os.environ.get("REMAT_BENCH_BOUND_CACHE")
+    if setting is not None:
+        return None if setting.strip().lower() in ("", "off", "0", "no") else setting
+    return str(cache_dir() / "bounds")
+
+
+# The process's cache, on disk in the user cache unless REMAT_BENCH_BOUND_CACHE=off.
+DEFAULT_CACHE = BoundCache(default_cache_folder())
 
 
 def share_bound(graph: Graph, same: Graph, budget: Number | None) -> None:
     """Let ``same`` (``graph`` with its nodes listed in another order) use ``graph``'s cached bound."""
-    key = (graph.sha256, budget)
-    if key in _CACHE:
-        _CACHE[(same.sha256, budget)] = _CACHE[key]
+    DEFAULT_CACHE.share(graph, same, budget)
 
 
 def peek_bound(graph: Graph, budget: Number | None) -> Bound | None:
     """The cached bound of ``graph`` at ``budget``, if one was computed (never computes one)."""
-    return _CACHE.get((graph.sha256, budget))
+    return DEFAULT_CACHE.peek(graph, budget)
 
 
 def cached_bound(graph: Graph, budget: Number | None, time_limit: float = 30.0) -> Bound:
-    """`any_order_bound`, remembered per graph hash and budget (the pipeline and methods share it)."""
-    key = (graph.sha256, budget)
-    if key not in _CACHE:
-        if len(_CACHE) > 256:
-            _CACHE.clear()
-        _CACHE[key] = any_order_bound(graph, budget, time_limit)
-    return _CACHE[key]
+    """`any_order_bound` through the process's `BoundCache` (the pipeline and methods share it)."""
+    return DEFAULT_CACHE.get(graph, budget, time_limit)[0]

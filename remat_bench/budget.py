@@ -10,7 +10,7 @@ from fractions import Fraction
 import numpy as np
 
 from remat_bench.errors import BudgetError
-from remat_bench.graph import Graph, Number
+from remat_bench.graph import MAX_TOTAL, Graph, Number
 from remat_bench.simulate import baseline
 
 _UNITS = {
@@ -33,6 +33,7 @@ class Budget:
     amount: Number | None
     fraction: float | None
     text: str
+    warning: str | None = None  # a budget that parses but is probably not what the user meant
 
     @property
     def is_min(self) -> bool:
@@ -77,13 +78,40 @@ def parse_budget(text: str | float | int, graph: Graph) -> Budget:
     if unit == "" and value <= 1:
         return _from_fraction(value, peak, raw)
     amount = value * _UNITS[unit]
+    if amount > MAX_TOTAL:
+        raise BudgetError(
+            f"budget '{raw}' is above 2**53 = {MAX_TOTAL:,} memory units, the largest amount every method "
+            f"represents exactly; any budget at or above the baseline peak ({peak:,}) already means no limit"
+        )
     amount_num: Number = math.floor(amount) if isinstance(peak, int) else float(amount)
-    return Budget(amount_num, float(amount / Fraction(peak)) if peak else None, raw)
+    return Budget(amount_num, float(amount / Fraction(peak)) if peak else None, raw,
+                  _amount_warning(raw, value, unit, amount, peak, graph))
+
+
+def _amount_warning(raw: str, value: Fraction, unit: str, amount: Fraction, peak: Number,
+                    graph: Graph) -> str | None:
+    """A bare number above 1 is an amount in memory units: say so when it looks like a fraction."""
+    if unit or not peak:
+        return None
+    units = graph.units.get("memory", "units")
+    as_percent = f"{float(value):g}%"
+    if amount > peak:
+        hint = f"; did you mean {as_percent} of the baseline peak?" if value <= 100 else ""
+        return (f"budget '{raw}' is read as {float(amount):,g} {units} (a bare number above 1 is an amount), "
+                f"above the baseline peak {peak:,}, so every schedule fits{hint}")
+    floor = memory_floor(graph).amount
+    if amount < floor and value <= 100:
+        return (f"budget '{raw}' is read as {float(amount):,g} {units} (a bare number above 1 is an amount), "
+                f"below the memory floor {floor:,}; for a fraction of the baseline peak write 0.8 or 80%")
+    return None
 
 
 def _from_fraction(frac: Fraction, peak: Number, raw: str) -> Budget:
     if frac <= 0:
         raise BudgetError(f"budget '{raw}' must be more than zero")
+    if frac * Fraction(peak) > MAX_TOTAL:
+        raise BudgetError(f"budget '{raw}' is above 2**53 = {MAX_TOTAL:,} memory units, the largest amount "
+                          f"every method represents exactly; any budget at or above 100% already means no limit")
     amount = frac * Fraction(peak)
     # Whole units when the graph's sizes are whole (the published budgets are rounded down).
     value: Number = math.floor(amount) if isinstance(peak, int) else float(amount)

@@ -25,7 +25,8 @@ from remat_bench import __version__
 from remat_bench.errors import RematBenchError
 from remat_bench.graph import Graph, Number
 
-out = Console(highlight=False, soft_wrap=True)
+# Piped or captured output gets room for the comparison tables (rich assumes 80 columns there).
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 120)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -103,26 +104,24 @@ def load(text: str) -> Graph:
 
 
 def check_output(path: Path, inputs: list[Path], fmt: str) -> None:
-    """Refuse to overwrite an input, or an existing file that is not a remat-bench file of this kind."""
+    """Refuse, before any work, an output that is an input, cannot be written, or is not ours to replace.
+
+    An existing file is replaced only when its first bytes say it is a remat-bench file
+    of this kind (a device or a huge file is never read in full).
+    """
     from remat_bench.errors import RematBenchError as Refused
+    from remat_bench.io import check_writable, file_format
 
     target = path.resolve()
     for src in inputs:
         if src.exists() and src.resolve() == target:
             raise Refused(f"{path}: is one of the inputs; choose another output path")
-    if path.is_dir():
-        raise Refused(f"{path}: is a folder; give a file name for the output")
-    if path.exists():
-        try:
-            head = json.loads(path.read_text(encoding="utf-8"))
-            same_kind = isinstance(head, dict) and head.get("format") == fmt
-        except (OSError, ValueError):
-            same_kind = False
-        if not same_kind:
-            raise Refused(
-                f"{path}: exists and is not a {fmt} file; remove it or choose another path "
-                "(remat-bench only replaces files it wrote)"
-            )
+    check_writable(path)
+    if path.exists() and file_format(path) != fmt:
+        raise Refused(
+            f"{path}: exists and is not a {fmt} file; remove it or choose another path "
+            "(remat-bench only replaces files it wrote)"
+        )
 
 
 def parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -154,6 +153,24 @@ def stop_on_first_ctrl_c() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+class Seconds(click.ParamType):
+    """A positive, finite number of seconds (nan, inf and 1e400 are refused)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or seconds <= 0:
+            self.fail(f"{value!r}: give a positive, finite number of seconds", param, ctx)
+        return seconds
+
+
+SECONDS = Seconds()
+
+
 class RematGroup(click.Group):
     """Turns RematBenchError into one sentence and its exit status; Ctrl-C into status 130."""
 
@@ -183,44 +200,124 @@ def main() -> None:
 
 @main.command()
 @click.argument("graph")
-@click.option("--method", "-m", required=True, help="Method name (`remat-bench methods` lists them).")
+@click.option("--method", "-m", "methods", required=True, multiple=True,
+              help="Method name (`remat-bench methods` lists them); repeat it to compare methods side by side.")
 @click.option("--budget", "-b", required=True,
               help="Fraction of the baseline peak (0.8, 80%), an amount (12GiB, 1.2e10) or 'min'.")
-@click.option("--time-limit", "-t", type=float, default=300.0, show_default=True,
-              help="Seconds the method may spend.")
+@click.option("--time-limit", "-t", type=SECONDS, default=300.0, show_default=True,
+              help="Seconds each method may spend (the any-order bound included).")
 @click.option("--param", "-p", "params", multiple=True, metavar="K=V", help="Method parameter (repeatable).")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the cleaned schedule here.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
-def solve(graph: str, method: str, budget: str, time_limit: float, params: tuple[str, ...],
-          output: Path | None, as_json: bool) -> None:
-    """Solve GRAPH with a method at a budget; score the schedule with the simulator."""
+@click.option("--no-bound", is_flag=True,
+              help="Skip the any-order lower bound (no gap, nothing proven optimal; saves up to a tenth of the limit).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (a list with several methods).")
+def solve(graph: str, methods: tuple[str, ...], budget: str, time_limit: float, params: tuple[str, ...],
+          output: Path | None, no_bound: bool, as_json: bool) -> None:
+    """Solve GRAPH with a method at a budget; score the schedule with the simulator.
+
+    With several -m, each runs in turn under the same budget and limit, and one
+    table compares them; -p applies to every method that declares the parameter.
+    """
+    from remat_bench.budget import parse_budget
+    from remat_bench.errors import RematBenchError as Refused
     from remat_bench.pipeline import resolve_method, run
     from remat_bench.schedule import save_schedule
 
     graph_path = resolve_graph(graph)
     g = load(graph)
     given = parse_params(params)
-    resolve_method(method, given)  # unknown method/parameter: fail before any work
+    if len(set(methods)) != len(methods):
+        raise Refused(f"--method names {', '.join(m for m in dict.fromkeys(methods) if methods.count(m) > 1)} "
+                      "more than once; give each method once")
+    per_method = {m: _params_for(m, given, several=len(methods) > 1) for m in methods}
+    for m in methods:
+        resolve_method(m, per_method[m])  # unknown method/parameter: fail before any work
     if output is not None:
+        if len(methods) > 1:
+            raise Refused("-o writes one schedule: give one --method, or solve each method on its own")
         check_output(output, [graph_path], "remat-bench-schedule")
-    if time_limit is not None and time_limit <= 0:
-        raise click.BadParameter("must be positive", param_hint="--time-limit")
+    parsed_budget = parse_budget(budget, g)
+    if parsed_budget.warning:
+        err.print(f"[yellow]warning:[/] {escape(parsed_budget.warning)}")
 
+    results = []
     show_progress = not as_json and err.is_terminal
     with stop_on_first_ctrl_c():
-        if show_progress:
-            with err.status(f"solving {g.name} with {method} (limit {time_limit:g} s)..."):
-                result = run(g, method, budget, time_limit, given)
-        else:
-            result = run(g, method, budget, time_limit, given)
+        for m in methods:
+            if show_progress:
+                with err.status(f"solving {g.name} with {m} (limit {time_limit:g} s)..."):
+                    results.append(run(g, m, parsed_budget, time_limit, per_method[m], bound=not no_bound))
+            else:
+                results.append(run(g, m, parsed_budget, time_limit, per_method[m], bound=not no_bound))
 
-    if output is not None and result.schedule is not None:
-        save_schedule(result.schedule, g, output)
     if as_json:
-        print_json(result.to_json())
+        print_json(results[0].to_json() if len(results) == 1 else [r.to_json() for r in results])
+    elif len(results) == 1:
+        _print_result(g, results[0], output)
     else:
-        _print_result(g, result, output)
-    sys.exit(result.exit_code)
+        _print_comparison(g, results)
+    if output is not None and results[0].schedule is not None:
+        # After printing: a target that turns out unwritable (an immutable file) loses nothing shown.
+        save_schedule(results[0].schedule, g, output)
+    sys.exit(0 if any(r.exit_code == 0 for r in results) else 1)
+
+
+def _params_for(method: str, given: dict[str, str], several: bool) -> dict[str, str]:
+    """With several methods, each gets the -p values it declares (and the pipeline's own)."""
+    if not several:
+        return given
+    from remat_bench.methods import get_method
+    from remat_bench.pipeline import PIPELINE_PARAMS
+
+    declared = {name for p in get_method(method).params for name in (p.name, *p.aliases)}
+    return {k: v for k, v in given.items() if k in declared or k in PIPELINE_PARAMS}
+
+
+def _status_text(r: Any) -> str:
+    """The status with where it holds: a method's own proof names its space."""
+    colour = "green" if r.status.found_schedule else "red"
+    text = f"[{colour}]{r.status.value}[/]"
+    if r.proven_optimal:
+        return text + "  (proven optimal: it meets the any-order bound, so no schedule is faster)"
+    if r.status_holds_for == "every schedule":
+        return text + "  (no schedule at all fits)"
+    if r.status_holds_for == "the method's space":
+        return text + f"  in {r.method}'s space only: {escape(r.space)}"
+    return text
+
+
+def _print_comparison(g: Graph, results: list[Any]) -> None:
+    unit = g.units.get("memory", "")
+    first = results[0]
+    budget = "min (lowest peak)" if first.budget is None else fmt_amount(first.budget, unit)
+    if first.budget_fraction is not None:
+        budget += f" = {100 * first.budget_fraction:.1f}% of baseline"
+    table = Table(title=f"{g.name} ({g.n} nodes), budget {budget}", title_justify="left")
+    for col in ("method", "status", "proof", "overhead", "peak", "solve s", "bound s", "gap"):
+        table.add_column(col, justify="left" if col in ("method", "status", "proof") else "right", no_wrap=True)
+    found = [r for r in results if r.status.found_schedule]
+    best = min((r.duration for r in found), default=None)
+    for r in results:
+        mark = " *" if best is not None and r.status.found_schedule and r.duration == best else ""
+        proof = {"every schedule": "all schedules", "the method's space": "its space"}.get(r.status_holds_for, "")
+        table.add_row(
+            r.method + mark, r.status.value, proof,
+            "-" if r.overhead_pct is None else f"{r.overhead_pct:+.3f}%",
+            "-" if r.peak is None else f"{100 * r.peak / r.baseline_peak:.1f}%" if r.baseline_peak else str(r.peak),
+            f"{r.solve_time_s:.2f}", f"{r.bound_time_s:.2f}",
+            "-" if r.gap_pct is None else f"{r.gap_pct:.3f}%",
+        )
+    out.print(table)
+    bound = first.lower_bound_any_order
+    notes = ["* fastest schedule found", "peak in % of the baseline peak",
+             "proof: where optimal/infeasible is proven (all schedules: it meets the any-order bound)"]
+    if bound is not None:
+        notes.append(f"gap to the any-order bound {fmt_amount(bound)} (baseline duration "
+                     f"{fmt_amount(first.baseline_duration)})")
+    out.print("; ".join(notes))
+    for r in results:
+        if r.message and not r.status.found_schedule:
+            out.print(f"{r.method}: {escape(r.message)}")
 
 
 def _print_result(g: Graph, r: Any, output: Path | None) -> None:
@@ -228,10 +325,9 @@ def _print_result(g: Graph, r: Any, output: Path | None) -> None:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
-    colour = "green" if r.status.found_schedule else "red"
     table.add_row("graph", f"{g.name} ({g.n} nodes, {g.num_edges} edges)")
     table.add_row("method", r.method + (f"  {r.params}" if r.params else ""))
-    table.add_row("status", f"[{colour}]{r.status.value}[/]" + ("  (proven optimal)" if r.proven_optimal else ""))
+    table.add_row("status", _status_text(r))
     if r.message:
         table.add_row("", r.message)
     budget = "min (lowest peak)" if r.budget is None else fmt_amount(r.budget, unit)
@@ -246,17 +342,20 @@ def _print_result(g: Graph, r: Any, output: Path | None) -> None:
     if r.objective is not None:
         table.add_row("objective", f"{fmt_amount(r.objective)} (the method's own, before clean-up)")
     if r.lower_bound is not None:
-        table.add_row("lower bound", f"{fmt_amount(r.lower_bound)} (in the method's schedule space)")
+        table.add_row("lower bound", f"{fmt_amount(r.lower_bound)} (in {r.method}'s space only)")
     if r.lower_bound_any_order is not None:
         gap = "" if r.gap_pct is None else f"; gap {r.gap_pct:.3f}%"
-        table.add_row("bound, any order", f"{fmt_amount(r.lower_bound_any_order)}{gap}")
+        how = "from the cache" if r.stats_bound.get("from_cache") else f"computed in {r.bound_time_s:.2f} s"
+        table.add_row("bound, any order", f"{fmt_amount(r.lower_bound_any_order)}{gap}  ({how})")
+    elif not r.stats_bound and not r.below_floor:
+        table.add_row("bound, any order", "not computed (--no-bound)")
     table.add_row("solve time", f"{r.solve_time_s:.2f} s")
     if r.schedule_steps is not None:
         dropped = (r.cleanup or {}).get("dropped_computations", 0)
         note = f" (clean-up dropped {dropped} computations)" if dropped else ""
         table.add_row("schedule", f"{r.schedule_steps} steps{note}")
     if output is not None:
-        table.add_row("written", str(output) if r.schedule is not None else "nothing (no schedule)")
+        table.add_row("schedule file", str(output) if r.schedule is not None else "nothing written (no schedule)")
     out.print(table)
 
 
@@ -377,30 +476,41 @@ def bound(graph: str, budget: str, as_json: bool) -> None:
 
 
 @main.command()
+@click.argument("name", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
-def methods(as_json: bool) -> None:
-    """List every method, its parameters and whether it can run here."""
+def methods(name: str | None, as_json: bool) -> None:
+    """List every method, its parameters and whether it can run here; NAME: one method in full."""
     from remat_bench.errors import MethodError
     from remat_bench.methods import get_method, method_names
 
+    if name is not None:
+        get_method(name)  # an unknown name: one sentence, with a suggestion
     rows = []
-    for name in method_names():
+    for method in [name] if name else method_names():
         try:
-            cls = get_method(name)
+            cls = get_method(method)
         except MethodError as exc:  # a plugin (or a module) that fails to import: list it, say why
-            rows.append({"name": name, "description": "", "available": False, "missing": str(exc), "params": []})
+            rows.append({"name": method, "description": "", "available": False, "missing": str(exc),
+                         "space": "", "params": []})
             continue
         ok, why = cls.available()
         rows.append({
-            "name": name,
+            "name": method,
             "description": cls.description,
             "available": ok,
             "missing": why,
+            "space": cls.search_space,
             "params": [{"name": p.name, "type": p.type.__name__, "default": p.default, "help": p.help,
-                        **({"choices": list(p.choices)} if p.choices else {})} for p in cls.params],
+                        "accepts": p.accepts, **({"choices": list(p.choices)} if p.choices else {}),
+                        **({"minimum": p.minimum} if p.minimum is not None else {}),
+                        **({"maximum": p.maximum} if p.maximum is not None else {}),
+                        **({"aliases": list(p.aliases)} if p.aliases else {})} for p in cls.params],
         })
     if as_json:
         print_json(rows)
+        return
+    if name is not None:
+        _print_method(rows[0])
         return
     table = Table(title="remat-bench methods")
     table.add_column("method", style="bold")
@@ -408,9 +518,28 @@ def methods(as_json: bool) -> None:
     table.add_column("description")
     table.add_column("parameters (default)")
     for row in rows:
-        params = "\n".join(f"{p['name']}={p['default']} ({p['type']})" for p in row["params"]) or "-"
-        here = "[green]yes[/]" if row["available"] else f"[red]no[/]: {row['missing']}"
+        params = "\n".join(f"{p['name']}={p['default']}" for p in row["params"]) or "-"
+        here = "[green]yes[/]" if row["available"] else f"[red]no[/]: {escape(row['missing'])}"
         table.add_row(row["name"], here, row["description"], params)
+    out.print(table)
+    out.print("`remat-bench methods NAME` says what each parameter means and what it accepts; any method also "
+              "takes -p impl=first|fastest-fit.")
+
+
+def _print_method(row: dict[str, Any]) -> None:
+    out.print(f"[bold]{row['name']}[/]: {escape(row['description'])}")
+    out.print(f"searches: {escape(row['space'])} (its optimal and infeasible hold there only)")
+    if not row["available"]:
+        out.print(f"[red]not available here[/]: {escape(row['missing'])}")
+    if not row["params"]:
+        out.print("parameters: none")
+        return
+    table = Table()
+    for col in ("parameter", "default", "accepts", "meaning"):
+        table.add_column(col, style="bold" if col == "parameter" else None)
+    for p in row["params"]:
+        label = p["name"] + (f" (also {', '.join(p['aliases'])})" if p.get("aliases") else "")
+        table.add_row(label, str(p["default"]), escape(p["accepts"]), escape(p["help"]))
     out.print(table)
 
 
@@ -601,9 +730,20 @@ def graphs_generate(kind: str, output: Path, **options: Any) -> None:
 @click.option("--workspace", type=click.Choice(["none", "measure"]),
               help="Scratch memory of each operator: 0, or measured on real tensors on this machine "
                    "(default: measure with --durations profile, else none).")
+@click.option("--task", type=click.Choice(["classify", "segment", "language", "regress"]),
+              help="The loss: cross-entropy over (N, C), (N, C, ...) or next-token (N, T, V) logits, or "
+                   "mean squared error (default: the zoo's; classify an (N, C) output, else regress).")
+@click.option("--input-dtype", type=click.Choice(["float32", "float64", "float16", "bfloat16", "int64", "int32"]),
+              help="Dtype of the input batch (default: int64 with --task language, else float32).")
+@click.option("--vocab", type=click.IntRange(min=1),
+              help="Integer inputs are ids in [0, N) (default with --task language: the logits' vocabulary).")
+@click.option("--kwarg", "kwargs", multiple=True, metavar="KEY=VALUE",
+              help="Argument for the model's factory or constructor, repeatable; VALUE is read as a JSON "
+                   "literal (16, true, [1, 2], \"text\") when it is one, else as a string.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
 def graphs_import_torch(model: str, batch: int | None, input_shape: str | None, durations: str,
-                        workspace: str | None, output: Path) -> None:
+                        workspace: str | None, task: str | None, input_dtype: str | None, vocab: int | None,
+                        kwargs: tuple[str, ...], output: Path) -> None:
     """Trace MODEL's training step into a graph: a zoo name or package.module:factory.
 
     Zoo: mlp, vgg11, resnet18, resnet50, unet, gpt. Tracing uses fake tensors,
@@ -616,7 +756,8 @@ def graphs_import_torch(model: str, batch: int | None, input_shape: str | None, 
 
     check_output(output, [], "remat-bench-graph")
     shape = _parse_shape(input_shape) if input_shape else None
-    g = import_model(model, batch=batch, input_shape=shape, durations=durations, workspace=workspace)
+    g = import_model(model, batch=batch, input_shape=shape, durations=durations, workspace=workspace,
+                     task=task, input_dtype=input_dtype, input_range=vocab, model_kwargs=_parse_kwargs(kwargs))
     save_graph(g, output)
     out.print(f"wrote {output}: {g.name} ({g.n} nodes, {g.num_edges} edges, fixed memory "
               f"{fmt_amount(g.fixed_memory, 'bytes')})")
@@ -631,6 +772,22 @@ def _require_torch(command: str) -> None:
     except TorchMissingError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}")
         sys.exit(exc.exit_code)
+
+
+def _parse_kwargs(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """``--kwarg key=value`` pairs; a value is a JSON literal when it parses as one (16, true), else text."""
+    kwargs: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise click.BadParameter(f"'{pair}' is not of the form key=value with a Python name as key",
+                                     param_hint="--kwarg")
+        try:
+            kwargs[key] = json.loads(text)
+        except ValueError:
+            kwargs[key] = text
+    return kwargs
 
 
 def _parse_shape(text: str) -> tuple[int, ...]:
@@ -664,10 +821,12 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
 
     Every finished run is appended to <output>/journal.jsonl at once; the table
     is <output>/results.parquet. Exit status 0 when every run was recorded, 1
-    when some were lost by the executor (rerun with --resume), 2 for a bad
-    config, 130 when interrupted (rerun with --resume).
+    when some were lost by the executor or failed for reasons of the sweep
+    itself (rerun with --resume), 2 for a bad config or a results folder that
+    cannot be written or is in use, 130 when interrupted (rerun with --resume).
     """
     from remat_bench.sweep import load_config, plan, run_sweep, summarize
+    from remat_bench.sweep.config import floor_notes
     from remat_bench.sweep.progress import SweepProgress, summary_table
 
     if executor == "local" and address:
@@ -679,7 +838,11 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
         out.print(f"{config}: ok; {len(cfg.runs)} runs ({len(cfg.graphs)} graphs, {len(cfg.methods)} methods), "
                   f"{skipped} already in {cfg.output}, {len(pending)} to run; time limit {cfg.time_limit:g} s "
                   f"(+{cfg.grace:g} s grace) per run")
+        for note in floor_notes(cfg):
+            out.print(f"warning: {note}", markup=False, highlight=False)
         return
+    for note in floor_notes(cfg):
+        err.print(f"warning: {note}", markup=False, highlight=False)
     result = run_sweep(cfg, workers=workers, executor=executor, address=address, resume=resume, csv=csv,
                        reporter=SweepProgress(err))
     if len(result.table):
@@ -689,8 +852,15 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
         err.print(f"interrupted: finished runs are recorded; continue with `remat-bench sweep {config} "
                   f"--output {cfg.output} --resume`")
         sys.exit(130)
-    if result.lost:
+    if result.failure:
+        err.print(f"[bold red]error:[/] {escape(result.failure)}", markup=True, highlight=False)
+    elif result.lost:
         err.print(f"{len(result.lost)} runs were lost by the executor (not recorded); run again with --resume")
+    if result.faults:
+        err.print(f"{len(result.faults)} runs failed for reasons of the sweep itself, e.g. "
+                  f"{result.faults[0].get('message')}; fix that and run again with --resume, which runs them again",
+                  markup=False, highlight=False)
+    if result.failure or result.lost or result.faults:
         sys.exit(1)
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from remat_bench.errors import RematBenchError
+from remat_bench.io import cache_dir
 
 # The checkout's root when the package runs from one (an editable install); elsewhere the
 # folder that holds the installed package, where no ../shared is expected.
@@ -95,14 +96,6 @@ PAPER = Dataset(
 )
 DATASETS = {PAPER.name: PAPER}
 FETCH_HINT = "fetch them with `remat-bench graphs fetch paper`"
-
-
-def cache_dir() -> Path:
-    """The user cache: $REMAT_BENCH_CACHE, else $XDG_CACHE_HOME/remat-bench, else ~/.cache/remat-bench."""
-    if os.environ.get("REMAT_BENCH_CACHE"):
-        return Path(os.environ["REMAT_BENCH_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "remat-bench"
 
 
 def search_path(dataset: Dataset | None = None) -> list[Path]:

@@ -31,6 +31,13 @@ class ConfigError(RematBenchError):
     """A sweep configuration that cannot be run."""
 
 
+class OutputError(RematBenchError, OSError):
+    """An output that cannot be written (a read-only or missing folder, a device, an immutable file).
+
+    Also an OSError, so code that guards a write against OSError keeps working.
+    """
+
+
 class ModelTooLargeError(RematBenchError):
     """A formulation whose model would not fit in memory; the message names the estimate."""
 

@@ -66,6 +66,10 @@ class Node:
     metadata: dict[str, Any] | None = field(default=None, compare=False)
 
 
+# The largest total of memory or of duration a graph may have (see Graph._check_totals).
+MAX_TOTAL = 2**53
+
+
 def _as_number(value: Number) -> Number:
     """Integral floats become ints, so that 1.0 and 1 hash and print alike."""
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
@@ -206,6 +210,7 @@ class Graph:
         # A node's own duration and workspace are those of its first op.
         self.duration = self.op_duration[self.op_start[:-1]]
         self.workspace = self.op_workspace[self.op_start[:-1]]
+        self._check_totals()
 
         consumers: list[list[int]] = [[] for _ in nodes]
         for v, ins in enumerate(self.inputs):
@@ -235,6 +240,29 @@ class Graph:
                 raise self._fail(
                     f"node '{node.id}' has grad_of '{node.grad_of}', which is not a node of the graph"
                 )
+
+    def _check_totals(self) -> None:
+        """Refuse sizes whose sums no method can represent exactly (MAX_TOTAL).
+
+        A step's memory adds the fixed memory, resident values and a workspace; a
+        schedule's duration adds node durations. HiGHS computes in doubles (integers
+        exact to 2**53) and CP-SAT in int64; a graph within these totals is solved and
+        simulated exactly by every method, one beyond them overflows or is rounded.
+        """
+        with np.errstate(over="ignore"):  # an overflow to inf is what the check below refuses
+            memory_total = float(self.fixed_memory) + float(np.sum(self.memory, dtype=np.float64)) + \
+                float(np.max(self.op_workspace))
+            largest = np.maximum.reduceat(self.op_duration.astype(np.float64), self.op_start[:-1])
+            duration_total = float(np.sum(largest))
+        for what, total, hint in (
+            ("memory (fixed memory, every node's value and the largest workspace)", memory_total,
+             "give memory in a larger unit (KiB, MiB)"),
+            ("duration (every node computed once, each at its slowest implementation)", duration_total,
+             "give durations in a larger unit"),
+        ):
+            if not total <= MAX_TOTAL:
+                raise self._fail(f"its {what} adds up to {total:.6g}, above 2**53 = {MAX_TOTAL:,}, the largest "
+                                 f"total every method represents exactly; {hint}")
 
     def _check_amount(self, node: Node, label: str, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int | float):

@@ -1,18 +1,103 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of either."""
+"""Atomic file writes: a reader sees the old file or the new one, never half of either.
+
+Every output the package writes (graphs, schedules, charts, reports, results)
+goes through `atomic_write_bytes`, so a write that cannot happen is one
+`OutputError` sentence naming the path and the reason, whatever the cause.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
+import stat
 import tempfile
 from pathlib import Path
+
+from remat_bench.errors import OutputError
+
+# The first bytes of a file are enough to tell its format: every file remat-bench writes
+# starts with {"format": ...}; reading more could mean reading a device forever.
+HEAD_BYTES = 4096
+_FORMAT = re.compile(rb'^\s*\{\s*"format"\s*:\s*"([^"\\]{1,64})"')
+
+
+def cache_dir() -> Path:
+    """The user cache: $REMAT_BENCH_CACHE, else $XDG_CACHE_HOME/remat-bench, else ~/.cache/remat-bench."""
+    if os.environ.get("REMAT_BENCH_CACHE"):
+        return Path(os.environ["REMAT_BENCH_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "remat-bench"
+
+
+def _cannot(path: Path, exc: OSError, doing: str = "write") -> OutputError:
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.EPERM and doing == "write":
+        reason += " (an immutable or protected file?)"
+    error = OutputError(f"cannot {doing} {path}: {reason}; choose another path")
+    error.errno = exc.errno
+    return error
+
+
+def file_format(path: Path) -> str | None:
+    """The ``format`` a remat-bench file declares in its first bytes; None for anything else.
+
+    Only regular files are opened (a device such as /dev/zero would never end).
+    """
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with open(path, "rb") as fh:
+            head = fh.read(HEAD_BYTES)
+    except OSError:
+        return None
+    match = _FORMAT.match(head)
+    return match.group(1).decode("utf-8", "replace") if match else None
+
+
+def check_writable(path: str | Path) -> None:
+    """Refuse, before any work, an output that cannot be written atomically where it is named.
+
+    The target must be a regular file or absent (a device, pipe or socket cannot be
+    replaced by rename, and replacing /dev/stdout would replace the device node), and
+    a temporary file must be creatable beside it. An immutable target is only found
+    when it is replaced; `atomic_write_bytes` then raises the same kind of error.
+    """
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise _cannot(path, exc) from None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise OutputError(f"{path}: is a folder; give a file name for the output")
+    if mode is not None and not stat.S_ISREG(mode):
+        raise OutputError(f"{path}: is not a regular file (a device, pipe or socket); outputs are written "
+                          "to a file and renamed into place: give a file path (or use --json for standard output)")
+    parent = path.parent
+    if parent.exists() and not parent.is_dir():
+        raise OutputError(f"cannot write {path}: {parent} is a file, not a folder; choose another path")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=parent)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise _cannot(path, exc) from None
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write to a temporary file beside ``path``, fsync it, then rename it into place."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        if path.parent.exists() and not path.parent.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, f"{path.parent} is a file, not a folder")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise _cannot(path, exc) from None
     try:
         # mkstemp makes the file private (0600); give it the mode a plain open() would.
         try:
@@ -27,8 +112,14 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if isinstance(exc, OutputError):
+            raise
+        raise _cannot(path, exc) from None
     except BaseException:
-        # Ctrl-C or a full disk: leave the old file untouched and no litter behind.
+        # Ctrl-C: leave the old file untouched and no litter behind.
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise

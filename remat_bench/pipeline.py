@@ -14,7 +14,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from remat_bench.bound import cached_bound
+from remat_bench.bound import DEFAULT_CACHE
 from remat_bench.budget import Budget, memory_floor, parse_budget
 from remat_bench.errors import MethodError, ModelTooLargeError
 from remat_bench.graph import Graph, Number
@@ -47,12 +47,29 @@ class RunResult:
     gap_pct: float | None = None
     proven_optimal: bool = False
     solve_time_s: float = 0.0
+    bound_time_s: float = 0.0  # spent on the any-order bound before the method (0 when cached or off)
+    space: str = ""  # where the method's own proofs (optimal, infeasible) hold
+    below_floor: bool = False  # infeasible before the method ran: the budget is below the memory floor
     schedule_steps: int | None = None
     stats: dict[str, Any] = field(default_factory=dict)
     stats_bound: dict[str, Any] = field(default_factory=dict)
     cleanup: dict[str, Any] | None = None
     schedule: Schedule | None = None
     simulation: Simulation | None = None
+
+    @property
+    def status_holds_for(self) -> str | None:
+        """Where the status is proven: "every schedule", "the method's space", or None (nothing proven).
+
+        Only a schedule that meets the any-order bound is optimal among every schedule, and
+        only a budget below the memory floor is infeasible for every schedule; a method's own
+        optimal or infeasible holds in its space (`space`), which may miss better schedules.
+        """
+        if self.proven_optimal or (self.status is Status.INFEASIBLE and self.below_floor):
+            return "every schedule"
+        if self.status in (Status.OPTIMAL, Status.INFEASIBLE):
+            return "the method's space"
+        return None
 
     @property
     def exit_code(self) -> int:
@@ -79,6 +96,9 @@ class RunResult:
             "gap_pct": self.gap_pct,
             "proven_optimal": self.proven_optimal,
             "solve_time_s": self.solve_time_s,
+            "bound_time_s": self.bound_time_s,
+            "space": self.space,
+            "status_holds_for": self.status_holds_for,
             "schedule_steps": self.schedule_steps,
             "graph_sha256": self.graph_sha256,
             "cleanup": self.cleanup,
@@ -134,12 +154,14 @@ def run(
     budget: str | float | Budget,
     time_limit: float | None = None,
     params: dict[str, Any] | None = None,
+    bound: bool = True,
 ) -> RunResult:
     """Solve ``graph`` with ``method`` at ``budget`` and score the result with the simulator.
 
     Raises MethodError / BudgetError for bad requests (exit status 2 on the
     command line); every other outcome, a failing method included, is a
-    RunResult with a status and a message.
+    RunResult with a status and a message. ``bound=False`` skips the any-order
+    lower bound (no gap, and nothing can be proven optimal).
     """
     cls, parsed = resolve_method(method, params or {})
     if not isinstance(budget, Budget):
@@ -156,20 +178,25 @@ def run(
         budget_fraction=budget.fraction,
         baseline_peak=base.peak,
         baseline_duration=base.duration,
+        space=cls.space(parsed),
     )
 
     floor = memory_floor(graph)
     if budget.amount is not None and budget.amount < floor.amount:
         result.status = Status.INFEASIBLE
         result.message = floor.message(budget.amount)
+        result.below_floor = True
         return result
-    # The bound is part of the run's time: at most a tenth of the limit, and the method gets the rest.
-    bound_start = time.perf_counter()
-    bound = cached_bound(graph, budget.amount, 30.0 if time_limit is None else max(0.5, min(30.0, time_limit / 10)))
-    result.lower_bound_any_order = bound.value
-    result.stats_bound = bound.as_dict()
-    if time_limit is not None:
-        time_limit = max(time_limit - (time.perf_counter() - bound_start), 0.1 * time_limit)
+    if bound:
+        # The bound is part of the run's time: at most a tenth of the limit, and the method gets the rest.
+        bound_start = time.perf_counter()
+        effort = 30.0 if time_limit is None else max(0.5, min(30.0, time_limit / 10))
+        any_order, from_cache = DEFAULT_CACHE.get(graph, budget.amount, effort)
+        result.bound_time_s = time.perf_counter() - bound_start
+        result.lower_bound_any_order = any_order.value
+        result.stats_bound = {**any_order.as_dict(), "from_cache": from_cache}
+        if time_limit is not None:
+            time_limit = max(time_limit - result.bound_time_s, 0.1 * time_limit)
 
     start = time.perf_counter()
     try:

@@ -62,8 +62,12 @@ def get_method(name: str) -> type[Method]:
     """The method class registered as ``name``; an unknown name lists the known ones."""
     target = BUILTIN.get(name) or _plugins().get(name)
     if target is None:
-        known = ", ".join(method_names())
-        raise MethodError(f"unknown method '{name}'; known methods: {known}")
+        import difflib
+
+        names = method_names()
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise MethodError(f"unknown method '{name}'; {hint}known methods: {', '.join(names)}")
     return _load(target, name)
 
 

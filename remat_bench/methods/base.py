@@ -10,7 +10,9 @@ the pipeline (`remat_bench.pipeline`) cleans up and simulates what it returns.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -46,13 +48,23 @@ class Status(StrEnum):
 
 @dataclass(frozen=True)
 class Param:
-    """A declared method parameter."""
+    """A declared method parameter: its type, default, meaning, and the values it accepts.
+
+    ``minimum``/``maximum`` bound numbers (inclusive); ``check`` is called with the
+    parsed value and raises MethodError for a value of the right type that cannot
+    work (a solver backend that is not installed); ``aliases`` are older names that
+    still parse. Every check runs before a method starts, so a bad value is exit 2.
+    """
 
     name: str
     type: type
     default: Any
     help: str
     choices: tuple[Any, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    check: Callable[[Any], Any] | None = None
+    aliases: tuple[str, ...] = ()
 
     def parse(self, text: Any, method: str) -> Any:
         """Convert ``text`` (a string from the command line, or a YAML value) to this type."""
@@ -71,7 +83,7 @@ class Param:
                 value = None
             else:
                 value = self.type(text)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise MethodError(
                 f"parameter '{self.name}' of method '{method}' must be {self.type.__name__}, got {text!r}"
             ) from None
@@ -80,7 +92,37 @@ class Param:
             raise MethodError(
                 f"parameter '{self.name}' of method '{method}' must be one of {options}, got {text!r}"
             )
+        if isinstance(value, float) and not math.isfinite(value):
+            raise MethodError(f"parameter '{self.name}' of method '{method}' must be a finite number, got {text!r}")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if self.minimum is not None and value < self.minimum:
+                raise MethodError(f"parameter '{self.name}' of method '{method}' must be at least "
+                                  f"{self.minimum:g}{self._range_hint()}, got {text!r}")
+            if self.maximum is not None and value > self.maximum:
+                raise MethodError(f"parameter '{self.name}' of method '{method}' must be at most "
+                                  f"{self.maximum:g}{self._range_hint()}, got {text!r}")
+        if self.check is not None and value is not None:
+            self.check(value)
         return value
+
+    def _range_hint(self) -> str:
+        return f" ({self.help})" if len(self.help) < 60 else ""
+
+    @property
+    def accepts(self) -> str:
+        """The accepted values in a few words, for `remat-bench methods`."""
+        def num(x: float) -> str:
+            return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+
+        if self.choices is not None:
+            return " | ".join(map(str, self.choices))
+        if self.minimum is not None and self.maximum is not None:
+            return f"{num(self.minimum)} to {num(self.maximum)}"
+        if self.minimum is not None:
+            return f">= {num(self.minimum)}"
+        if self.maximum is not None:
+            return f"<= {num(self.maximum)}"
+        return self.type.__name__
 
 
 @dataclass
@@ -105,6 +147,13 @@ class Method:
     requires: ClassVar[tuple[str, ...]] = ()  # importable module names
     install_hint: ClassVar[str] = ""  # how to get the requirements, e.g. "pip install remat-bench[torch]"
     needs_backward: ClassVar[bool] = False  # works on the forward graph of a training graph
+    # The schedules the method searches: its "optimal" and "infeasible" hold there only.
+    search_space: ClassVar[str] = "its own schedule space"
+
+    @classmethod
+    def space(cls, params: dict[str, Any]) -> str:
+        """The schedule space a proof of this method (optimal, infeasible) holds in, for ``params``."""
+        return cls.search_space
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -119,14 +168,23 @@ class Method:
     def parse_params(cls, given: dict[str, Any]) -> dict[str, Any]:
         """Defaults overlaid with ``given``, each converted to its declared type."""
         declared = {p.name: p for p in cls.params}
+        aliases = {alias: p.name for p in cls.params for alias in p.aliases}
         out = {p.name: p.default for p in cls.params}
+        seen: dict[str, str] = {}
         for key, value in given.items():
-            if key not in declared:
+            name = aliases.get(key, key)
+            if name not in declared:
                 known = ", ".join(declared) or "none"
+                close = difflib.get_close_matches(key, [*declared, *aliases], n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else ""
                 raise MethodError(
-                    f"method '{cls.name}' has no parameter '{key}' (its parameters: {known})"
+                    f"method '{cls.name}' has no parameter '{key}' (its parameters: {known}){hint}"
                 )
-            out[key] = declared[key].parse(value, cls.name)
+            if name in seen:
+                raise MethodError(f"method '{cls.name}': '{key}' and '{seen[name]}' name the same parameter; "
+                                  "give one")
+            seen[name] = key
+            out[name] = declared[name].parse(value, cls.name)
         return out
 
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,

@@ -382,16 +382,20 @@ class CheckmateModel:
 
 class Checkmate(Method):
     name = "checkmate"
+    search_space = "input-order stages (Checkmate's frontier-advancing schedules)"
     description = "Jain et al. 2020 MILP over input-order stages (HiGHS, or any PuLP solver)"
     params = (
-        Param("backend", str, "highs", "highs, or pulp:NAME for any PuLP solver (pulp:PULP_CBC_CMD, pulp:GUROBI_CMD)"),
-        Param("threads", int, 0, "solver threads (0: the solver's default)"),
+        Param("backend", str, "highs", "highs, or pulp:NAME for any PuLP solver (pulp:PULP_CBC_CMD, pulp:GUROBI_CMD)",
+              check=parse_backend),
+        Param("threads", int, 0, "solver threads (0: the solver's default)", minimum=0),
         Param("mip_gap", float, 0.0, "relative gap at which to stop (HiGHS's own default, 1e-4, "
-              "stops 0.01% of the duration short of optimal: overheads differ by less than that)"),
-        Param("seed", int, 0, "solver random seed"),
+              "stops 0.01% of the duration short of optimal: overheads differ by less than that)",
+              minimum=0, maximum=1),
+        Param("seed", int, 0, "solver random seed", minimum=0, maximum=2**31 - 1),
         Param("warm_start", bool, True, "start from the best chen/greedy schedule the model accepts"),
         Param("heuristic_effort", float, 0.3, "HiGHS mip_heuristic_effort (HiGHS default 0.05; 0.3 measured "
-              "better: random_layered_n100 at 0.8 reached 2.58% in 80 s rather than staying at its 5.25% start)"),
+              "better: random_layered_n100 at 0.8 reached 2.58% in 80 s rather than staying at its 5.25% start)",
+              minimum=0, maximum=1),
     )
     requires = ("highspy", "pulp")
 

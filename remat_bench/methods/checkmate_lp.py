@@ -160,13 +160,14 @@ def lp_rounding(graph: Graph, budget: Number, *, thresholds: int, samples: int, 
 
 class CheckmateLP(Method):
     name = "checkmate-lp"
+    search_space = "input-order stages (Checkmate's LP relaxation, rounded)"
     description = "Checkmate's LP relaxation (a lower bound) with two-phase deterministic and randomised rounding"
     params = (
-        Param("thresholds", int, 19, "deterministic rounding thresholds, evenly spread in (0, 1)"),
-        Param("samples", int, 40, "randomised roundings per LP solution"),
-        Param("seed", int, 0, "seed of the randomised rounding"),
-        Param("tighten", int, 6, "LP re-solves at budgets down to 70% when no rounding fits (0: none)"),
-        Param("backend", str, "highs", "LP solver: highs, or pulp:NAME"),
+        Param("thresholds", int, 19, "deterministic rounding thresholds, evenly spread in (0, 1)", minimum=1),
+        Param("samples", int, 40, "randomised roundings per LP solution", minimum=0),
+        Param("seed", int, 0, "seed of the randomised rounding", minimum=0, maximum=2**32 - 1),
+        Param("tighten", int, 6, "LP re-solves at budgets down to 70% when no rounding fits (0: none)", minimum=0),
+        Param("backend", str, "highs", "LP solver: highs, or pulp:NAME", check=parse_backend),
     )
     requires = ("highspy", "pulp")
 

@@ -91,12 +91,13 @@ def greedy_checkpoints(graph: Graph, candidates: list[int], threshold: float) ->
 
 class Chen(Method):
     name = "chen"
+    search_space = "Chen's forward checkpoint plans, lowered by the shared lowering"
     description = "Chen et al. 2016: sqrt(n) checkpoints on separators, or the budget-greedy variant"
     needs_backward = True
     params = (
         Param("variant", str, "greedy", "sqrt: about sqrt(n) even segments; greedy: search Chen's threshold b",
               choices=("greedy", "sqrt")),
-        Param("grid", int, 48, "number of thresholds b the greedy variant tries"),
+        Param("grid", int, 48, "number of thresholds b the greedy variant tries", minimum=1),
     )
 
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,

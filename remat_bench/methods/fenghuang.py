@@ -722,6 +722,7 @@ class _Scored:
 
 class FengHuang(Method):
     name = "fenghuang"
+    search_space = "forward checkpoint plans of the division tree, lowered by the shared lowering"
     description = "Feng and Huang 2021: optimal checkpoints of the forward graph by its division tree"
     needs_backward = True
     params = (

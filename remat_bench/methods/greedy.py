@@ -226,6 +226,7 @@ def greedy_schedule(graph: Graph, budget: Number) -> Schedule:
 
 class Greedy(Method):
     name = "greedy"
+    search_space = "eviction under the budget in input order, recomputing on demand"
     description = "XLA-style greedy: evict the cheapest value per byte, recompute on demand"
 
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,

@@ -709,6 +709,7 @@ class _Search:
 
 class Kusumoto(Method):
     name = "kusumoto"
+    search_space = "forward checkpoint plans of lower sets, lowered by the shared lowering"
     description = "Kusumoto et al. 2019: DP over lower sets of the forward graph, exact or approximate, tc or mc"
     needs_backward = True
     params = (
@@ -719,7 +720,7 @@ class Kusumoto(Method):
               "tc: least overhead within the budget; mc: largest overhead (coarse blocks, lower real peak)",
               choices=("tc", "mc")),
         Param("max_lower_sets", int, 10000,
-              "the exact variant gives up past this many lower sets (use variant=approx then)"),
+              "the exact variant gives up past this many lower sets (use variant=approx then)", minimum=1),
     )
 
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,

@@ -419,9 +419,11 @@ def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
     if budget is not None and dur_scale == 1.0:
         # Every schedule, whatever its order, lasts at least the any-order cut bound
         # (`remat_bench.bound`): stated, it lets CP-SAT stop as soon as it reaches it.
-        from remat_bench.bound import cached_bound
+        from remat_bench.bound import cached_bound, peek_bound
 
-        bound = cached_bound(graph, budget).value
+        # The pipeline's bound when it computed one; else a short one of moccasin's own (its time).
+        known = peek_bound(graph, budget)
+        bound = (known if known is not None else cached_bound(graph, budget, 3.0)).value
         if bound is not None and bound > 0:
             m.add(objective >= int(bound))
     stats = {
@@ -459,7 +461,7 @@ def _solve(sm: StagedModel, seconds: float, params: dict[str, Any], offset: floa
 
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.05, seconds)
-    solver.parameters.num_workers = params["num_workers"] or (os.cpu_count() or 1)
+    solver.parameters.num_workers = params["threads"] or (os.cpu_count() or 1)
     solver.parameters.random_seed = params["seed"]
     if params["search"] == "hint":
         # Stay near the hint: LNS around it first (helps when the hint is already good).
@@ -502,12 +504,13 @@ def staged_hint_candidates(graph: Graph, budget: Number | None, deadline: Deadli
 
 class Moccasin(Method):
     name = "moccasin"
+    search_space = "input-order stages, at most 2 retention intervals per node"
     description = "Bartan et al. 2023 retention intervals on CP-SAT (input-order stages or order=free)"
     params = (
-        Param("max_intervals", int, 0, "retention intervals per node, C (0: 2 staged, 3 order-free)"),
-        Param("num_workers", int, 0, "CP-SAT workers (0: all cores)"),
-        Param("phase1_share", float, 0.5, "largest share of the time limit phase 1 may use"),
-        Param("seed", int, 0, "CP-SAT random seed"),
+        Param("max_intervals", int, 0, "retention intervals per node, C (0: 2 staged, 3 order-free)", minimum=0),
+        Param("threads", int, 0, "CP-SAT workers (0: all cores)", minimum=0, aliases=("num_workers",)),
+        Param("phase1_share", float, 0.5, "largest share of the time limit phase 1 may use", minimum=0, maximum=1),
+        Param("seed", int, 0, "CP-SAT random seed", minimum=0, maximum=2**31 - 1),
         Param("search", str, "default", "default: CP-SAT's portfolio; hint: repair and stay near the hint",
               choices=("default", "hint")),
         Param("feeds_consumer", bool, True, "add: every recomputation feeds some consumer (faster proofs)"),
@@ -517,8 +520,17 @@ class Moccasin(Method):
               choices=("all", "baseline")),
         Param("order", str, "staged", "staged: the input-order stages (section 2.3); free: any order (section 2.1)",
               choices=("staged", "free")),
-        Param("events", int, 0, "events of the order-free model (0: 2n)"),
+        Param("events", int, 0, "events of the order-free model (0: 2n)", minimum=0),
     )
+
+    @classmethod
+    def space(cls, params: dict[str, Any]) -> str:
+        if params.get("order") == "free":
+            events = params.get("events") or "2n"
+            return (f"any order, at most {params.get('max_intervals') or 3} retention intervals per node "
+                    f"and {events} events")
+        return f"input-order stages, at most {params.get('max_intervals') or 2} retention intervals per node"
+
     requires = ("ortools",)
 
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
@@ -557,7 +569,7 @@ class Moccasin(Method):
         stats: dict[str, Any] = {}
         t0 = deadline.elapsed()
         share = deadline.remaining() * 0.3
-        answer = best_order(graph, budget, Deadline(share), params["num_workers"], params["seed"])
+        answer = best_order(graph, budget, Deadline(share), params["threads"], params["seed"])
         order_nodes = np.asarray(answer.order, dtype=np.int64)
         order_schedule = place_frees(graph, order_nodes, np.zeros(graph.n, dtype=np.int64))
         stats.update({"order_only_peak": answer.peak, "order_only_time_s": round(deadline.elapsed() - t0, 3),

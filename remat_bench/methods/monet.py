@@ -848,13 +848,15 @@ def model_stats(mm: MonetModel) -> dict[str, Any]:
 
 class Monet(Method):
     name = "monet"
+    search_space = "input-order stages with operator implementations (MONeT)"
     description = "Shah et al. 2021 joint checkpointing and operator-implementation 0-1 program (HiGHS, or any PuLP solver)"
     params = (
-        Param("backend", str, "highs", "highs, or pulp:NAME for any PuLP solver (pulp:PULP_CBC_CMD, pulp:GUROBI_CMD)"),
-        Param("threads", int, 0, "solver threads (0: the solver's default)"),
+        Param("backend", str, "highs", "highs, or pulp:NAME for any PuLP solver (pulp:PULP_CBC_CMD, pulp:GUROBI_CMD)",
+              check=parse_backend),
+        Param("threads", int, 0, "solver threads (0: the solver's default)", minimum=0),
         Param("mip_gap", float, 0.0, "relative gap at which to stop (HiGHS's own default, 1e-4, stops 0.01% "
-              "of the duration short of optimal)"),
-        Param("seed", int, 0, "solver random seed"),
+              "of the duration short of optimal)", minimum=0, maximum=1),
+        Param("seed", int, 0, "solver random seed", minimum=0, maximum=2**31 - 1),
         Param("warm_start", bool, True, "start from chen's plan or keeping everything, with the fastest "
               "implementations that fit, when the model accepts it"),
     )

@@ -17,6 +17,7 @@ from remat_bench.simulate import baseline, baseline_schedule
 
 class NoRemat(Method):
     name = "none"
+    search_space = "the baseline schedule (file order, no recomputation)"
     description = "baseline: every node once in file order, freed after its last use"
 
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,

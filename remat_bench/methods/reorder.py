@@ -357,19 +357,21 @@ def _no_order_fits(graph: Graph, budget: Number, best: list[int], deadline: Dead
 
 class Reorder(Method):
     name = "reorder"
+    search_space = "every topological order without recomputation"
     description = "the best topological order with no recomputation (list scheduling, local search, then CP-SAT)"
     params = (
-        Param("num_workers", int, 0, "CP-SAT workers (0: all cores)"),
-        Param("seed", int, 0, "seed of the randomised list schedules and of CP-SAT"),
-        Param("tries", int, 8, "randomised list schedules tried besides the plain one"),
-        Param("search_share", float, 0.3, "share of the time limit given to the local search before CP-SAT"),
+        Param("threads", int, 0, "CP-SAT workers (0: all cores)", minimum=0, aliases=("num_workers",)),
+        Param("seed", int, 0, "seed of the randomised list schedules and of CP-SAT", minimum=0, maximum=2**31 - 1),
+        Param("tries", int, 8, "randomised list schedules tried besides the plain one", minimum=0),
+        Param("search_share", float, 0.3, "share of the time limit given to the local search before CP-SAT",
+              minimum=0, maximum=1),
     )
     requires = ("ortools",)
 
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
               **params: Any) -> MethodResult:
         deadline = Deadline(time_limit)
-        answer = best_order(graph, budget, deadline, params["num_workers"], params["seed"], params["tries"],
+        answer = best_order(graph, budget, deadline, params["threads"], params["seed"], params["tries"],
                             search_share=params["search_share"])
         nodes = np.asarray(answer.order, dtype=np.int64)
         schedule = place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64))

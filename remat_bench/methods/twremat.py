@@ -656,15 +656,16 @@ class _Search:
 
 class TWRemat(Method):
     name = "twremat"
+    search_space = "tree-decomposition recursions TWRemat(k)"
     description = "Kumar et al. 2019: divide and conquer on a tree decomposition, TWRemat(k)"
     params = (
         Param("k", int, 0, "recursion cut-off: regions of fewer than k bags are scheduled in "
-              "topological order (1: Algorithm 1 in full); 0 searches k"),
+              "topological order (1: Algorithm 1 in full); 0 searches k", minimum=0),
         Param("heuristic", str, "min_degree", "tree decomposition heuristic: minimum degree, or "
               "networkx's minimum fill-in (cubic); both: try each and keep the better schedule",
               choices=(*HEURISTICS, "both")),
         Param("grid", int, 8, "how many values of k the search tries first (geometric over the "
-              "cut-offs; with a budget, a bisection follows)"),
+              "cut-offs; with a budget, a bisection follows)", minimum=1),
     )
 
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,

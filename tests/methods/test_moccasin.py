@@ -15,7 +15,7 @@ CASES = [(seed, b) for seed in range(12) for b in budgets(random_graph(seed))]
 
 def solve(g, budget, **params):
     method = Moccasin()
-    return method.solve(g, budget, 60, **method.parse_params({"num_workers": 1, **params}))
+    return method.solve(g, budget, 60, **method.parse_params({"threads": 1, **params}))
 
 
 @pytest.mark.parametrize("seed, budget", CASES)

@@ -24,7 +24,7 @@ from tests.methods.test_checkmate import random_graph
 
 def solve(g, budget):
     method = Reorder()
-    return method.solve(g, budget, 30, **method.parse_params({"num_workers": 1}))
+    return method.solve(g, budget, 30, **method.parse_params({"threads": 1}))
 
 
 @pytest.mark.parametrize("seed", range(15))
