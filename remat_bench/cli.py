@@ -177,6 +177,12 @@ class RematGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:
+            # One sentence, as for every other bad input (click would add its usage lines).
+            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            err.print(f"[bold red]error:[/] {escape(exc.format_message())} (see `{where} -h`)",
+                      markup=True, highlight=False)
+            sys.exit(exc.exit_code)
         except RematBenchError as exc:
             err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False)
             sys.exit(exc.exit_code)
@@ -857,7 +863,8 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
     elif result.lost:
         err.print(f"{len(result.lost)} runs were lost by the executor (not recorded); run again with --resume")
     if result.faults:
-        err.print(f"{len(result.faults)} runs failed for reasons of the sweep itself, e.g. "
+        n = len(result.faults)
+        err.print(f"{n} run{'s' if n != 1 else ''} failed for reasons of the sweep itself, e.g. "
                   f"{result.faults[0].get('message')}; fix that and run again with --resume, which runs them again",
                   markup=False, highlight=False)
     if result.failure or result.lost or result.faults:
@@ -954,7 +961,8 @@ def replay(graph: str, schedule: Path, device: str | None, as_json: bool) -> Non
     For a graph imported with `graphs import-torch`, every step runs the
     model's real operator and the loss and gradients are checked against
     plain autograd; for other graphs each node allocates its size and reads
-    its inputs. Exit status 1 when the outputs differ from autograd.
+    its inputs. Exit status 1 when the outputs differ from autograd, or when
+    the measured peak is above the budget the schedule file holds.
     """
     _require_torch("replay")
     from remat_bench.torch.replay import load_schedule_for
@@ -972,7 +980,13 @@ def replay(graph: str, schedule: Path, device: str | None, as_json: bool) -> Non
         print_json(result.to_json())
     else:
         _print_replay(g, result)
-    sys.exit(1 if result.outputs_match is False else 0)
+    if result.within_budget is False:
+        unit = g.units.get("memory", "")
+        over = result.measured_peak - result.budget
+        err.print(f"over budget: the measured peak {fmt_amount(result.measured_peak, unit)} is above the "
+                  f"schedule's budget {fmt_amount(result.budget, unit)} by {fmt_amount(over, unit)}: "
+                  f"{escape(result.budget_note)}", highlight=False)
+    sys.exit(1 if result.outputs_match is False or result.within_budget is False else 0)
 
 
 def _print_replay(g: Graph, r: Any) -> None:
@@ -983,6 +997,9 @@ def _print_replay(g: Graph, r: Any) -> None:
     table.add_row("graph", f"{g.name} ({'real operators' if r.mode == 'model' else 'synthetic tensors'}, {r.device})")
     table.add_row("measured peak", f"{fmt_amount(r.measured_peak, unit)}  ({r.peak_error_pct:+.3f}% vs simulated)")
     table.add_row("simulated peak", fmt_amount(r.simulated_peak, unit))
+    if r.budget is not None:
+        verdict = "[green]measured peak within it[/]" if r.within_budget else "[red]measured peak above it[/]"
+        table.add_row("budget", f"{fmt_amount(r.budget, unit)}  ({verdict})")
     table.add_row("fixed memory", f"{fmt_amount(r.measured_fixed, unit)} measured, "
                                   f"{fmt_amount(r.fixed_memory, unit)} in the graph")
     if r.outputs_match is not None:

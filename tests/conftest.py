@@ -44,6 +44,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             f"{len(for_paper)} tests skipped: {PAPER_MISSING} (or set PAPER_GRAPHS to a folder holding them)",
             yellow=True, bold=True,
         )
+    from tests import test_bad_input
+
+    tried = test_bad_input.TRIED["inputs"]
+    if tried:
+        failed = [r for r in terminalreporter.stats.get("failed", []) if "test_bad_input" in r.nodeid]
+        verdict = "none gave a traceback or more than one sentence" if not failed else \
+            f"{len(failed)} failed (see above)"
+        terminalreporter.write_line(f"bad-input corpus: {tried} inputs tried, {verdict}")
     others = [r for r in skipped if r not in for_paper]
     if others:
         terminalreporter.write_line(f"{len(others)} tests skipped for other reasons (see above)", red=True)

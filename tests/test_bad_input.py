@@ -13,6 +13,9 @@ from remat_bench.methods import method_names
 BAD = Path(__file__).parent / "data" / "bad"
 KUMAR = str(Path(__file__).resolve().parents[1] / "graphs" / "kumar-figure1.json")
 
+MEMORY = "its memory (fixed memory, every node's value and the largest workspace) adds up to "
+TOTAL = ", above 2**53 = 9,007,199,254,740,992, the largest total every method represents exactly; "
+
 GRAPHS = {
     "graph-array.json": "expected a JSON object at the top level, found an array",
     "graph-bool-size.json": "node 'a' (nodes[0]), field memory must be a number, not a boolean (true)",
@@ -36,6 +39,14 @@ GRAPHS = {
     "graph-unicode-unknown-input.json": "node '层' lists input '缺失', which is not a node of the graph",
     "graph-wrong-type.json": 'node \'a\' (nodes[0]), field memory must be a number, not a string ("12")',
     "graph-wrong-version.json": "field version is 2, expected 1",
+    # Finite values whose sums no method represents exactly (2**53).
+    "graph-memory-sum-overflow.json": f"{MEMORY}more than a double holds (1.8e308){TOTAL}give memory in a larger "
+                                      "unit (KiB, MiB)",
+    "graph-fixed-memory-huge.json": f"{MEMORY}1e+308{TOTAL}give memory in a larger unit (KiB, MiB)",
+    "graph-workspace-huge.json": f"{MEMORY}1e+308{TOTAL}give memory in a larger unit (KiB, MiB)",
+    "graph-memory-2-pow-70.json": f"{MEMORY}1.18059e+21{TOTAL}give memory in a larger unit (KiB, MiB)",
+    "graph-duration-huge.json": "its duration (every node computed once, each at its slowest implementation) adds up "
+                                f"to 1e+308{TOTAL}give durations in a larger unit",
 }
 
 SCHEDULES = {
@@ -47,7 +58,9 @@ SCHEDULES = {
     "schedule-unknown-implementation.json": "step 0 computes 'A' with implementation 'winograd', which it does not "
                                             "have (it has: default)",
     "schedule-unknown-node.json": "step 2 (compute 'Z') names a node that is not in graph 'kumar-figure1'",
-    "schedule-wrong-format.json": "'format' is 'remat-bench-graph'; a schedule file has format 'remat-bench-schedule'",
+    "schedule-wrong-format.json": "is a graph file, not a schedule; give the graph first and the schedule second",
+    "schedule-no-format.json": "is not a remat-bench schedule file (it has no 'format' field; a schedule file has "
+                               "format 'remat-bench-schedule', as `remat-bench solve -o` writes)",
 }
 
 CONFIGS = {
@@ -63,8 +76,13 @@ CONFIGS = {
 }
 
 
+# How many inputs the corpus tried; tests/conftest.py prints it in the summary.
+TRIED = {"inputs": 0}
+
+
 def error_of(args: list[str]) -> str:
-    result = CliRunner().invoke(main, args)
+    TRIED["inputs"] += 1
+    result = CliRunner().invoke(main, args, prog_name="remat-bench")
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
@@ -108,3 +126,66 @@ def test_ten_megabytes_of_junk(tmp_path):
     junk.write_bytes((b"remat-bench? " * 806_600)[: 10 * 2**20])
     assert error_of(["graphs", "validate", str(junk)]) == (
         f"error: {junk}: not valid JSON at line 1, column 1: Expecting value")
+
+
+# ---------------------------------------------------------------------- arguments and outputs
+
+CHAIN = str(Path(__file__).resolve().parents[1] / "graphs" / "chain-16-train.json")
+TIME = "give a positive, finite number of seconds (see `remat-bench solve -h`)"
+ARGUMENTS = [
+    # Budgets.
+    (["-m", "none", "-b", "1e400"], "budget '1e400' is above 2**53 = 9,007,199,254,740,992 memory units, the largest "
+     "amount every method represents exactly; any budget at or above the baseline peak (18) already means no limit"),
+    (["-m", "none", "-b", "0"], "budget '0' must be more than zero"),
+    (["-m", "none", "-b", "lots"], "budget 'lots' is not understood; give a fraction of the baseline peak (0.8), a "
+     "percentage (80%), an amount (12GiB, 1.2e10) or 'min'"),
+    # Time limits.
+    (["-m", "none", "-b", "1", "-t", "nan"], f"Invalid value for '--time-limit' / '-t': 'nan': {TIME}"),
+    (["-m", "none", "-b", "1", "-t", "inf"], f"Invalid value for '--time-limit' / '-t': 'inf': {TIME}"),
+    (["-m", "none", "-b", "1", "-t", "1e400"], f"Invalid value for '--time-limit' / '-t': '1e400': {TIME}"),
+    (["-m", "none", "-b", "1", "-t", "-5"], f"Invalid value for '--time-limit' / '-t': '-5': {TIME}"),
+    # Methods and parameters.
+    (["-m", "mocasin", "-b", "0.8"], "unknown method 'mocasin'; did you mean 'moccasin'? known methods: "
+     + ", ".join(method_names())),
+    (["-m", "greedy", "-m", "greedy", "-b", "0.8"], "--method names greedy more than once; give each method once"),
+    (["-m", "checkmate", "-b", "0.8", "-p", "backend=nonexistent"],
+     "backend 'nonexistent' is not understood; use 'highs' or 'pulp:NAME' (e.g. pulp:PULP_CBC_CMD)"),
+    (["-m", "checkmate", "-b", "0.8", "-p", "backend=cbc"],
+     "backend 'cbc' is not understood; use 'highs' or 'pulp:NAME' (e.g. pulp:PULP_CBC_CMD)"),
+    (["-m", "moccasin", "-b", "0.8", "-p", "max_intervals=-3"], "parameter 'max_intervals' of method 'moccasin' must "
+     "be at least 0 (retention intervals per node, C (0: 2 staged, 3 order-free)), got '-3'"),
+    (["-m", "moccasin", "-b", "0.8", "-p", "phase1_share=2"], "parameter 'phase1_share' of method 'moccasin' must be "
+     "at most 1 (largest share of the time limit phase 1 may use), got '2'"),
+    (["-m", "moccasin", "-b", "0.8", "-p", "phase1_share=nan"],
+     "parameter 'phase1_share' of method 'moccasin' must be a finite number, got 'nan'"),
+    (["-m", "moccasin", "-b", "0.8", "-p", "num_workers=-4"],
+     "parameter 'threads' of method 'moccasin' must be at least 0 (CP-SAT workers (0: all cores)), got '-4'"),
+    (["-m", "moccasin", "-b", "0.8", "-p", "threads=1", "-p", "num_workers=1"],
+     "method 'moccasin': 'num_workers' and 'threads' name the same parameter; give one"),
+    (["-m", "checkmate", "-b", "0.8", "-p", "mip_gap=-1"],
+     "parameter 'mip_gap' of method 'checkmate' must be at least 0, got '-1'"),
+    (["-m", "checkmate", "-b", "0.8", "-p", "mip_gap=inf"],
+     "parameter 'mip_gap' of method 'checkmate' must be a finite number, got 'inf'"),
+    (["-m", "checkmate", "-b", "0.8", "-p", "heuristic_effort=-1"],
+     "parameter 'heuristic_effort' of method 'checkmate' must be at least 0, got '-1'"),
+    (["-m", "checkmate", "-b", "0.8", "-p", "threads=-1"], "parameter 'threads' of method 'checkmate' must be at "
+     "least 0 (solver threads (0: the solver's default)), got '-1'"),
+    (["-m", "chen", "-b", "0.8", "-p", "grid=0"],
+     "parameter 'grid' of method 'chen' must be at least 1 (number of thresholds b the greedy variant tries), got '0'"),
+    (["-m", "chen", "-b", "0.8", "-p", "gird=4"],
+     "method 'chen' has no parameter 'gird' (its parameters: variant, grid); did you mean 'grid'?"),
+    # Outputs that cannot be written atomically: refused before any work.
+    (["-m", "none", "-b", "1", "-o", "/dev/full"], "/dev/full: is not a regular file (a device, pipe or socket); "
+     "outputs are written to a file and renamed into place: give a file path (or use --json for standard output)"),
+    (["-m", "none", "-b", "1", "-o", "/proc/self/x.json"],
+     "cannot write /proc/self/x.json: No such file or directory; choose another path"),
+    (["-m", "none", "-b", "1", "-o", f"{CHAIN}/s.json"],
+     f"cannot write {CHAIN}/s.json: Not a directory; choose another path"),
+    (["-m", "greedy", "-m", "chen", "-b", "0.8", "-o", "/tmp/never-written.json"],
+     "-o writes one schedule: give one --method, or solve each method on its own"),
+]
+
+
+@pytest.mark.parametrize("args, sentence", ARGUMENTS, ids=lambda a: " ".join(a) if isinstance(a, list) else "")
+def test_bad_arguments(args, sentence):
+    assert error_of(["solve", CHAIN, *args]) == f"error: {sentence}"

@@ -123,3 +123,145 @@ def test_bound_command_prints_the_any_order_bound_and_exit_status():
     assert r.exit_code == 1
     assert "no schedule fits" in r.output
     assert invoke("bound", CHAIN, "-b", "min").exit_code == 2
+
+
+# ---------------------------------------------------------------------- faults (issue 20)
+
+
+def test_a_device_as_output_is_refused_at_once_without_reading_it(tmp_path):
+    import subprocess
+    import sys
+
+    # Before the fix the "is this a schedule file?" check read /dev/zero to the end: it never returned.
+    for device in ("/dev/zero", "/dev/full", "/dev/stdout"):
+        proc = subprocess.run([sys.executable, "-m", "remat_bench.cli", "solve", CHAIN, "-m", "none", "-b", "1",
+                               "-o", device], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        assert "is not a regular file (a device, pipe or socket)" in proc.stderr
+
+
+def test_an_existing_file_is_judged_by_its_first_bytes(tmp_path):
+    # A schedule file whose header is ours is replaced; 64 MB of anything else is refused unread.
+    ours = tmp_path / "s.json"
+    assert invoke("solve", CHAIN, "-m", "none", "-b", "1", "-o", str(ours)).exit_code == 0
+    assert invoke("solve", CHAIN, "-m", "chen", "-b", "0.7", "-o", str(ours)).exit_code == 0
+    assert json.loads(ours.read_text())["method"] == "chen"
+    big = tmp_path / "big.json"
+    with open(big, "wb") as fh:
+        fh.write(b'{"not": "ours", "pad": "')
+        fh.truncate(64 * 2**20)
+    r = invoke("solve", CHAIN, "-m", "none", "-b", "1", "-o", str(big))
+    assert r.exit_code == 2 and "exists and is not a remat-bench-schedule file" in r.output
+    assert big.stat().st_size == 64 * 2**20
+
+
+def test_an_immutable_output_fails_after_the_result_is_printed(tmp_path):
+    import shutil
+    import subprocess
+
+    target = tmp_path / "s.json"
+    assert invoke("solve", CHAIN, "-m", "none", "-b", "1", "-o", str(target)).exit_code == 0
+    before = target.read_bytes()
+    # Root ignores file modes; the immutable attribute stops even root from replacing the file.
+    locked = shutil.which("chattr") and subprocess.run(["chattr", "+i", str(target)]).returncode == 0
+    if not locked:  # no chattr here: a read-only file system stands in (sysfs is one everywhere)
+        target = __import__("pathlib").Path("/sys/kernel/remat-bench-s.json")
+    try:
+        r = invoke("solve", CHAIN, "-m", "chen", "-b", "0.7", "-o", str(target))
+    finally:
+        if locked:
+            subprocess.run(["chattr", "-i", str(target)], check=True)
+    assert r.exit_code == 2
+    if locked:
+        # The result is shown first; then one sentence says why it could not be saved.
+        assert "feasible" in r.output and "overhead +16.327%" in r.output
+        assert "cannot write" in r.output and "Operation not permitted" in r.output
+        assert target.read_bytes() == before
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".s.json.")]  # no litter
+
+
+def test_several_methods_print_one_comparison_and_json_a_list():
+    r = invoke("solve", CHAIN, "-m", "greedy", "-m", "chen", "-m", "checkmate", "-b", "0.7", "-t", "30")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    row = {name: next(line for line in lines if line.startswith(f"│ {name}")) for name in ("greedy", "chen",
+                                                                                          "checkmate")}
+    # greedy and checkmate reach the any-order bound (55): fastest, and proven for all schedules.
+    assert "+12.245%" in row["greedy"] and "*" in row["greedy"] and "all schedules" in row["greedy"]
+    assert "+16.327%" in row["chen"] and "*" not in row["chen"] and "3.636%" in row["chen"]
+    data = json.loads(invoke("solve", CHAIN, "-m", "greedy", "-m", "chen", "-b", "0.7", "--json").output)
+    assert [d["method"] for d in data] == ["greedy", "chen"]
+    assert [d["overhead_pct"] for d in data] == pytest.approx([12.2449, 16.3265], abs=1e-3)
+
+
+def test_a_methods_proofs_name_its_space():
+    # With one retention interval per node moccasin cannot recompute: infeasible in its space at
+    # 0.7, where greedy finds a schedule (+12.245%, the any-order bound).
+    one = ["solve", CHAIN, "-m", "moccasin", "-b", "0.7", "-p", "max_intervals=1"]
+    data = json.loads(invoke(*one, "--json").output)
+    assert data["status"] == "infeasible" and data["status_holds_for"] == "the method's space"
+    assert data["space"] == "input-order stages, at most 1 retention intervals per node"
+    assert "infeasible  in moccasin's space only: input-order stages, at most 1" in invoke(*one).output
+    assert json.loads(invoke("solve", CHAIN, "-m", "greedy", "-b", "0.7", "--json").output)["status"] == "feasible"
+    below = json.loads(invoke("solve", CHAIN, "-m", "moccasin", "-b", "0.2", "--json").output)
+    assert below["status"] == "infeasible" and below["status_holds_for"] == "every schedule"
+    proven = json.loads(invoke("solve", CHAIN, "-m", "checkmate", "-b", "0.8", "--json").output)
+    assert proven["proven_optimal"] and proven["status_holds_for"] == "every schedule"
+    free = json.loads(invoke("solve", CHAIN, "-m", "moccasin", "-b", "0.8", "-p", "order=free", "-t", "20",
+                             "--json").output)
+    assert free["space"] == "any order, at most 3 retention intervals per node and 2n events"
+
+
+def test_no_bound_skips_it_and_a_cached_bound_is_reused(tmp_path, monkeypatch):
+    from remat_bench import bound
+
+    cache = bound.BoundCache(str(tmp_path / "bounds"))
+    monkeypatch.setattr(bound, "DEFAULT_CACHE", cache)
+    monkeypatch.setattr("remat_bench.pipeline.DEFAULT_CACHE", cache)
+    off = json.loads(invoke("solve", CHAIN, "-m", "greedy", "-b", "0.7", "--no-bound", "--json").output)
+    assert off["lower_bound_any_order"] is None and off["gap_pct"] is None and not off["proven_optimal"]
+    assert off["bound_time_s"] == 0.0 and not (tmp_path / "bounds").exists()
+    first = json.loads(invoke("solve", CHAIN, "-m", "greedy", "-b", "0.7", "--json").output)
+    assert first["lower_bound_any_order"] == 55 and first["stats"]["bound_any_order"]["from_cache"] is False
+    assert len(list((tmp_path / "bounds").glob("*.json"))) == 1
+    # A new process (a fresh in-memory cache) reads it from disk.
+    monkeypatch.setattr(bound, "DEFAULT_CACHE", bound.BoundCache(str(tmp_path / "bounds")))
+    monkeypatch.setattr("remat_bench.pipeline.DEFAULT_CACHE", bound.DEFAULT_CACHE)
+    again = json.loads(invoke("solve", CHAIN, "-m", "greedy", "-b", "0.7", "--json").output)
+    assert again["lower_bound_any_order"] == 55 and again["stats"]["bound_any_order"]["from_cache"] is True
+    text = invoke("solve", CHAIN, "-m", "greedy", "-b", "0.7").output
+    assert "(from the cache)" in text
+
+
+def test_a_limit_bound_is_recomputed_for_more_effort_a_settled_one_is_not(tmp_path, monkeypatch):
+    from remat_bench import bound
+    from remat_bench.bound import Bound, BoundCache
+
+    g = load_graph(CHAIN)
+    cache = BoundCache(str(tmp_path))
+    calls = []
+    monkeypatch.setattr(bound, "any_order_bound", lambda graph, budget, effort: calls.append(effort) or Bound(
+        50, "limit" if effort < 10 else "optimal"))
+    assert cache.get(g, 12, 1.0) == (Bound(50, "limit"), False)
+    assert cache.get(g, 12, 0.5)[1] is True  # less effort than it was given: reused
+    assert cache.get(g, 12, 20.0) == (Bound(50, "optimal"), False)  # more: computed again
+    assert cache.get(g, 12, 300.0)[1] is True  # settled: reused whatever the effort
+    assert calls == [1.0, 20.0]
+
+
+def test_budget_warnings_say_how_a_bare_number_was_read():
+    r = CliRunner().invoke(main, ["solve", CHAIN, "-m", "none", "-b", "80"])
+    assert "warning: budget '80' is read as 80 units (a bare number above 1 is an amount), above the baseline " \
+           "peak 18, so every schedule fits; did you mean 80% of the baseline peak?" in r.output
+    r = CliRunner().invoke(main, ["solve", CHAIN, "-m", "chen", "-b", "1.5"])
+    assert "warning: budget '1.5' is read as 1.5 units" in r.output and "below the memory floor 4" in r.output
+    assert "warning" not in CliRunner().invoke(main, ["solve", CHAIN, "-m", "none", "-b", "18"]).output
+
+
+def test_methods_name_shows_what_each_parameter_accepts():
+    r = invoke("methods", "moccasin")
+    assert r.exit_code == 0
+    assert "threads (also num_workers)" in r.output and "0 to 1" in r.output and "staged | free" in r.output
+    rows = json.loads(invoke("methods", "checkmate", "--json").output)
+    mip_gap = next(p for p in rows[0]["params"] if p["name"] == "mip_gap")
+    assert (mip_gap["minimum"], mip_gap["maximum"], mip_gap["accepts"]) == (0, 1, "0 to 1")
