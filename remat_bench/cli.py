@@ -89,12 +89,30 @@ def resolve_graph(text: str) -> Path:
         for candidate in (folder / text, folder / f"{text}.json"):
             if candidate.is_file():
                 return candidate
+    # A graph also answers to the name inside it (`graphs list` and results show that one).
+    for folder in graph_search_path():
+        for candidate in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+            if _declared_name(candidate) == text:
+                return candidate
     from remat_bench.errors import GraphError
 
     raise GraphError(
         f"{text}: no such file, and no shipped graph of that name (`remat-bench graphs list` shows them; "
         "published graphs are named paper:<name>)"
     )
+
+
+def _declared_name(path: Path) -> str | None:
+    """The ``name`` a remat-bench graph file declares near its start (its first 4 KiB), else None."""
+    import re
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return None
+    match = re.search(rb'^\s*\{\s*"format"\s*:\s*"remat-bench-graph"[^{]*?"name"\s*:\s*"([^"\\]*)"', head)
+    return match.group(1).decode("utf-8", "replace") if match else None
 
 
 def load(text: str) -> Graph:

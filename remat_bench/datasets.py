@@ -137,10 +137,20 @@ def locate(stem: str, dataset: Dataset | None = None) -> Path:
 
 
 def resolve(text: str) -> Path | None:
-    """``paper:<name>`` -> its path (a DatasetError if it is not here); None for any other text."""
+    """``paper:<name>`` -> its path (a DatasetError if it is not here); None for any other text.
+
+    A published graph's own name (what results and `graphs show` print: the source file's
+    stem, ``random_layered_n100_w0.27_nlv0.75_ed0.2_scd0.14``) is accepted too, with or
+    without the prefix.
+    """
+    name = text[len(PREFIX):] if text.startswith(PREFIX) else text
+    for f in PAPER.files:
+        stem = f.original.removesuffix(".json")
+        if name in (stem, stem.removesuffix("_nx")):  # the node-link reader drops "_nx" from names
+            return locate(f.name)
     if not text.startswith(PREFIX):
         return None
-    return locate(text[len(PREFIX):])
+    return locate(name)
 
 
 def matching(pattern: str, dataset: Dataset | None = None) -> list[Path]:

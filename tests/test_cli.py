@@ -265,3 +265,20 @@ def test_methods_name_shows_what_each_parameter_accepts():
     rows = json.loads(invoke("methods", "checkmate", "--json").output)
     mip_gap = next(p for p in rows[0]["params"] if p["name"] == "mip_gap")
     assert (mip_gap["minimum"], mip_gap["maximum"], mip_gap["accepts"]) == (0, 1, "0 to 1")
+
+
+def test_a_graph_answers_to_its_file_stem_and_to_the_name_inside_it():
+    by_stem = json.loads(invoke("graphs", "show", "resnet18-b8-r64-train", "--json").output)
+    by_name = json.loads(invoke("graphs", "show", "resnet18-train-b8-r64", "--json").output)
+    assert by_stem == by_name and by_name["name"] == "resnet18-train-b8-r64"
+    assert json.loads(invoke("solve", "chain-16", "-m", "none", "-b", "1", "--json").output)["graph"] == "chain-16"
+    r = invoke("graphs", "show", "chain-17")
+    assert r.exit_code == 2 and "no shipped graph of that name" in r.output
+
+
+def test_published_graphs_answer_to_their_own_names_too():
+    paper_graph("checkmate_vgg16_train")  # skipped when the published graphs are not here
+    for name in ("paper:checkmate_vgg16_train", "VGG16 (MLSys)_256_(224, 224, 3)_train",
+                 "paper:VGG16 (MLSys)_256_(224, 224, 3)_train_nx"):
+        data = json.loads(invoke("graphs", "show", name, "--json").output)
+        assert (data["name"], data["nodes"]) == ("VGG16 (MLSys)_256_(224, 224, 3)_train", 45)
