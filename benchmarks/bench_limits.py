@@ -25,6 +25,9 @@ def cases():
     huge_chain = chain(50_000, seed=1)  # the 100,001-node graph of `benchmarks large`
     dense = densenet121(batch=8, resolution=64)
     r50 = generate("resnet50", batch=32, resolution=64, implementations=True)
+    # `graphs generate transformer --layers 48` (1,159 nodes): where monet's heuristic warm starts
+    # once took 20 s whatever its limit, and moccasin order=free overstayed.
+    t48 = generate("transformer", layers=48)
     return [
         ("none", rl1000, "0.8", {}),
         ("chen", huge_chain, "0.5", {}),
@@ -39,6 +42,10 @@ def cases():
         ("twremat", huge_chain, "min", {}),
         ("fenghuang", big_chain, "min", {}),
         ("monet", r50, "0.7", {}),
+        *[(m, t48, "0.5", p) for m, p in (
+            ("monet", {}), ("moccasin", {"order": "free"}), ("moccasin", {}), ("checkmate", {}),
+            ("checkmate-lp", {}), ("reorder", {}), ("kusumoto", {"variant": "approx"}), ("twremat", {}),
+            ("fenghuang", {}), ("greedy", {}), ("chen", {}))],
     ]
 
 

@@ -44,7 +44,14 @@ import numpy as np
 
 from remat_bench.errors import ModelTooLargeError
 from remat_bench.graph import Graph, Number
-from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status
+from remat_bench.methods.base import (
+    Deadline,
+    Method,
+    MethodResult,
+    Param,
+    Status,
+    least_peak_by_bisection,
+)
 from remat_bench.milp import (
     ModelBuilder,
     SparseModel,
@@ -404,9 +411,9 @@ class Checkmate(Method):
         deadline = Deadline(time_limit)
         parse_backend(params["backend"])
         if budget is None:
-            return MethodResult(Status.UNSUPPORTED, message=(
-                "checkmate minimises duration under a budget; give a budget (a fraction, or an amount) "
-                "rather than 'min'"))
+            # The least peak of the staged space, by bisection on the budget, then the least duration there.
+            return least_peak_by_bisection(
+                graph, lambda b, t: self.solve(graph, b, t, **params), deadline)
         stats = check_fits(graph.n, graph.num_edges, "Checkmate")
         if (short := too_short(stats, deadline)) is not None:
             return short

@@ -26,7 +26,14 @@ from typing import Any
 import numpy as np
 
 from remat_bench.graph import Graph, Number
-from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status
+from remat_bench.methods.base import (
+    Deadline,
+    Method,
+    MethodResult,
+    Param,
+    Status,
+    least_peak_by_bisection,
+)
 from remat_bench.methods.checkmate import CheckmateModel, check_fits, model_stats, too_short
 from remat_bench.milp import parse_backend, solve_milp
 from remat_bench.schedule import Schedule
@@ -176,8 +183,9 @@ class CheckmateLP(Method):
         deadline = Deadline(time_limit)
         parse_backend(params["backend"])
         if budget is None:
-            return MethodResult(Status.UNSUPPORTED, message=(
-                "checkmate-lp minimises duration under a budget; give a budget rather than 'min'"))
+            # The least budget at which the rounding finds a schedule, by bisection on the budget.
+            return least_peak_by_bisection(
+                graph, lambda b, t: self.solve(graph, b, t, **params), deadline)
         stats = check_fits(graph.n, graph.num_edges, "Checkmate LP")
         if (short := too_short(stats, deadline)) is not None:
             return short

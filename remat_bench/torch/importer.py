@@ -36,16 +36,16 @@ base, dead code dropped) and writes what the simulator needs:
   schedule, and the graph's metadata says where (docs/pytorch.md).
 
 The graph's metadata keeps the model spec (model, batch, shapes, seed, task,
-constructor arguments) and the torch version; each node's metadata names its
-FX node (and, for gradient nodes, the parameter). `program_for_graph` re-traces
-the spec and checks that it gives the same nodes, which is how the replay
-re-creates the operators of a graph file.
+input dtype and id range, constructor arguments) and the torch version; each
+node's metadata names its FX node (and, for gradient nodes, the parameter).
+`program_for_graph` re-traces the spec and checks that it gives the same
+nodes, which is how the replay re-creates the operators of a graph file.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,6 +59,7 @@ from remat_bench.graph import Graph, Node
 from remat_bench.torch.program import (
     GRADIENT,
     OP,
+    ExecutionError,
     Executor,
     ModelSpec,
     Program,
@@ -67,6 +68,7 @@ from remat_bench.torch.program import (
     build_program,
     model_spec,
 )
+from remat_bench.torch.zoo import ModelSpecError
 
 DURATIONS = ("flops", "profile")
 WORKSPACES = ("none", "measure")
@@ -83,33 +85,54 @@ def import_model(
     device: str | None = None,
     name: str | None = None,
     workspace: str | None = None,
+    *,
+    task: str | None = None,
+    input_dtype: str | None = None,
+    input_range: int | None = None,
+    model_kwargs: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> Graph:
     """The training graph of ``model`` (a zoo name or ``package.module:factory``) at ``batch``.
 
-    ``input_shape`` is per sample (the zoo gives a default); ``kwargs`` go to
-    the model's constructor. ``durations="profile"`` runs every operator on
-    real tensors (on ``device``, default cpu), so the batch must fit in memory;
-    so does ``workspace="measure"`` (the default with profiled durations; with
-    FLOPs the default is ``"none"``, every workspace 0).
+    ``input_shape`` is per sample (the zoo gives a default). ``task``
+    (``classify``, ``segment``, ``language``, ``regress``; default: the zoo
+    entry's, else chosen from the output) fixes the loss and the labels;
+    ``input_dtype`` the batch's dtype (default int64 for ``language``, else
+    float32); ``input_range`` the number of token ids of integer inputs
+    (default for ``language``: the vocabulary of the logits). ``model_kwargs``
+    and ``kwargs`` go to the model's constructor (``model_kwargs`` for names
+    this function takes itself, such as ``batch``). ``durations="profile"``
+    runs every operator on real tensors (on ``device``, default cpu), so the
+    batch must fit in memory; so does ``workspace="measure"`` (the default
+    with profiled durations; with FLOPs the default is ``"none"``, every
+    workspace 0).
     """
     if durations not in DURATIONS:
         raise GraphError(f"durations must be one of {', '.join(DURATIONS)}, not {durations!r}")
     workspace = workspace or ("measure" if durations == "profile" else "none")
     if workspace not in WORKSPACES:
         raise GraphError(f"workspace must be one of {', '.join(WORKSPACES)}, not {workspace!r}")
+    constructor = dict(model_kwargs or {})
+    twice = sorted(set(constructor) & set(kwargs))
+    if twice:
+        raise ModelSpecError(f"the model's argument {twice[0]!r} is given twice (in model_kwargs and as a keyword)")
+    constructor.update(kwargs)
     spec = model_spec(model, batch=batch, input_shape=tuple(input_shape) if input_shape else None,
-                      seed=seed, **kwargs)
+                      seed=seed, task=task, input_dtype=input_dtype, input_range=input_range,
+                      kwargs=constructor)
     program = build_program(spec)
     dev = torch.device(device or "cpu")
     scratch: list[int] | None = None
-    if durations == "flops":
-        costs = [node_flops(node) for node in program.nodes]
-        if workspace == "measure":
-            scratch = measure_workspace(program, dev)
-    else:
-        costs, measured = profile_costs(program, dev, repeats)
-        scratch = measured if workspace == "measure" else None
+    try:
+        if durations == "flops":
+            costs = [node_flops(node) for node in program.nodes]
+            if workspace == "measure":
+                scratch = measure_workspace(program, dev)
+        else:
+            costs, measured = profile_costs(program, dev, repeats)
+            scratch = measured if workspace == "measure" else None
+    except ExecutionError as exc:  # traced with fake tensors, an operator can still fail on real ones
+        raise ModelSpecError(f"model '{spec.model}' traces, but running it on real tensors fails: {exc}") from None
     graph = program_graph(program, costs, "flops" if durations == "flops" else "ns", scratch, name=name)
     if scratch is not None:
         graph.metadata[METADATA_KEY]["workspace"] = measured_where(dev)

@@ -41,20 +41,36 @@ Nodes nothing needs (dead code) are dropped. A model with a random operator
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import logging
 import operator
+import os
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 import torch
 import torch.fx.traceback as fx_traceback
 import torch.utils._pytree as pytree
-from torch import fx
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch import fx, nn
+from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode, unset_fake_temporarily
 from torch.func import functional_call, functionalize, grad_and_value
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch.nn.modules.lazy import LazyModuleMixin
 
-from remat_bench.torch.zoo import ZOO, ModelSpecError, TrainingStep, build_module, load_factory
+from remat_bench.torch import TORCH_LOG_SWITCHES
+from remat_bench.torch.zoo import (
+    TASKS,
+    ZOO,
+    ModelSpecError,
+    TrainingStep,
+    build_module,
+    load_factory,
+)
 
 OP, GRADIENT, UPDATE = "op", "gradient", "update"
 
@@ -66,12 +82,13 @@ OP, GRADIENT, UPDATE = "op", "gradient", "update"
 class ModelSpec:
     """Everything needed to rebuild a model, its batch and its loss: what the graph's metadata keeps.
 
-    ``input_shape`` and ``label_shape`` are per batch (the batch dimension
-    first). Integer inputs (token ids) lie in ``[0, input_range)``; integer
-    labels in ``[0, label_range)``; float labels (``regress``) are normal.
-    Parameters are initialised by the model's own initialisers after
-    ``torch.manual_seed(seed)``; the batch is drawn from a generator seeded
-    with ``seed + 1``.
+    ``input_shape`` is per sample (the batch dimension is ``batch``);
+    ``label_shape`` is per batch (the batch dimension first). ``kwargs`` go to
+    the model's constructor or factory. Integer inputs (token ids) lie in
+    ``[0, input_range)``; integer labels in ``[0, label_range)``; float labels
+    (``regress``) are normal. Parameters are initialised by the model's own
+    initialisers after ``torch.manual_seed(seed)``; the batch is drawn from a
+    generator seeded with ``seed + 1``.
     """
 
     model: str
@@ -104,13 +121,29 @@ class ModelSpec:
         )
 
 
+# Input dtypes a batch can be drawn in: floats are normal, integers uniform in [0, input_range).
+INPUT_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32")
+# What each task needs of the model's output (`TrainingStep` computes the loss from it).
+TASK_OUTPUTS = {"classify": "(N, C)", "segment": "(N, C, ...)", "language": "(N, T, V)"}
+
+
+def _integer(dtype: str) -> bool:
+    return not getattr(torch, dtype).is_floating_point
+
+
 def model_spec(model: str, batch: int | None = None, input_shape: tuple[int, ...] | None = None,
-               seed: int = 0, **kwargs: Any) -> ModelSpec:
-    """Resolve defaults (zoo input shape, task) and the label shape, from one fake forward pass.
+               seed: int = 0, *, task: str | None = None, input_dtype: str | None = None,
+               input_range: int | None = None, kwargs: dict[str, Any] | None = None) -> ModelSpec:
+    """Resolve defaults (zoo input shape, task, dtype) and the label shape, from one fake forward pass.
 
     ``input_shape`` is per sample (without the batch dimension); a user's own
-    model (``package.module:factory``) needs it.
+    model (``package.module:factory``) needs it. ``task`` defaults to the zoo
+    entry's, else ``auto`` (classify an ``(N, C)`` output, regress any other);
+    ``input_dtype`` to int64 for ``language``, else float32; ``input_range``
+    (the number of token ids) to the vocabulary of a language model's logits,
+    and other integer inputs need it. ``kwargs`` go to the constructor.
     """
+    kwargs = dict(kwargs or {})
     load_factory(model)  # an unknown model or factory is named before anything else
     entry = ZOO.get(model)
     if batch is None:
@@ -124,26 +157,42 @@ def model_spec(model: str, batch: int | None = None, input_shape: tuple[int, ...
         input_shape = entry.input_shape
     if any(d < 1 for d in input_shape):
         raise ModelSpecError(f"the input shape {tuple(input_shape)} has a dimension below 1")
-    task = entry.task if entry is not None else "auto"
-    input_dtype, input_range = "float32", None
-    with FakeTensorMode():
-        module = build_module(model, kwargs)
-        if task == "language":
-            input_dtype = "int64"
-            input_range = module.tok.num_embeddings
-            inputs = torch.zeros((batch, *input_shape), dtype=torch.int64)
-        else:
-            inputs = torch.zeros((batch, *input_shape))
+    if task is None:
+        task = entry.task if entry is not None else "auto"
+    if task not in (*TASKS, "auto"):
+        raise ModelSpecError(f"the task must be one of {', '.join(TASKS)} or auto, not {task!r}")
+    if input_dtype is None:
+        input_dtype = "int64" if task == "language" else "float32"
+    if input_dtype not in INPUT_DTYPES:
+        raise ModelSpecError(f"the input dtype must be one of {', '.join(INPUT_DTYPES)}, not {input_dtype!r}")
+    if input_range is not None and not _integer(input_dtype):
+        raise ModelSpecError(f"a range of input ids (--vocab {input_range}) needs integer inputs "
+                             f"(--input-dtype int64), not {input_dtype}")
+    if input_range is not None and input_range < 1:
+        raise ModelSpecError(f"the range of input ids (--vocab) must be at least 1, not {input_range}")
+    mode = SharedFakeMode()
+    module = build_model(model, kwargs, tuple(input_shape), input_dtype, mode)
+    with mode, _fake_failures_unlogged():
+        inputs = torch.zeros((batch, *input_shape), dtype=getattr(torch, input_dtype))
         try:
             out = module(inputs)
         except Exception as exc:  # the user's model rejects the shape: say so in one sentence
+            hint = ""
+            if not _integer(input_dtype) and "indices" in str(exc):
+                hint = ("; a model that takes token ids needs --input-dtype int64 (--task language "
+                        "implies it)")
             raise ModelSpecError(
-                f"model '{model}' fails on an input of shape {tuple(inputs.shape)}: {type(exc).__name__}: {exc}"
+                f"model '{model}' fails on an input of shape {tuple(inputs.shape)} ({input_dtype}): "
+                f"{type(exc).__name__}: {_first_line(exc)}{hint}"
             ) from None
     if not isinstance(out, torch.Tensor) or not out.is_floating_point():
         raise ModelSpecError(f"model '{model}' must return one floating-point tensor (logits or predictions)")
     if task == "auto":
         task = "classify" if out.dim() == 2 else "regress"
+    if (task == "classify" and out.dim() != 2) or (task == "segment" and out.dim() < 3) or \
+            (task == "language" and out.dim() != 3):
+        raise ModelSpecError(f"task '{task}' needs an output of shape {TASK_OUTPUTS[task]}, but model "
+                             f"'{model}' returns one of shape {tuple(out.shape)}")
     if task == "classify":
         label_shape, label_range = (out.shape[0],), out.shape[1]
     elif task == "segment":
@@ -152,20 +201,155 @@ def model_spec(model: str, batch: int | None = None, input_shape: tuple[int, ...
         label_shape, label_range = tuple(out.shape[:2]), out.shape[2]
     else:
         label_shape, label_range = tuple(out.shape), None
+    if _integer(input_dtype) and input_range is None:
+        if task != "language":
+            raise ModelSpecError(f"model '{model}' takes integer inputs ({input_dtype}): give the range of "
+                                 "their values with --vocab N (e.g. the size of its embedding)")
+        input_range = int(out.shape[2])  # a language model reads ids of the vocabulary it predicts
     return ModelSpec(model=model, batch=batch, input_shape=tuple(int(d) for d in input_shape), task=task,
-                     kwargs=dict(kwargs), input_dtype=input_dtype, input_range=input_range,
+                     kwargs=kwargs, input_dtype=input_dtype, input_range=input_range,
                      label_shape=tuple(int(d) for d in label_shape),
                      label_range=None if label_range is None else int(label_range), seed=seed)
 
 
-def build_step(spec: ModelSpec) -> TrainingStep:
-    """The model with its loss, parameters initialised from ``spec.seed`` (in the current fake or real mode).
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+# ---------------------------------------------------------------------- building the model
+
+
+class SharedFakeMode(FakeTensorMode):
+    """A fake tensor mode that deep copies share instead of duplicating.
+
+    ``Tensor.__deepcopy__`` deep-copies a tensor's Python attributes, and a
+    FakeTensor keeps its mode in one (``fake_mode``): ``copy.deepcopy`` of a
+    module built under a plain FakeTensorMode gives tensors of a *copy* of the
+    mode, and the first operator that meets both fails with "Mixing fake modes
+    NYI". ``nn.TransformerEncoder`` and ``nn.TransformerDecoder`` clone their
+    layer that way (``_get_clones``), as do many users' builders. A mode is the
+    context tensors live in, not their data, so a copy keeps the original.
+    """
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> SharedFakeMode:
+        return self
+
+
+@contextlib.contextmanager
+def _fake_failures_unlogged() -> Iterator[None]:
+    """Keep FakeTensorMode from logging an operator that fails on fake tensors, traceback and all.
+
+    It logs every failing meta kernel at ERROR (18 lines for a wrong
+    ``--input-shape``) and then raises, and the caller says the error in one
+    sentence. A user who asks torch for its logs (TORCH_LOGS ...) still gets it.
+    """
+    if any(os.environ.get(name) for name in TORCH_LOG_SWITCHES):
+        yield
+        return
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    saved = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(saved)
+
+
+@contextlib.contextmanager
+def _building_fake() -> Iterator[None]:
+    """While a model is built with fake tensors: no warning about fake data pointers.
+
+    ``copy.deepcopy`` of a fake tensor reads its data pointer to choose how to
+    copy it, and torch warns about that; the copy itself is right.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
+        yield
+
+
+_UNINITIALIZED_NEW = (nn.parameter.UninitializedParameter.__new__.__code__,
+                      nn.parameter.UninitializedBuffer.__new__.__code__)
+
+
+def _from_lazy_module(exc: BaseException | None) -> bool:
+    """Whether ``exc`` was raised creating a lazy module's uninitialized parameter or buffer."""
+    tb: TracebackType | None = exc.__traceback__ if exc is not None else None
+    while tb is not None:
+        if tb.tb_frame.f_code in _UNINITIALIZED_NEW:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _uninitialized(module: nn.Module) -> bool:
+    return any(isinstance(m, LazyModuleMixin) and m.has_uninitialized_params() for m in module.modules())
+
+
+def _materialize_lazy(module: nn.Module, model: str, input_shape: tuple[int, ...], input_dtype: str) -> None:
+    """Give lazy modules (``nn.LazyLinear`` ...) their shapes: one forward pass on a one-sample batch.
+
+    In eval mode and without gradients, so that it updates no batchnorm
+    statistics and needs no second sample for them. The lazy modules draw
+    their initial values then, after the rest of the model, from the random
+    state `build_step` seeded: the same values on every build.
+    """
+    if not _uninitialized(module):
+        return
+    modes = {m: m.training for m in module.modules()}
+    module.eval()
+    sample = torch.zeros((1, *input_shape), dtype=getattr(torch, input_dtype))
+    try:
+        with torch.no_grad():
+            module(sample)
+    except Exception as exc:
+        raise ModelSpecError(
+            f"model '{model}' has lazy modules, and the forward pass that gives them their shapes fails on "
+            f"an input of shape {tuple(sample.shape)} ({input_dtype}): {type(exc).__name__}: {_first_line(exc)}"
+        ) from None
+    finally:
+        for m, training in modes.items():
+            m.training = training
+    if _uninitialized(module):
+        raise ModelSpecError(f"model '{model}' has lazy modules that its forward pass does not reach, so they "
+                             "have no shape; remove them or give them their input size")
+
+
+def build_model(model: str, kwargs: dict[str, Any], input_shape: tuple[int, ...], input_dtype: str,
+                fake_mode: FakeTensorMode | None = None) -> nn.Module:
+    """The model with its lazy modules materialized; with ``fake_mode``, its tensors are fake ones of it.
+
+    Call it outside any fake mode. ``input_shape`` (per sample) and
+    ``input_dtype`` are what lazy modules are materialized with.
+    """
+    if fake_mode is None:
+        module = build_module(model, kwargs)
+        _materialize_lazy(module, model, input_shape, input_dtype)
+        return module
+    try:
+        with fake_mode, _building_fake():
+            return build_module(model, kwargs)
+    except ModelSpecError as exc:
+        if not _from_lazy_module(exc.__cause__):
+            raise
+    # A lazy module's uninitialized parameter cannot be a fake tensor: build the model with real
+    # tensors (its parameters and one sample's activations), materialize it, copy it into the mode.
+    with unset_fake_temporarily():
+        module = build_module(model, kwargs)
+        _materialize_lazy(module, model, input_shape, input_dtype)
+    with FakeCopyMode(fake_mode):
+        return copy.deepcopy(module)
+
+
+def build_step(spec: ModelSpec, fake_mode: FakeTensorMode | None = None) -> TrainingStep:
+    """The model with its loss, parameters initialised from ``spec.seed`` (fake ones with ``fake_mode``).
 
     The global random state is left as it was.
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
-        step = TrainingStep(build_module(spec.model, spec.kwargs), spec.task)
+        module = build_model(spec.model, spec.kwargs, spec.input_shape, spec.input_dtype, fake_mode)
+        step = TrainingStep(module, spec.task)
     return step.train()
 
 
@@ -173,10 +357,11 @@ def make_batch(spec: ModelSpec, device: torch.device | str = "cpu") -> tuple[tor
     """The input batch and its labels, drawn from a generator seeded with ``spec.seed + 1``."""
     gen = torch.Generator().manual_seed(spec.seed + 1)
     shape = (spec.batch, *spec.input_shape)
-    if spec.input_dtype == "int64":
-        inputs = torch.randint(0, spec.input_range or 2, shape, generator=gen)
+    dtype = getattr(torch, spec.input_dtype)
+    if _integer(spec.input_dtype):
+        inputs = torch.randint(0, spec.input_range or 2, shape, generator=gen, dtype=dtype)
     else:
-        inputs = torch.randn(shape, generator=gen, dtype=getattr(torch, spec.input_dtype))
+        inputs = torch.randn(shape, generator=gen, dtype=dtype)
     if spec.label_range is None:
         labels = torch.randn(spec.label_shape, generator=gen)
     else:
@@ -214,8 +399,9 @@ def trace_step(spec: ModelSpec) -> tuple[fx.GraphModule, list[str], list[str]]:
     of the graph's placeholders (parameters, buffers, inputs, labels). The
     graph returns ``[loss, grad_1, ..., grad_P]``.
     """
-    with FakeTensorMode():
-        step = build_step(spec)
+    mode = SharedFakeMode()
+    step = build_step(spec, mode)
+    with mode:
         inputs, labels = _fake_batch(spec)
         params = {k: p.detach() for k, p in step.named_parameters()}
         buffers = {k: b for k, b in step.named_buffers()}
@@ -234,7 +420,7 @@ def trace_step(spec: ModelSpec) -> tuple[fx.GraphModule, list[str], list[str]]:
         grads, loss = grad_and_value(loss_fn)(param_values, buffer_values, x, y)
         return loss, grads
 
-    with fx_traceback.preserve_node_meta():
+    with fx_traceback.preserve_node_meta(), _fake_failures_unlogged():
         gm = make_fx(functionalize(train_step), tracing_mode="fake")(
             list(params.values()), list(buffers.values()), inputs, labels)
     return gm, names, buffer_names
@@ -326,6 +512,35 @@ def _written_args(node: fx.Node) -> list[fx.Node]:
     return written
 
 
+def _check_id_range(spec: ModelSpec, graph: fx.Graph, inputs: fx.Node) -> None:
+    """Refuse token ids beyond the rows of an embedding that reads them.
+
+    Fake tensors do not check indices, so a ``--vocab`` wider than the
+    model's embedding would trace, and fail only when real operators run
+    (profiling, measuring workspaces, replay).
+    """
+    ids = {inputs}
+    for n in graph.nodes:  # views of the ids (flatten, reshape) are the same ids
+        if n.op == "call_function" and n.args and n.args[0] in ids and _same_storage(n, n.args[0]):
+            ids.add(n)
+    for n in graph.nodes:
+        if n.target is torch.ops.aten.embedding.default and len(n.args) > 1 and n.args[1] in ids:
+            rows = int(n.args[0].meta["val"].shape[0])
+            if spec.input_range is not None and spec.input_range > rows:
+                raise ModelSpecError(
+                    f"model '{spec.model}': its input ids lie in [0, {spec.input_range}) (--vocab), but the "
+                    f"embedding that reads them ('{n.name}') has {rows} rows; give --vocab {rows} or less"
+                )
+
+
+def _same_storage(a: fx.Node, b: Any) -> bool:
+    if not isinstance(b, fx.Node):
+        return False
+    x, y = a.meta.get("val"), b.meta.get("val")
+    return (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
+            and StorageWeakRef(x.untyped_storage()) == StorageWeakRef(y.untyped_storage()))
+
+
 def _is_random(node: fx.Node) -> bool:
     """A seeded random operator; attention with ``dropout_p == 0`` is deterministic and allowed."""
     if torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
@@ -345,9 +560,9 @@ def build_program(spec: ModelSpec) -> Program:
     except ModelSpecError:
         raise
     except Exception as exc:  # the model's own error, or an operator tracing cannot handle
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise ModelSpecError(
-            f"the training step of model '{spec.model}' could not be traced: {type(exc).__name__}: {first_line}"
+            f"the training step of model '{spec.model}' could not be traced: {type(exc).__name__}: "
+            f"{_first_line(exc)}"
         ) from exc
     graph = gm.graph
     order = {n: i for i, n in enumerate(graph.nodes)}
@@ -359,6 +574,8 @@ def build_program(spec: ModelSpec) -> Program:
     if len(roles) != len(placeholder_nodes):
         raise RuntimeError(f"traced {len(placeholder_nodes)} placeholders for {len(roles)} arguments")
     placeholders = {n.name: role for n, role in zip(placeholder_nodes, roles)}
+    if spec.input_range is not None:
+        _check_id_range(spec, graph, placeholder_nodes[-2])
     fixed_bytes = {"parameters": 0, "buffers": 0, "inputs": 0, "constants": 0}
     # Storage -> the FX node that allocated it (None: a placeholder or constant, i.e. fixed memory).
     owner: dict[StorageWeakRef, fx.Node | None] = {}
@@ -616,6 +833,11 @@ class Executor:
             n: fx.node.map_aggregate((n.args, n.kwargs), lambda a: device if isinstance(a, torch.device) else a)
             for n in program.gm.graph.nodes if n.op == "call_function"
         }
+        # The storage bytes the graph counts for each output of an op node, as traced.
+        self._counted = {
+            i: [_nbytes(t) if isinstance(t, torch.Tensor) else None for t in pytree.tree_leaves(node.fx.meta.get("val"))]
+            for i, node in enumerate(program.nodes) if node.role == OP
+        }
 
     def _read(self, n: fx.Node, local: dict[fx.Node, Any]) -> Any:
         if n in local:
@@ -654,10 +876,32 @@ class Executor:
                 local: dict[fx.Node, Any] = {}
                 for a in node.aliases:
                     local[a] = self._call(a, local)
-                self.values[i] = self._call(node.fx, local)
+                value = self._call(node.fx, local)
+                self.values[i] = self._compact(i, value) if node.role == OP else value
         except Exception as exc:
             raise ExecutionError(f"node '{node.id}' ({node.fx.target if node.fx is not None else 'gradient'}) "
                                  f"failed on {self.state.device}: {exc}") from exc
+
+    def _compact(self, i: int, value: Any) -> Any:
+        """``value`` with every output held in no more storage than the graph counts for it.
+
+        Some CPU kernels return a small result inside the larger buffer they
+        computed it in: ``mse_loss`` returns its scalar in the storage of the
+        elementwise squares, which would stay resident as long as the loss,
+        while the fake tensors (and the graph) count 4 bytes. Such an output is
+        copied out, and the buffer is freed at the end of the step: scratch
+        memory of the operator, which `measure_workspace` measures into its
+        workspace like any other.
+        """
+        leaves, tree = pytree.tree_flatten(value)
+        counted = self._counted[i]
+        oversized = [k for k, t in enumerate(leaves) if isinstance(t, torch.Tensor) and k < len(counted)
+                     and counted[k] is not None and _nbytes(t) > counted[k]]
+        if not oversized:
+            return value
+        for k in oversized:
+            leaves[k] = leaves[k].clone()
+        return pytree.tree_unflatten(leaves, tree)
 
     def free(self, i: int) -> None:
         del self.values[i]

@@ -323,7 +323,11 @@ def build_module(model: str, kwargs: dict[str, Any]) -> nn.Module:
     try:
         module = factory(**kwargs)
     except TypeError as exc:
-        raise ModelSpecError(f"model '{model}' cannot be built with {kwargs}: {exc}") from None
+        raise ModelSpecError(f"model '{model}' cannot be built with {kwargs}: {exc}") from exc
+    except Exception as exc:  # chained: the caller tells a lazy module's failure under fake tensors by it
+        text = str(exc).strip()
+        raise ModelSpecError(f"model '{model}' cannot be built with {kwargs}: {type(exc).__name__}: "
+                             f"{text.splitlines()[0] if text else ''}") from exc
     if not isinstance(module, nn.Module):
         raise ModelSpecError(f"model '{model}': the factory returned {type(module).__name__}, not an nn.Module")
     return module

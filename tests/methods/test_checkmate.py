@@ -109,11 +109,20 @@ def test_refuses_a_model_that_would_not_fit():
         check_fits(100_000, 250_000, "Checkmate")
 
 
-def test_budget_min_is_unsupported():
-    g = random_graph(1)
+@pytest.mark.parametrize("seed", range(6))
+def test_budget_min_finds_the_least_staged_peak_and_the_least_duration_there(seed):
+    g = random_graph(seed)
+    low, high = memory_floor(g).amount, baseline(g).peak
+    least = next(b for b in range(low, high + 1) if staged_optimum(g, b) is not None)
     method = Checkmate()
-    r = method.solve(g, None, 10, **method.parse_params({}))
-    assert r.status.value == "unsupported"
+    r = method.solve(g, None, 60, **method.parse_params({}))
+    assert r.stats["least_peak"] == r.stats["least_peak_lower"] == least and r.stats["least_peak_proven"]
+    assert r.status.value == "optimal" and r.objective == staged_optimum(g, least)
+    assert simulate(g, r.schedule).peak <= least
+    lp = CheckmateLP()
+    rounded = lp.solve(g, None, 60, **lp.parse_params({}))
+    assert rounded.status.found_schedule and simulate(g, rounded.schedule).peak == rounded.stats["least_peak"]
+    assert rounded.stats["least_peak"] >= least
 
 
 def test_large_models_stop_at_the_time_limit_and_keep_the_incumbent():
