@@ -1,9 +1,15 @@
 """Charts of sweep results and schedules: tradeoff, scaling, timeline, intervals.
 
 Every chart is a plain function that takes a results table or simulated
-schedules and writes one image, PNG or SVG (or PDF) by the file's suffix. The
-figures are built with `matplotlib.figure.Figure` directly, never through
+schedules and returns a `matplotlib.figure.Figure` (``tradeoff_figure`` ...),
+and a thin one of the chart's name writes it as PNG or SVG (or PDF) by the
+file's suffix. The figures are built with `Figure` directly, never through
 pyplot's global state, so they render headless (Agg) and from threads.
+
+Where methods agree, no series hides another: identical series share one line
+in alternating colours and are named ("greedy = checkmate"), points at
+(nearly) one place are spread sideways in page units, and distinct timeline
+lines are stacked a line width apart; each chart says which it did.
 
 Each method keeps one colour and one marker in every chart: the methods of
 docs/design.md's table take fixed places, and any other registered method (a
@@ -14,29 +20,35 @@ method (a parameter grid) share its colour and differ by line style.
   the step line is the running minimum over budgets (a schedule that fits a
   budget fits every larger one), so it shows the best overhead each method
   reached at or below each budget. Budgets where a method found nothing are
-  left empty.
-- `scaling`: solve time against graph size, log-log, with each time limit
-  dashed and runs killed at the limit marked with a cross.
+  left empty; a panel where nothing was found says so, and how runs ended.
+- `scaling`: solve time against graph size, log-log (ticks as plain numbers),
+  with each time limit dashed and runs killed at the limit marked with a cross.
 - `timeline`: memory at every step of one or more schedules of one graph,
-  with the budget and the baseline peak.
+  with the budget (black, dashed: no method's colour) and the baseline peak.
 - `intervals`: when each value is resident over one schedule, one row per
   node, as in Figure 3 of the Moccasin paper (Bartan et al., ICML 2023):
-  first computations in the method's colour, recomputations in red.
+  first computations in blue, recomputations in orange.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
+from matplotlib import ticker
+from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
+from matplotlib.legend_handler import HandlerTuple
 from matplotlib.lines import Line2D
+from matplotlib.transforms import offset_copy
 
 from remat_bench.errors import RematBenchError
 from remat_bench.graph import Graph, Number
@@ -54,9 +66,21 @@ PALETTE = ("#7f7f7f", "#8c564b", "#1f77b4", "#ff7f0e", "#2ca02c", "#98df8a", "#d
            "#c49c94", "#dbdb8d", "#9edae5", "#393b79")
 MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p")
 LINESTYLES = ("-", "--", ":", "-.")
+# Reserved for lines that are not a method's (the budget): only the bound, which never draws a series, shares it.
+NEUTRAL = "#000000"
+# Series that coincide: points at (nearly) one place are spread this far apart sideways (a marker's width),
+# timeline lines that differ are drawn this far apart vertically (one line width, so equal stretches
+# lie side by side), and identical series alternate colours along dashes this long (in line widths).
+DODGE_PT = 4.5
+NEAR = 0.02  # points closer than this fraction of the y span overlap on the page, markers being about that tall
+LINE_GAP_PT = 1.2
+DASH = 3.0
 # Intervals show one schedule, so they use two fixed colours rather than the method's.
 FIRST_COLOUR = "#3b75af"
 RECOMPUTE_COLOUR = "#e8702a"
+
+
+K = TypeVar("K")
 
 
 class ChartError(RematBenchError):
@@ -72,15 +96,27 @@ def method_style(method: str) -> dict[str, str]:
         slot = order.index(method)
     else:  # a method no longer registered (old results): a stable place after the known ones
         slot = len(order) + int(hashlib.sha1(method.encode()).hexdigest(), 16) % len(PALETTE)
-    return {"color": PALETTE[slot % len(PALETTE)], "marker": MARKERS[slot % len(MARKERS)]}
+    colour = PALETTE[slot % len(PALETTE)]
+    if colour == NEUTRAL and method != "bound":  # a plugin that wrapped around: the budget line's black stays unique
+        colour = PALETTE[(slot + 1) % len(PALETTE)]
+    return {"color": colour, "marker": MARKERS[slot % len(MARKERS)]}
+
+
+def image_format(path: str | Path) -> str:
+    """The format ``path``'s suffix names, or a ChartError saying what is wrong with it as an image path."""
+    path = Path(path)
+    if path.is_dir():
+        raise ChartError(f"{path} is a folder; give an image file ending in {', '.join(FORMATS)}")
+    fmt = FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise ChartError(f"{path}: charts are written as {', '.join(FORMATS)}; choose one of those suffixes")
+    return fmt
 
 
 def save(fig: Figure, path: str | Path) -> Path:
     """Write ``fig`` atomically in the format its suffix names."""
     path = Path(path)
-    fmt = FORMATS.get(path.suffix.lower())
-    if fmt is None:
-        raise ChartError(f"{path}: charts are written as {', '.join(FORMATS)}; choose one of those suffixes")
+    fmt = image_format(path)
     buffer = io.BytesIO()
     fig.savefig(buffer, format=fmt, dpi=150, bbox_inches="tight")
     atomic_write_bytes(path, buffer.getvalue())
@@ -115,11 +151,114 @@ def _legend_handles(frame: pd.DataFrame, labels: Sequence[str]) -> list[Line2D]:
     return handles
 
 
+def _interleaved(draw: Any, args: Sequence[Any], colours: Sequence[str], **kw: Any) -> list[Line2D]:
+    """``draw(*args)`` (ax.step, ax.plot) once per colour, the colours taking turns along the one path.
+
+    Each copy is dashed with one dash on and the others' dashes off, shifted by one
+    dash per copy, so identical series show every colour instead of the last one
+    drawn covering the rest. One colour: a plain line.
+    """
+    if len(colours) == 1:
+        return list(draw(*args, color=colours[0], **kw))
+    k = len(colours)
+    lines: list[Line2D] = []
+    for i, colour in enumerate(colours):
+        # Copy i is on over [i, i+1) dashes of every k: its pattern starts (k - i) dashes in.
+        style = (((k - i) % k) * DASH, (DASH, (k - 1) * DASH))
+        lines.extend(draw(*args, color=colour, **{**kw, "linestyle": style}))
+    return lines
+
+
+def _identical_groups(series: dict[K, tuple[np.ndarray, np.ndarray]]) -> list[list[K]]:
+    """The keys of ``series`` grouped by equal (x, y) arrays, in the order given."""
+    groups: list[list[K]] = []
+    for key, (x, y) in series.items():
+        for group in groups:
+            gx, gy = series[group[0]]
+            if np.array_equal(gx, x) and np.array_equal(gy, y):
+                group.append(key)
+                break
+        else:
+            groups.append([key])
+    return groups
+
+
+def _status_note(runs: pd.DataFrame) -> str:
+    """Per method, how its runs ended: ``chen: 3 no_solution, 1 timeout``."""
+    lines = []
+    for method in sorted(dict.fromkeys(runs["method"]), key=lambda m: (_design_rank(m), m)):
+        counts = runs.loc[runs["method"] == method, "status"].fillna("unknown").value_counts(sort=True)
+        lines.append(f"{method}: " + ", ".join(f"{n} {status}" for status, n in counts.items()))
+    return "\n".join(lines)
+
+
+def _design_rank(method: str) -> int:
+    return DESIGN_METHODS.index(method) if method in DESIGN_METHODS else len(DESIGN_METHODS)
+
+
+# ---------------------------------------------------------------------- selection
+
+
+def select_runs(frame: pd.DataFrame, folder: str | Path, graph: str | None = None,
+                methods: Sequence[str] = (), need_schedule: bool = False) -> pd.DataFrame:
+    """The rows of ``graph`` and ``methods`` (method names or labels), or a ChartError naming what is missing.
+
+    An unknown name is named with its nearest match among those in the results
+    (a typo is the usual cause) and the list of what is there. With
+    ``need_schedule`` (timeline, intervals), also refuse a choice none of whose
+    runs saved a schedule, saying how those runs ended.
+    """
+    from remat_bench.sweep.results import labels, succeeded
+
+    graphs = list(dict.fromkeys(frame["graph"]))
+    if graph is not None and graph not in graphs:
+        raise ChartError(f"{folder}: no graph named '{graph}' in the results{_did_you_mean(graph, graphs)}; "
+                         f"they are {', '.join(graphs)}")
+    present = sorted(dict.fromkeys(frame["method"]), key=lambda m: (_design_rank(m), m))
+    names = labels(frame)
+    for method in methods:
+        if method not in present and method not in set(names):
+            known = [*present, *dict.fromkeys(n for n in names if n not in present)]
+            raise ChartError(f"{folder}: no runs of method '{method}'{_did_you_mean(method, known)}; its methods "
+                             f"are {', '.join(present)}")
+    keep = pd.Series(True, index=frame.index)
+    if graph is not None:
+        keep &= frame["graph"] == graph
+    if methods:
+        keep &= frame["method"].isin(methods) | names.isin(methods)
+    chosen = frame[keep]
+    if need_schedule and methods:
+        saved = succeeded(chosen) & chosen["schedule"].notna() if "schedule" in chosen else succeeded(chosen)
+        if not saved.any():
+            where = f" on graph '{graph}'" if graph is not None else ""
+            ended = chosen["status"].fillna("unknown").value_counts()
+            raise ChartError(f"{folder}: no run of {', '.join(methods)}{where} saved a schedule within its budget "
+                             f"({', '.join(f'{n} {status}' for status, n in ended.items())})")
+    return chosen
+
+
+def _did_you_mean(name: str, known: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
 # ---------------------------------------------------------------------- tradeoff
 
 
 def tradeoff(frame: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
-    """Overhead (%) against budget (fraction of the baseline peak), one panel per graph."""
+    """Write `tradeoff_figure` to ``path``."""
+    return save(tradeoff_figure(frame, title), path)
+
+
+def tradeoff_figure(frame: pd.DataFrame, title: str | None = None) -> Figure:
+    """Overhead (%) against budget (fraction of the baseline peak), one panel per graph.
+
+    Where methods meet, nothing is hidden: points at the same place are spread
+    sideways by a few points (the data do not move: the spread is in page units),
+    series that are identical throughout share one line in alternating colours
+    and are named under the panel's title ("greedy = checkmate"), and a panel
+    where no run found a schedule says so and how each method's runs ended.
+    """
     frame = _labelled(frame)
     usable = frame[frame["ok"] & frame["budget_fraction"].notna() & frame["overhead_pct"].notna()]
     if usable.empty:
@@ -130,26 +269,41 @@ def tradeoff(frame: pd.DataFrame, path: str | Path, title: str | None = None) ->
     fig = Figure(figsize=(5.2 * cols, 3.8 * rows + 0.8), layout="constrained")
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
     order = _label_order(frame)
+    spread = identical = False
     for ax, graph in zip(axes, graphs):
         mine = usable[usable["graph"] == graph]
         fractions = frame.loc[frame["graph"] == graph, "budget_fraction"].dropna()
+        best = {}
         for label in order:
             runs = mine[mine["label"] == label]
-            if runs.empty:
-                continue
-            style = method_style(runs["method"].iloc[0])
-            best = runs.groupby("budget_fraction")["overhead_pct"].min().sort_index()
-            x = best.index.to_numpy(dtype=float)
-            y = best.to_numpy(dtype=float)
-            ax.scatter(x, y, color=style["color"], marker=style["marker"], s=22, zorder=3)
+            if not runs.empty:
+                b = runs.groupby("budget_fraction")["overhead_pct"].min().sort_index()
+                best[label] = (b.index.to_numpy(dtype=float), b.to_numpy(dtype=float))
+        style = {label: method_style(mine.loc[mine["label"] == label, "method"].iloc[0]) for label in best}
+        linestyle = {label: mine.loc[mine["label"] == label, "linestyle"].iloc[0] for label in best}
+        spread |= _spread_points(ax, fig, best, {
+            label: {"color": s["color"], "marker": s["marker"], "s": 22, "zorder": 3} for label, s in style.items()})
+        groups = _identical_groups(best)
+        for group in groups:
+            x, y = best[group[0]]
             running = np.minimum.accumulate(y)
             # Carry the last value to the largest budget of the panel: it still fits there.
             if len(fractions) and fractions.max() > x[-1]:
                 x, running = np.append(x, fractions.max()), np.append(running, running[-1])
-            ax.step(x, running, where="post", color=style["color"], linestyle=runs["linestyle"].iloc[0],
-                    linewidth=1.4, alpha=0.85)
+            _interleaved(ax.step, (x, running), [style[label]["color"] for label in group], where="post",
+                         linewidth=1.4, alpha=0.85, linestyle=linestyle[group[0]])
+        # Named under the panel's title, where the note cannot cover data.
+        same = "; ".join(" = ".join(group) for group in groups if len(group) > 1)
+        identical |= bool(same)
+        if mine.empty:
+            # A blank panel reads as a drawing fault: say that the runs ended without a schedule, and how.
+            theirs = frame[frame["graph"] == graph]
+            what = ("no schedule at a fractional budget" if theirs["ok"].any() else "no schedule within budget")
+            ax.text(0.5, 0.5, f"{what}\n{_status_note(theirs)}", transform=ax.transAxes, ha="center",
+                    va="center", fontsize=9, color="#555555")
+            ax.set_yticks([])  # no overhead was measured: an overhead scale would be made up
         nodes = frame.loc[frame["graph"] == graph, "nodes"].iloc[0]
-        ax.set_title(f"{graph} ({nodes} nodes)", fontsize=10)
+        ax.set_title(f"{graph} ({nodes} nodes)" + (f"\n{same}: identical" if same else ""), fontsize=10)
         ax.set_xlabel("budget (fraction of the baseline peak)")
         ax.set_ylabel("overhead (% of baseline duration)")
         if len(fractions):
@@ -158,17 +312,112 @@ def tradeoff(frame: pd.DataFrame, path: str | Path, title: str | None = None) ->
         ax.grid(True, alpha=0.3)
     for ax in axes[len(graphs):]:
         ax.set_visible(False)
+    notes = [*(["points at (nearly) one place are spread sideways"] if spread else []),
+             *(["identical series share one line in alternating colours"] if identical else [])]
     fig.legend(handles=_legend_handles(frame, [lab for lab in order if lab in set(usable["label"])]),
-               loc="outside lower center", ncols=min(6, len(order)), fontsize=9, frameon=False)
+               loc="outside lower center", ncols=min(6, len(order)), fontsize=9, frameon=False,
+               title="; ".join(notes) or None, title_fontsize=8)
     fig.suptitle(title or "Overhead against budget (line: best at or below each budget)")
-    return save(fig, path)
+    return fig
+
+
+def _spread_points(ax: Axes, fig: Figure, points: dict[str, tuple[np.ndarray, np.ndarray]],
+                   scatter: dict[str, dict[str, Any]], log: bool = False) -> bool:
+    """Scatter each label's points with its ``scatter`` keywords; True if any had to be spread.
+
+    Points of one x (a budget, a graph size) whose y are within `NEAR` of the
+    y span of all points (on a log scale with ``log``) would sit on one another
+    on the page, so they are spread sideways, `DODGE_PT` apart in page units
+    (the data stay put), in the order of ``points``.
+    """
+    entries = [(label, i, float(x[i]), float(y[i])) for label, (x, y) in points.items() for i in range(len(x))]
+    height = {(label, i): math.log10(max(yi, 1e-300)) if log else yi for label, i, _, yi in entries}
+    span = (max(height.values()) - min(height.values())) if height else 0.0
+    shift = {(label, i): 0.0 for label, i, _, _ in entries}
+    for xi in {xi for _, _, xi, _ in entries}:
+        column = sorted((height[(label, i)], n, (label, i)) for n, (label, i, x, _) in enumerate(entries) if x == xi)
+        clusters: list[list[tuple[int, tuple[str, int]]]] = []
+        for k, (h, n, key) in enumerate(column):
+            if k and h - column[k - 1][0] <= NEAR * span:
+                clusters[-1].append((n, key))
+            else:
+                clusters.append([(n, key)])
+        for cluster in clusters:
+            # One slot per label, in the order given (not by height): a label's own points may share one.
+            slots = list(dict.fromkeys(key[0] for _, key in sorted(cluster)))
+            for _, key in cluster:
+                shift[key] = (slots.index(key[0]) - (len(slots) - 1) / 2) * DODGE_PT
+    for label, (x, y) in points.items():
+        offsets = np.array([shift[(label, i)] for i in range(len(x))])
+        # One scatter per shift: the shift is in points, applied after the data transform.
+        for dx in np.unique(offsets):
+            pick = offsets == dx
+            ax.scatter(x[pick], y[pick], **scatter[label],
+                       transform=offset_copy(ax.transData, fig=fig, x=float(dx), y=0, units="points"))
+        # Shifted collections do not take part in autoscaling: give the axes the true data.
+        ax.update_datalim(np.column_stack([x, y]))
+    ax.autoscale_view()
+    return any(shift.values())
 
 
 # ---------------------------------------------------------------------- scaling
 
 
+class PlainLogLocator(ticker.Locator):
+    """Log-axis ticks at 1-2-5 (or 1..9, or 1) times powers of ten: the densest set with at most ``most`` in view.
+
+    Matplotlib's default labels a log axis that spans less than a decade or two
+    with minor ticks in scientific notation ("8x10^1 9x10^1 10^2"); these ticks
+    are read as plain numbers instead (see `plain_number`).
+    """
+
+    def __init__(self, most: int = 7) -> None:
+        self.most = most
+
+    def __call__(self) -> np.ndarray:
+        vmin, vmax = self.axis.get_view_interval()
+        return self.tick_values(vmin, vmax)
+
+    def tick_values(self, vmin: float, vmax: float) -> np.ndarray:
+        vmin, vmax = sorted((float(vmin), float(vmax)))
+        if not (vmax > 0 and math.isfinite(vmax)):
+            return np.array([])
+        vmin = max(vmin, vmax * 1e-12)  # a log axis has no zero
+        decades = range(math.floor(math.log10(vmin)), math.ceil(math.log10(vmax)) + 1)
+        ticks: list[float] = []
+        for subs in ((1, 2, 3, 4, 5, 6, 7, 8, 9), (1, 2, 5), (1,)):
+            ticks = [float(f"{s * 10.0 ** e:.12g}") for e in decades for s in subs]
+            ticks = [t for t in ticks if vmin * (1 - 1e-9) <= t <= vmax * (1 + 1e-9)]
+            if len(ticks) <= self.most:
+                break
+        else:  # very many decades: every second (third, ...) one
+            ticks = ticks[::math.ceil(len(ticks) / self.most)]
+        if len(ticks) < 2:  # within one step of 1..9 (say 81 to 89): plain linear steps
+            ticks = [t for t in ticker.MaxNLocator(nbins=3).tick_values(vmin, vmax) if vmin <= t <= vmax and t > 0]
+        return np.asarray(ticks)
+
+
+def plain_number(value: float, pos: int | None = None) -> str:
+    """``1000``, ``50``, ``0.002``: no exponent, no trailing zeros."""
+    return np.format_float_positional(float(f"{value:.6g}"), trim="-")
+
+
+def _plain_log_axis(axis: Any) -> None:
+    axis.set_major_locator(PlainLogLocator())
+    axis.set_major_formatter(ticker.FuncFormatter(plain_number))
+    axis.set_minor_formatter(ticker.NullFormatter())  # minor ticks stay as grid lines, unlabelled
+
+
 def scaling(frame: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
-    """Solve time (s) against nodes, log-log; time limits dashed, runs killed at the limit crossed."""
+    """Write `scaling_figure` to ``path``."""
+    return save(scaling_figure(frame, title), path)
+
+
+def scaling_figure(frame: pd.DataFrame, title: str | None = None) -> Figure:
+    """Solve time (s) against nodes, log-log; time limits dashed, runs killed at the limit crossed.
+
+    Coinciding points and identical series are drawn as in `tradeoff_figure`.
+    """
     frame = _labelled(frame)
     frame = frame[frame["status"] != "unsupported"]
     if frame.empty or frame["nodes"].nunique() < 1:
@@ -176,29 +425,45 @@ def scaling(frame: pd.DataFrame, path: str | Path, title: str | None = None) -> 
     fig = Figure(figsize=(7.5, 5.2), layout="constrained")
     ax = fig.subplots()
     order = _label_order(frame)
+    medians: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    killed: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    ended: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    style: dict[str, dict[str, str]] = {}
+    linestyle: dict[str, str] = {}
     for label in order:
         runs = frame[frame["label"] == label]
-        style = method_style(runs["method"].iloc[0])
+        style[label], linestyle[label] = method_style(runs["method"].iloc[0]), runs["linestyle"].iloc[0]
         ok = runs[runs["ok"] & runs["solve_time_s"].notna()]
         if not ok.empty:
             median = ok.groupby("nodes")["solve_time_s"].median().sort_index()
-            ax.plot(median.index.to_numpy(dtype=float), np.maximum(median.to_numpy(dtype=float), 1e-4),
-                    color=style["color"], marker=style["marker"], linestyle=runs["linestyle"].iloc[0],
-                    markersize=5)
-        killed = runs[runs["status"] == "timeout"]
-        if not killed.empty:
-            ax.scatter(killed["nodes"].astype(float), killed["time_limit"].astype(float), marker="x", s=60,
-                       color=style["color"], zorder=4)
+            medians[label] = (median.index.to_numpy(dtype=float), np.maximum(median.to_numpy(dtype=float), 1e-4))
+        timeouts = runs.loc[runs["status"] == "timeout", ["nodes", "time_limit"]].astype(float).drop_duplicates()
+        if not timeouts.empty:
+            killed[label] = (timeouts["nodes"].to_numpy(), timeouts["time_limit"].to_numpy())
         other = runs[~runs["ok"] & (runs["status"] != "timeout") & runs["solve_time_s"].notna()]
+        other = other[["nodes", "solve_time_s"]].astype(float).drop_duplicates()
         if not other.empty:
-            ax.scatter(other["nodes"].astype(float), np.maximum(other["solve_time_s"].astype(float), 1e-4),
-                       marker=style["marker"], facecolors="none", edgecolors=style["color"], s=30, zorder=3)
+            ended[label] = (other["nodes"].to_numpy(), np.maximum(other["solve_time_s"].to_numpy(), 1e-4))
+    groups = _identical_groups(medians)
+    for group in groups:
+        _interleaved(ax.plot, medians[group[0]], [style[label]["color"] for label in group],
+                     linestyle=linestyle[group[0]])
+    spread = _spread_points(ax, fig, medians, {
+        label: {"color": s["color"], "marker": s["marker"], "s": 25, "zorder": 3} for label, s in style.items()},
+        log=True)
+    spread |= _spread_points(ax, fig, killed, {
+        label: {"color": s["color"], "marker": "x", "s": 60, "zorder": 4} for label, s in style.items()}, log=True)
+    spread |= _spread_points(ax, fig, ended, {
+        label: {"facecolors": "none", "edgecolors": s["color"], "marker": s["marker"], "s": 30, "zorder": 3}
+        for label, s in style.items()}, log=True)
     for limit in sorted(frame["time_limit"].dropna().unique()):
         ax.axhline(float(limit), color="#555555", linestyle="--", linewidth=1)
         ax.annotate(f"time limit {float(limit):g} s", (0.01, float(limit)), xycoords=("axes fraction", "data"),
                     textcoords="offset points", xytext=(0, 3), fontsize=8, color="#555555")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    _plain_log_axis(ax.xaxis)
+    _plain_log_axis(ax.yaxis)
     ax.set_xlabel("graph size (nodes)")
     ax.set_ylabel("solve time (s)")
     ax.grid(True, which="both", alpha=0.25)
@@ -207,9 +472,12 @@ def scaling(frame: pd.DataFrame, path: str | Path, title: str | None = None) -> 
         Line2D([], [], color="#555555", marker="x", linestyle="", label="killed at the time limit"),
         Line2D([], [], color="#555555", marker="o", markerfacecolor="none", linestyle="",
                label="ended without a schedule")]
-    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    notes = [*(f"{' = '.join(group)}: identical" for group in groups if len(group) > 1),
+             *(["points at (nearly) one place\nare spread sideways"] if spread else [])]
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+              title="\n".join(notes) or None, title_fontsize=8, alignment="left")
     ax.set_title(title or "Solve time against graph size (median of successful runs)")
-    return save(fig, path)
+    return fig
 
 
 # ---------------------------------------------------------------------- timeline
@@ -231,7 +499,22 @@ def _amount(value: float) -> str:
 
 def timeline(graph: Graph, schedules: Sequence[tuple[str, Schedule]], path: str | Path,
              budget: Number | None = None, title: str | None = None) -> Path:
-    """Memory at every step of each schedule (label, schedule), overlaid, with the budget line."""
+    """Write `timeline_figure` to ``path``."""
+    return save(timeline_figure(graph, schedules, budget, title), path)
+
+
+def timeline_figure(graph: Graph, schedules: Sequence[tuple[str, Schedule]], budget: Number | None = None,
+                    title: str | None = None) -> Figure:
+    """Memory at every step of each schedule (label, schedule), overlaid, with the budget line.
+
+    Schedules often share stretches of memory (their first steps, or all of it:
+    greedy's schedule is checkmate's on a chain), and a line drawn later would
+    hide the earlier one there. So schedules with the same memory at every step
+    share one line in alternating colours, labelled "greedy = checkmate
+    (identical)", and the distinct lines are drawn `LINE_GAP_PT` apart vertically
+    (page units, stated in the legend) so that equal stretches lie side by
+    side. The budget is a black dashed line, a colour no method has.
+    """
     if not schedules:
         raise ChartError(f"no schedule of graph '{graph.name}' to draw")
     base = baseline(graph)
@@ -245,28 +528,55 @@ def timeline(graph: Graph, schedules: Sequence[tuple[str, Schedule]], path: str 
     scale, ylabel = _memory_scale(graph, top)
     fig = Figure(figsize=(9, 4.6), layout="constrained")
     ax = fig.subplots()
+    # Keyed by position: two schedules may carry one label (two files of one method).
+    series: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    colour: dict[int, str] = {}
+    linestyle: dict[int, str] = {}
     seen: dict[str, int] = {}
-    for label, schedule, sim in sims:
+    for i, (label, schedule, sim) in enumerate(sims):
         method = schedule.method or label
-        style = method_style(method)
+        colour[i] = method_style(method)["color"]
         variant = seen[method] = seen.get(method, -1) + 1  # variants of one method: same colour, new line style
+        linestyle[i] = LINESTYLES[variant % len(LINESTYLES)]
         steps = np.arange(sim.num_steps + 1)
-        memory = np.append(sim.step_memory, sim.step_memory[-1] if sim.num_steps else 0) / scale
-        ax.step(steps, memory, where="post", color=style["color"], linewidth=1.2,
-                linestyle=LINESTYLES[variant % len(LINESTYLES)],
-                label=f"{label}: peak {_amount(sim.peak / scale)}, {sim.num_steps} steps")
+        series[i] = (steps, np.append(sim.step_memory, sim.step_memory[-1] if sim.num_steps else 0) / scale)
+    groups = _identical_groups(series)
+    handles: list[Any] = []
+    names: list[str] = []
+    for slot, group in enumerate(groups):
+        # First group on top; the middle of the stack stays on the true value.
+        shift = ((len(groups) - 1) / 2 - slot) * LINE_GAP_PT
+        lines = _interleaved(ax.step, series[group[0]], [colour[i] for i in group], where="post",
+                             linewidth=1.2, linestyle=linestyle[group[0]],
+                             transform=offset_copy(ax.transData, fig=fig, x=0, y=shift, units="points"))
+        # Lines under an offset transform do not take part in autoscaling: give the axes their true data.
+        ax.update_datalim(np.column_stack(series[group[0]]))
+        sim = sims[group[0]][2]
+        same = " = ".join(sims[i][0] for i in group) + (" (identical)" if len(group) > 1 else "")
+        handles.append(tuple(lines) if len(lines) > 1 else lines[0])
+        names.append(f"{same}: peak {_amount(sim.peak / scale)}, {sim.num_steps} steps")
     if budget is not None:
-        ax.axhline(budget / scale, color="#d62728", linestyle="--", linewidth=1.2,
-                   label=f"budget {_amount(budget / scale)}")
-    ax.axhline(base.peak / scale, color="#555555", linestyle=":", linewidth=1.2,
-               label=f"baseline peak {_amount(base.peak / scale)}")
+        handles.append(ax.axhline(budget / scale, color=NEUTRAL, linestyle="--", linewidth=1.4))
+        names.append(f"budget {_amount(budget / scale)}")
+    handles.append(ax.axhline(base.peak / scale, color="#555555", linestyle=":", linewidth=1.2))
+    names.append(f"baseline peak {_amount(base.peak / scale)}")
+    for line, name in zip(handles, names):
+        for part in line if isinstance(line, tuple) else (line,):
+            part.set_label(name)
+    ax.autoscale_view()
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel)
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    note = None
+    if len(groups) > 1:
+        note = (f"lines drawn {LINE_GAP_PT:g} pt apart (at most {(len(groups) - 1) / 2 * LINE_GAP_PT:g} pt\n"
+                "off their value) so that equal stretches stay visible")
+    # ndivide=1: the copies of an identical series overlap in their legend entry, alternating as in the chart.
+    ax.legend(handles, names, handler_map={tuple: HandlerTuple(ndivide=1, pad=0)}, fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), frameon=False, title=note, title_fontsize=7, alignment="left")
     ax.set_title(title or f"{graph.name}: memory at every step")
-    return save(fig, path)
+    return fig
 
 
 # ---------------------------------------------------------------------- intervals
@@ -291,6 +601,11 @@ def retention_intervals(graph: Graph, schedule: Schedule) -> tuple[np.ndarray, n
 
 
 def intervals(graph: Graph, schedule: Schedule, path: str | Path, title: str | None = None) -> Path:
+    """Write `intervals_figure` to ``path``."""
+    return save(intervals_figure(graph, schedule, title), path)
+
+
+def intervals_figure(graph: Graph, schedule: Schedule, title: str | None = None) -> Figure:
     """One row per node, one bar per stay in memory over the steps of ``schedule``."""
     sim = simulate(graph, schedule)
     if not sim.valid:
@@ -317,4 +632,4 @@ def intervals(graph: Graph, schedule: Schedule, path: str | Path, title: str | N
     method = schedule.method or "schedule"
     ax.set_title(title or f"{graph.name}, {method}: when each value is held "
                           f"({int(again.sum())} recomputations, peak {sim.peak:,})")
-    return save(fig, path)
+    return fig

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 from matplotlib.image import imread
@@ -153,3 +154,176 @@ def test_simulate_timeline_uses_the_same_chart(tmp_path, schedules):
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["peak"] <= 12
     assert non_blank(out) > 0.05
+
+
+# ---------------------------------------------------------------------- bad input to `plot` (defect 17)
+
+
+def refusal(r) -> str:
+    """The one error line of a refused `plot`: exit status 2, no traceback, the sentence on a single line."""
+    assert r.exit_code == 2, r.output
+    assert isinstance(r.exception, SystemExit) and "Traceback" not in r.output, r.output
+    lines = [line for line in r.output.splitlines() if line.lower().startswith("error:")]
+    assert len(lines) == 1, r.output
+    return lines[0]
+
+
+def test_plot_says_a_missing_or_wrong_source_is_missing_or_wrong(tmp_path, results):
+    out = str(tmp_path / "x.png")
+    line = refusal(CliRunner().invoke(main, ["plot", str(tmp_path / "nowhere"), "--kind", "tradeoff", "-o", out]))
+    assert "nowhere: no such folder" in line and "drawn from one results folder" not in line
+    line = refusal(CliRunner().invoke(main, ["plot", str(results / "results.parquet"), "--kind", "scaling", "-o", out]))
+    assert "results.parquet is a file" in line and "results folder" in line
+    line = refusal(CliRunner().invoke(main, ["plot", str(results), str(results), "--kind", "tradeoff", "-o", out]))
+    assert "one results folder" in line and "2 were given" in line
+    # A schedule file that is not there is named as such, before the missing --graph.
+    line = refusal(CliRunner().invoke(main, ["plot", str(tmp_path / "gone.json"), "--kind", "timeline", "-o", out]))
+    assert "gone.json: no such file or folder" in line and "--graph" not in line
+
+
+@pytest.mark.parametrize("kind", charts.KINDS)
+def test_plot_names_an_unknown_method_or_graph_with_a_suggestion(tmp_path, results, kind):
+    out = str(tmp_path / "x.png")
+    line = refusal(CliRunner().invoke(main, ["plot", str(results), "--kind", kind, "-m", "greedyy", "-o", out]))
+    assert "'greedyy'" in line and "did you mean 'greedy'?" in line and "--graph" not in line
+    assert "no runs left" not in line and "none, chen, greedy" in line
+    line = refusal(CliRunner().invoke(main, ["plot", str(results), "--kind", kind, "-m", "moccasin", "-o", out]))
+    assert "'moccasin'" in line and "did you mean" not in line and "none, chen, greedy" in line
+    line = refusal(CliRunner().invoke(main, ["plot", str(results), "--kind", kind, "-g", "chain-61", "-o", out]))
+    assert "no graph named 'chain-61'" in line and "did you mean 'chain-16'?" in line
+
+
+def test_plot_names_a_chosen_method_without_schedules_and_a_budget_it_would_ignore(tmp_path, results):
+    out = str(tmp_path / "x.png")
+    # `none` fits none of the budgets 0.9, 0.8, 0.7 of chain-16: say so, naming it and what its runs ended as.
+    line = refusal(CliRunner().invoke(main, ["plot", str(results), "--kind", "timeline", "-m", "none", "-o", out]))
+    assert "no run of none saved a schedule within its budget" in line and "infeasible" in line
+    line = refusal(CliRunner().invoke(main, ["plot", str(results), "--kind", "tradeoff", "-b", "0.8", "-o", out]))
+    assert "--budget" in line and "every budget" in line
+
+
+# ---------------------------------------------------------------------- chart design (defect 18)
+
+
+def rendered(fig, dpi: float = 200) -> np.ndarray:
+    """Draw ``fig`` with Agg (as `save` does) and return its RGB pixels, top row first."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig.set_dpi(dpi)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3].astype(float)
+
+
+def colours_along(fig, line, x, y, colours: dict[str, str]) -> dict[str, int]:
+    """How many midpoints of the flat parts of a post-step line over (x, y), placed as ``line`` places its
+    data, show each named colour."""
+    from matplotlib.colors import to_rgb
+
+    pixels = rendered(fig)
+    mid = np.column_stack([(np.asarray(x[:-1]) + np.asarray(x[1:])) / 2, y[:-1]])
+    points = line.get_transform().transform(mid)
+    counts = dict.fromkeys([*colours, "other"], 0)
+    targets = {name: np.array(to_rgb(c)) * 255 for name, c in colours.items()}
+    for px, py in points:
+        pixel = pixels[round(pixels.shape[0] - py), round(px)]
+        name, distance = min(((n, np.abs(pixel - t).max()) for n, t in targets.items()), key=lambda p: p[1])
+        counts[name if distance < 60 else "other"] += 1
+    return counts
+
+
+def test_identical_timelines_show_both_methods(schedules):
+    import dataclasses
+
+    from matplotlib.colors import to_hex
+
+    g, scheds = schedules
+    greedy = dict(scheds)["greedy"]
+    twin = dataclasses.replace(greedy, method="checkmate")  # checkmate finds exactly greedy's schedule on chain-16
+    fig = charts.timeline_figure(g, [("greedy", greedy), ("checkmate", twin), ("chen", dict(scheds)["chen"])])
+    ax = fig.axes[0]
+    sim = charts.simulate(g, greedy)
+    steps = np.arange(sim.num_steps + 1)
+    memory = np.append(sim.step_memory, sim.step_memory[-1])
+    colours = {m: charts.method_style(m)["color"] for m in ("greedy", "checkmate")}
+    [line, *_] = [ln for ln in ax.get_lines() if to_hex(ln.get_color()) == colours["greedy"]]
+    counts = colours_along(fig, line, steps, memory, colours)
+    # Both colours along the one path (before: checkmate's line covered greedy's everywhere).
+    total = sum(counts.values())
+    assert counts["greedy"] >= 0.2 * total and counts["checkmate"] >= 0.2 * total, counts
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any(lab.startswith("greedy = checkmate") and "identical" in lab for lab in labels), labels
+    assert any(lab.startswith("chen:") for lab in labels)
+
+
+def test_coinciding_tradeoff_points_are_spread_and_identical_series_named(table):
+    twins = table[table["method"] == "moccasin"].assign(method="checkmate")
+    frame = pd.concat([table, twins.assign(method="greedy"), twins], ignore_index=True)
+    fig = charts.tradeoff_figure(frame)
+    rendered(fig, dpi=100)
+    from matplotlib.collections import PathCollection
+    from matplotlib.colors import to_hex
+
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        shown: dict[str, list] = {}
+        for coll in ax.collections:
+            if isinstance(coll, PathCollection):
+                where = coll.get_offset_transform().transform(coll.get_offsets())
+                shown.setdefault(to_hex(coll.get_facecolor()[0]), []).extend(map(tuple, where))
+        greedy, checkmate = (sorted(shown[charts.method_style(m)["color"]]) for m in ("greedy", "checkmate"))
+        assert len(greedy) == len(checkmate) >= 3  # moccasin's run at 0.4 on "large" timed out
+        for (gx, gy), (cx, cy) in zip(greedy, checkmate):
+            # Same point in the data, a few pixels apart on the page.
+            assert gy == pytest.approx(cy) and 2 <= abs(gx - cx) <= 20
+        assert "greedy = checkmate = moccasin: identical" in ax.get_title()
+    assert "spread sideways" in fig.legends[0].get_title().get_text()
+
+
+def test_scaling_chart_ticks_read_as_plain_numbers(table):
+    frame = pd.concat([table.assign(nodes=n, graph=f"g{n}") for n in (50, 120, 500, 2000)], ignore_index=True)
+    fig = charts.scaling_figure(frame)
+    rendered(fig, dpi=80)
+    ax = fig.axes[0]
+    x = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    y = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert x == ["50", "100", "200", "500", "1000", "2000"], x
+    assert y and all(label.replace(".", "").isdigit() for label in y), y
+    # Less than a decade: still a few labels, none of them written as powers.
+    narrow = charts.scaling_figure(
+        pd.concat([table.assign(nodes=n, graph=f"g{n}") for n in (80, 90, 100)], ignore_index=True))
+    rendered(narrow, dpi=80)
+    x = [t.get_text() for t in narrow.axes[0].get_xticklabels() if t.get_text()]
+    assert x == ["80", "90", "100"], x
+    # Minor ticks (matplotlib's "8x10^1 9x10^1" before) stay unlabelled grid lines.
+    for axes in (ax, narrow.axes[0]):
+        assert not [t.get_text() for t in [*axes.get_xticklabels(minor=True), *axes.get_yticklabels(minor=True)]
+                    if t.get_text()]
+
+
+def test_the_budget_line_is_neutral_and_labelled(schedules):
+    from matplotlib.colors import to_hex
+
+    from remat_bench.methods import method_names
+
+    g, scheds = schedules
+    fig = charts.timeline_figure(g, [("chen", dict(scheds)["chen"])], budget=12)
+    [line] = [ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith("budget")]
+    colour = to_hex(line.get_color())
+    assert line.is_dashed() and colour == "#000000"
+    method_colours = {charts.method_style(m)["color"] for m in {*method_names(), *charts.DESIGN_METHODS} - {"bound"}}
+    assert colour not in method_colours
+
+
+def test_a_panel_without_any_schedule_says_so(table):
+    failed = table[table["graph"] == "small"].assign(graph="hard", graph_sha256="hard", nodes=60)
+    failed = failed.assign(status=np.where(failed["method"] == "moccasin", "timeout", "no_solution"),
+                           overhead_pct=None)
+    fig = charts.tradeoff_figure(pd.concat([table, failed], ignore_index=True))
+    [hard] = [ax for ax in fig.axes if ax.get_title().startswith("hard")]
+    notes = " ".join(t.get_text() for t in hard.texts)
+    assert "no schedule within budget" in notes
+    assert "chen: 8 no_solution" in notes and "moccasin: 4 timeout" in notes and "none: 4 no_solution" in notes
+    [small] = [ax for ax in fig.axes if ax.get_title().startswith("small")]
+    assert not any("no schedule" in t.get_text() for t in small.texts)
