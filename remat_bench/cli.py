@@ -911,10 +911,28 @@ def plot(sources: tuple[Path, ...], kind: str, output: Path, graph: str | None, 
     from remat_bench.schedule import load_schedule
     from remat_bench.sweep.results import load_table, schedules_at
 
+    charts.image_format(output)  # a wrong suffix is refused before the results are read
     folder = sources[0] if len(sources) == 1 and sources[0].is_dir() else None
     if folder is None:
+        # Name the actual problem with SOURCES: a path that is not there comes before what kind of path it is.
+        missing = next((path for path in sources if not path.exists()), None)
         if kind not in ("timeline", "intervals"):
-            raise click.BadParameter(f"a {kind} chart is drawn from one results folder", param_hint="SOURCES")
+            if len(sources) > 1:
+                raise click.BadParameter(f"a {kind} chart is drawn from one results folder; {len(sources)} were "
+                                         "given", param_hint="SOURCES")
+            if missing is not None:
+                raise click.BadParameter(f"{missing}: no such folder", param_hint="SOURCES")
+            raise click.BadParameter(f"{sources[0]} is a file; a {kind} chart is drawn from a results folder",
+                                     param_hint="SOURCES")
+        if missing is not None:
+            raise click.BadParameter(f"{missing}: no such file or folder", param_hint="SOURCES")
+        folders = [path for path in sources if path.is_dir()]
+        if folders:
+            raise click.BadParameter(f"{folders[0]} is a folder; give one results folder, or schedule files only",
+                                     param_hint="SOURCES")
+        if methods or budget:
+            raise click.BadParameter("schedule files are drawn as given; --method and --budget pick the runs of a "
+                                     "results folder", param_hint="--method" if methods else "--budget")
         if not graph:
             raise click.BadParameter("schedule files need --graph, the graph file they were written for",
                                      param_hint="--graph")
@@ -929,16 +947,15 @@ def plot(sources: tuple[Path, ...], kind: str, output: Path, graph: str | None, 
         out.print(f"wrote {output}: {kind} of {', '.join(str(p) for p in sources)}")
         return
 
+    if budget is not None and kind in ("tradeoff", "scaling"):
+        raise click.BadParameter(f"a {kind} chart shows every budget; --budget picks the schedules of a timeline "
+                                 "or intervals chart", param_hint="--budget")
     table = load_table(folder)
+    # An unknown --graph or --method is named (with its nearest match) rather than leaving nothing to draw.
+    chosen_runs = charts.select_runs(table, folder, graph, methods, need_schedule=kind in ("timeline", "intervals"))
     if kind in ("tradeoff", "scaling"):
-        if graph:
-            table = table[table["graph"] == graph]
-        if methods:
-            table = table[table["method"].isin(methods)]
-        if table.empty:
-            raise click.BadParameter("no runs left after --graph/--method", param_hint="--graph")
-        (charts.tradeoff if kind == "tradeoff" else charts.scaling)(table, output)
-        out.print(f"wrote {output}: {kind} of {len(table)} runs")
+        (charts.tradeoff if kind == "tradeoff" else charts.scaling)(chosen_runs, output)
+        out.print(f"wrote {output}: {kind} of {len(chosen_runs)} runs")
         return
     chosen = schedules_at(folder, table, graph=graph, budget=budget, methods=methods or None)
     if kind == "timeline":

@@ -5,7 +5,8 @@ images beside it, linked relatively, so the report folder can be moved or
 committed as it is. Aggregates follow qpbenchmark (`remat_bench.sweep.results`):
 success rate, and shifted geometric means of overhead (shift 1 point, over
 successful runs) and solve time (shift 1 s, over applicable runs, with a run
-that found no schedule within budget counted at its time limit).
+that gave no answer, neither a schedule within budget nor a proof that none
+fits, counted at its time limit).
 
 Bounds are shown generically: where runs carry ``lower_bound_any_order`` (a
 bound valid for every schedule), the per-graph table shows it as the overhead
@@ -74,7 +75,8 @@ def summary_section(summaries: list[MethodSummary]) -> str:
         f"`unsupported` (the method does not apply to the graph) are left out. sgm is the shifted geometric "
         f"mean exp(mean(log(x + s))) - s: of overhead over the method's successful runs with s = "
         f"{OVERHEAD_SHIFT_PCT:g} percentage point, and of solve time over its applicable runs with s = "
-        f"{TIME_SHIFT_S:g} s, a run without a schedule within budget counted at its time limit. Failures are "
+        f"{TIME_SHIFT_S:g} s, a run without an answer (neither a schedule within budget nor a proof that none "
+        "fits, `infeasible`) counted at its time limit. Failures are "
         "errors, out-of-memory, over-budget schedules and timeouts."
     )
 

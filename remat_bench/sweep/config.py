@@ -42,17 +42,18 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from remat_bench import datasets
-from remat_bench.budget import parse_budget
+from remat_bench.budget import memory_floor, parse_budget
 from remat_bench.errors import BudgetError, ConfigError, GraphError, MethodError
 from remat_bench.graph import Graph
 from remat_bench.pipeline import PIPELINE_PARAMS, parse_method_params
+from remat_bench.simulate import baseline
 
 TOP_KEYS = ("name", "description", "output", "graphs", "methods", "budgets", "time_limit", "grace",
             "memory_limit", "repeats", "seeds", "executor", "address", "workers")
@@ -82,6 +83,11 @@ class GraphSource:
     edges: int
     line: int
     generated: Graph | None = field(default=None, compare=False, repr=False)
+    # The memory floor (docs/design.md section 5) and the config's budgets that fall below it on this
+    # graph: their runs can only answer `infeasible`, which `--dry-run` says before anything runs.
+    floor: Any = field(default=None, compare=False)
+    baseline_peak: Any = field(default=None, compare=False)
+    below_floor: tuple[str, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -151,6 +157,28 @@ class SweepConfig:
     address: str | None
     workers: int | None
     methods: list[str]
+
+
+def floor_notes(config: SweepConfig) -> list[str]:
+    """One sentence per graph with budgets below its memory floor: runs that can only answer infeasible."""
+    notes = []
+    for source in config.graphs:
+        if not source.below_floor:
+            continue
+        runs = [r for r in config.runs if r.graph_sha256 == source.sha256]
+        doomed = sum(r.budget_text in source.below_floor for r in runs)
+        floor = f"{source.floor}"
+        if source.baseline_peak:
+            floor += f" ({100 * source.floor / source.baseline_peak:.1f}% of its baseline peak {source.baseline_peak})"
+        if doomed == len(runs):
+            notes.append(f"graph {source.name}: every budget is below its memory floor {floor}; all {doomed} "
+                         "runs will answer infeasible")
+        else:
+            several = len(source.below_floor) > 1
+            notes.append(f"graph {source.name}: budget{'s' if several else ''} {', '.join(source.below_floor)} "
+                         f"{'are' if several else 'is'} below its memory floor {floor}; those {doomed} runs will "
+                         "answer infeasible")
+    return notes
 
 
 def parse_size(text: Any) -> int:
@@ -301,12 +329,18 @@ def load_config(path: str | Path, *, output: str | Path | None = None,
     methods = _methods(doc, top["methods"][1], seeds_given="seeds" in top)
     budget_nodes = doc.items(top["budgets"][1], "budgets")
     budgets = [_budget_text(doc, node) for node in budget_nodes]
+    floors = {source.sha256: memory_floor(graph).amount for source, graph in loaded}
+    below: dict[str, list[str]] = {source.sha256: [] for source in graphs}
     for node, text in zip(budget_nodes, budgets):
         for source, graph in loaded:
             try:
-                parse_budget(text, graph)
+                budget = parse_budget(text, graph)
             except BudgetError as exc:
                 raise doc.error(node, f"{exc} (for graph '{source.name}')") from None
+            if budget.amount is not None and budget.amount < floors[source.sha256] and text not in below[source.sha256]:
+                below[source.sha256].append(text)
+    graphs = [replace(source, floor=floors[source.sha256], baseline_peak=baseline(graph).peak,
+                      below_floor=tuple(below[source.sha256])) for source, graph in loaded]
 
     runs: dict[tuple, RunSpec] = {}
     for source in graphs:

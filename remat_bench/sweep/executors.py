@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
@@ -40,13 +41,20 @@ from typing import Any
 
 from remat_bench.errors import ConfigError
 from remat_bench.sweep.results import make_row
-from remat_bench.sweep.worker import OOM_SIGNS
+from remat_bench.sweep.worker import OOM_SIGNS, SWEEP_FAULT
+
+# Statuses of a failed run, whose output is kept in logs/.
+LOGGED = ("error", "oom", "timeout")
 
 # Worker processes of this process that are still running, so that Ctrl-C can end them: they run in
 # their own process groups, out of reach of the terminal's SIGINT.
 _live: dict[int, subprocess.Popen] = {}
 _lock = threading.Lock()
 _stopping = threading.Event()
+
+
+# The Dask client behind each Dask executor, so that the runner can ask how many workers are left.
+_clients: weakref.WeakKeyDictionary[Executor, Any] = weakref.WeakKeyDictionary()
 
 
 class RunInterrupted(Exception):
@@ -70,8 +78,11 @@ def supervise(spec: dict[str, Any], output: str) -> dict[str, Any]:
             if _stopping.is_set():
                 raise RunInterrupted(spec["run_id"])
             start = time.perf_counter()
+            # Unbuffered Python output (the worker's and its Python subprocesses'): what a run printed
+            # before a kill is in its log, not lost in a buffer.
             proc = subprocess.Popen([sys.executable, "-m", "remat_bench.sweep.worker"], stdin=subprocess.PIPE,
-                                    stdout=out, stderr=err, start_new_session=True)
+                                    stdout=out, stderr=err, start_new_session=True,
+                                    env=dict(os.environ, PYTHONUNBUFFERED="1"))
             _live[proc.pid] = proc
         try:
             with contextlib.suppress(BrokenPipeError):
@@ -91,16 +102,37 @@ def supervise(spec: dict[str, Any], output: str) -> dict[str, Any]:
         text = out_file.read_text(encoding="utf-8", errors="replace").strip()
         log = _tail(err_file)
         outcome = _outcome(spec, proc.returncode, timed_out, wall, text, log)
-        if log.strip() and outcome["status"] in ("error", "oom", "timeout"):
-            kept = out_dir / "logs" / f"{spec['run_id']}.log"
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(err_file, kept)
-            outcome["message"] += f" (its output: logs/{kept.name})"
+        # A run that was killed, or ended without its result, keeps its log even when empty: the
+        # message points to it, and the docs promise it (docs/sweeps.md, crashes).
+        ended_badly = timed_out or proc.returncode != 0 or not text
+        if outcome["status"] in LOGGED and (log.strip() or ended_badly):
+            _keep_log(err_file, out_dir, spec["run_id"], bool(log.strip()), outcome)
     outcome["wall_time_s"] = wall
     # The kernel's count covers a run killed before it could report its own.
     kernel_rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
     outcome["peak_rss"] = max(outcome.get("peak_rss") or 0, kernel_rss)
-    return make_row(payload, outcome, out_dir)
+    row = make_row(payload, outcome, out_dir)
+    if outcome.get(SWEEP_FAULT):
+        row[SWEEP_FAULT] = True  # not a column: the journal row carries it (see worker.SWEEP_FAULT)
+    return row
+
+
+def _keep_log(err_file: Path, out_dir: Path, run_id: str, printed: bool, outcome: dict[str, Any]) -> None:
+    """Copy a failed run's whole output to ``<output>/logs/<run id>.log``, and say so in its message.
+
+    A killed run gets one even when it printed nothing (an empty file), so that its message can point
+    to it. A log that cannot be written does not lose the run: the row says why, and counts as the
+    sweep's fault.
+    """
+    kept = out_dir / "logs" / f"{run_id}.log"
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(err_file, kept)
+    except OSError as exc:
+        outcome["message"] += f" (its output could not be kept in logs/{kept.name}: {type(exc).__name__}: {exc})"
+        outcome[SWEEP_FAULT] = True
+        return
+    outcome["message"] += f" (its output: logs/{kept.name})" if printed else f" (it printed nothing: logs/{kept.name})"
 
 
 def _tail(path: Path, size: int = 1 << 16) -> str:
@@ -218,7 +250,23 @@ def open_executor(kind: str = "local", workers: int | None = None,
                                                        processes=True, dashboard_address=None))
             client = stack.enter_context(Client(cluster))
         executor = client.get_executor(pure=False, retries=0)
+        _clients[executor] = client
         try:
             yield executor
         finally:
             executor.shutdown(wait=False)
+
+
+def live_workers(pool: Executor) -> int | None:
+    """How many workers can take runs now; None for the local pool, whose threads cannot go away.
+
+    A Dask scheduler whose workers all died keeps the runs queued forever, without a word: the runner
+    asks this while runs are pending, to say so and stop.
+    """
+    client = _clients.get(pool)
+    if client is None:
+        return None
+    try:
+        return len(client.sync(client.scheduler.ncores, callback_timeout=10))
+    except Exception:  # any failure to ask (comm closed, timeout, client closing): no worker reachable
+        return 0

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from remat_bench.sweep.results import row_key
+from remat_bench.sweep.worker import SWEEP_FAULT
 
 JOURNAL = "journal.jsonl"
 
@@ -55,7 +56,12 @@ class Journal:
                     yield row
 
     def keys(self) -> set[tuple]:
-        return {row_key(row) for row in self.rows()}
+        """The keys of the runs done: those ``--resume`` skips.
+
+        A row marked `SWEEP_FAULT` (the run failed for reasons of the sweep itself, e.g. its schedule
+        could not be saved) does not count: resuming runs it again, and its new row wins in the table.
+        """
+        return {row_key(row) for row in self.rows() if not row.get(SWEEP_FAULT)}
 
     def append(self, row: dict[str, Any]) -> None:
         """Write ``row`` as one line and force it to disk before returning."""

@@ -83,6 +83,10 @@ class SweepProgress:
         else:
             self.console.print(message, markup=False)
 
+    def note(self, text: str) -> None:
+        """Something the sweep is waiting on (no Dask workers), shown above the bar."""
+        (self.progress.console if self.progress is not None else self.console).print(text, markup=False)
+
     def close(self) -> None:
         if self.progress is not None:
             self.progress.stop()
@@ -93,7 +97,8 @@ def summary_table(summaries: list[MethodSummary], title: str = "sweep summary") 
     """Per method: runs, success rate, shifted geometric means of overhead and solve time."""
     table = Table(title=title, caption=(
         f"shifted geometric means: overhead over successful runs (shift {OVERHEAD_SHIFT_PCT:g} point), "
-        f"solve time over applicable runs with failures at the time limit (shift {TIME_SHIFT_S:g} s); "
+        f"solve time over applicable runs, those without an answer (a schedule or a proof that none "
+        f"fits) at the time limit (shift {TIME_SHIFT_S:g} s); "
         "'unsupported' runs left out"))
     for column in ("method", "runs", "success", "timeouts", "failures", "overhead % (sgm)", "solve time s (sgm)"):
         table.add_column(column, justify="left" if column == "method" else "right")

@@ -74,6 +74,10 @@ COLUMNS: dict[str, str] = {
     "finished_at": "string",
 }
 SUCCESS = ("optimal", "feasible")
+# Statuses that answer the question, schedule or not: a proof that nothing fits (`infeasible`, often
+# instant, below the memory floor) is the solver done in its own time. Every other run produced nothing
+# (it ran out of time, crashed, gave up, or erred) and counts at its time limit in solve-time means.
+ANSWERED = (*SUCCESS, "infeasible")
 TABLE = "results.parquet"
 CSV = "results.csv"
 TIME_SHIFT_S = 1.0
@@ -209,9 +213,11 @@ def summarize(frame: pd.DataFrame) -> list[MethodSummary]:
 
     Runs answered ``unsupported`` (the method does not apply to the graph) are
     left out of the rates and means. The overhead mean is over the method's
-    successful runs; the solve-time mean over all its applicable runs, with
-    every run that found no schedule within budget counted at its time limit
-    (as qpbenchmark does), so that failing fast does not look fast.
+    successful runs; the solve-time mean over all its applicable runs, a run
+    that answered (a schedule, or ``infeasible``: proven that none fits) at
+    its own solve time, and every other run (timeout, crash, out of memory,
+    error, gave up without a schedule) at its time limit (as qpbenchmark
+    does), so that failing fast does not look fast, and proving fast does.
     """
     if not len(frame):
         return []
@@ -220,7 +226,8 @@ def summarize(frame: pd.DataFrame) -> list[MethodSummary]:
     for label, group in frame.groupby("label", sort=False):
         applicable = group[group["status"] != "unsupported"]
         ok = applicable[applicable["ok"]]
-        times = np.where(applicable["ok"], applicable["solve_time_s"].astype(float).fillna(0.0),
+        answered = applicable["status"].isin(ANSWERED).fillna(False).astype(bool)
+        times = np.where(answered, applicable["solve_time_s"].astype(float).fillna(0.0),
                          applicable["time_limit"].astype(float))
         out.append(MethodSummary(
             label=str(label),

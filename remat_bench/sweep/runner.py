@@ -6,12 +6,26 @@ one process writes the journal). At the end, or on Ctrl-C, it rebuilds the
 table from the journal, so the table always holds every run ever finished in
 the folder, once. A run the executor itself loses (a Dask worker machine
 gone) is not a result: it is reported, not recorded, and ``--resume`` runs it
-again.
+again; so is every run of a Dask cluster left without workers for
+`NO_WORKERS_TIMEOUT_S`, which would otherwise wait forever.
+
+Before any run, the results folder is checked for writing (one sentence, exit
+status 2, rather than a traceback or runs whose results cannot be kept) and
+locked for this sweep (`LOCK`), so that a second sweep or a ``--resume`` on the
+same folder is refused instead of running the same runs twice.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import CancelledError, as_completed
+import contextlib
+import errno
+import fcntl
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Executor, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,9 +36,24 @@ from remat_bench.errors import ConfigError
 from remat_bench.graph import save_graph
 from remat_bench.io import atomic_write_text
 from remat_bench.sweep.config import RunSpec, SweepConfig
-from remat_bench.sweep.executors import RunInterrupted, open_executor, stop_all, supervise
+from remat_bench.sweep.executors import (
+    RunInterrupted,
+    live_workers,
+    open_executor,
+    stop_all,
+    supervise,
+)
 from remat_bench.sweep.journal import JOURNAL, Journal
-from remat_bench.sweep.results import build_table, write_table
+from remat_bench.sweep.results import CSV, TABLE, build_table, write_table
+from remat_bench.sweep.worker import SWEEP_FAULT
+
+# The lock file of a results folder (see `_locked`).
+LOCK = ".sweep.lock"
+# A Dask cluster without a single worker for this long, while runs wait, ends the sweep (exit 1); long
+# enough for workers that are still starting, or that their nanny restarts.
+NO_WORKERS_TIMEOUT_S = 60.0
+# How often the runner looks at the executor while it waits for runs.
+POLL_S = 1.0
 
 
 class Reporter(Protocol):
@@ -33,6 +62,7 @@ class Reporter(Protocol):
     def start(self, total: int, skipped: int, pending: int) -> None: ...
     def finished(self, row: dict[str, Any]) -> None: ...
     def lost(self, spec: RunSpec, error: str) -> None: ...
+    def note(self, text: str) -> None: ...
     def close(self) -> None: ...
 
 
@@ -44,6 +74,9 @@ class _Silent:
         pass
 
     def lost(self, spec: RunSpec, error: str) -> None:
+        pass
+
+    def note(self, text: str) -> None:
         pass
 
     def close(self) -> None:
@@ -62,6 +95,12 @@ class SweepOutcome:
     lost: list[tuple[RunSpec, str]] = field(default_factory=list)
     interrupted: bool = False
     written: list[Path] = field(default_factory=list)
+    # Rows of runs that failed for reasons of the sweep itself (an unwritable schedule or log, the
+    # worker failing outside the method): recorded, and run again by --resume.
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    # Why the sweep itself stopped before its runs were done (no Dask workers, a journal that cannot be
+    # written), in one sentence; None when it did not.
+    failure: str | None = None
 
 
 def plan(config: SweepConfig, resume: bool) -> tuple[list[RunSpec], int]:
@@ -77,6 +116,92 @@ def plan(config: SweepConfig, resume: bool) -> tuple[list[RunSpec], int]:
     return pending, len(config.runs) - len(pending)
 
 
+def check_output(out: Path, csv: bool = False) -> None:
+    """Refuse, before any run, a results folder the sweep could not write: one `ConfigError` sentence.
+
+    The folder is created if needed (so a read-only parent is found here); then a file is created and
+    removed in it and in each subfolder it already has, and every file the sweep appends to or replaces
+    is opened for writing (nothing is written). Only trying finds out: permission bits do not stop root,
+    while an immutable folder (``chattr +i``), a read-only mount or a file where a folder belongs do.
+    """
+    def refuse(path: Path, exc: OSError) -> ConfigError:
+        detail = ("" if path == out else f"{path}: ") + (exc.strerror or str(exc))
+        if exc.errno == errno.EPERM:  # what root gets from an immutable file or folder
+            detail += ", immutable?"
+        return ConfigError(f"the results folder {out} cannot be written ({detail}); make it writable "
+                           "or choose another --output")
+
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"the results folder {out} is a file, not a folder; choose another --output")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise refuse(out, exc) from None
+    folders = [out]
+    for name in ("schedules", "logs", "graphs"):
+        sub = out / name
+        if sub.exists() and not sub.is_dir():
+            raise ConfigError(f"the results folder {out} holds a file '{name}' where the sweep keeps its {name} "
+                              "folder; move it away or choose another --output")
+        if sub.exists():
+            folders.append(sub)
+    for folder in folders:
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".probe-", dir=folder)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            raise refuse(folder, exc) from None
+    for name in (JOURNAL, LOCK, "config.yaml", TABLE, *([CSV] if csv else [])):
+        path = out / name
+        if path.exists():
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+            except OSError as exc:
+                raise refuse(path, exc) from None
+
+
+@contextlib.contextmanager
+def _locked(out: Path) -> Iterator[None]:
+    """Hold the results folder for this sweep; refuse (`ConfigError`) when another sweep holds it.
+
+    The lock is ``flock`` on `LOCK` in the folder, not a PID file: the kernel drops it when the holding
+    process ends, however it ends (SIGKILL, the out-of-memory killer, a crash), so a killed sweep never
+    leaves a stale lock, and nothing has to guess whether a recorded PID (perhaps reused since, or on
+    another machine) is still a sweep. It belongs to the open file, not the process (unlike
+    ``fcntl.lockf``), so two sweeps in one process exclude each other too; worker processes do not
+    inherit it. The file stays (removing it would race with a sweep about to lock it); the PID and host
+    written in it only name the holder in the refusal.
+    """
+    path = out / LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise ConfigError(f"the results folder {out} cannot be locked ({path}: {exc.strerror or exc}); make it "
+                          "writable or choose another --output") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", errors="replace").strip()
+            who = f" ({holder})" if holder else ""
+            raise ConfigError(f"{out} is in use by another sweep{who}; wait for it to end, or choose another "
+                              "--output") from None
+        except OSError as exc:
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise ConfigError(f"the results folder {out} cannot be locked ({path}: {exc.strerror or exc}); "
+                                  "choose another --output") from None
+            # A file system without locks: run unlocked rather than not at all.
+        else:
+            text = f"process {os.getpid()} on host {socket.gethostname()}\n".encode()
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, text, 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def run_sweep(
     config: SweepConfig,
     *,
@@ -87,44 +212,107 @@ def run_sweep(
     csv: bool = False,
     reporter: Reporter | None = None,
 ) -> SweepOutcome:
-    """Run every run of ``config`` not yet in its journal; write the table. Ctrl-C stops cleanly."""
-    reporter = reporter or _Silent()
-    pending, skipped = plan(config, resume)
-    out = config.output
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "config.yaml", config.path.read_text(encoding="utf-8"))
-    for source in config.graphs:
-        if source.generated is not None and not source.path.exists():
-            save_graph(source.generated, source.path)
+    """Run every run of ``config`` not yet in its journal; write the table. Ctrl-C stops cleanly.
 
-    journal = Journal(out / JOURNAL)
-    outcome = SweepOutcome(out, pd.DataFrame(), len(config.runs), skipped, 0)
-    kind = executor or ("dask" if address else config.executor)
-    reporter.start(len(config.runs), skipped, len(pending))
-    try:
-        with open_executor(kind, workers or config.workers, address or config.address) as pool:
-            futures = {pool.submit(supervise, spec.to_json(), str(out)): spec for spec in pending}
+    Raises `ConfigError` before any run for a results folder that cannot be written or that another
+    sweep holds, and for an old sweep without ``resume``.
+    """
+    reporter = reporter or _Silent()
+    out = config.output
+    check_output(out, csv)
+    with _locked(out):
+        pending, skipped = plan(config, resume)
+        try:
+            atomic_write_text(out / "config.yaml", config.path.read_text(encoding="utf-8"))
+            for source in config.graphs:
+                if source.generated is not None and not source.path.exists():
+                    save_graph(source.generated, source.path)
+        except OSError as exc:
+            raise ConfigError(f"the results folder {out} cannot be written ({exc}); make it writable or choose "
+                              "another --output") from None
+
+        journal = Journal(out / JOURNAL)
+        outcome = SweepOutcome(out, pd.DataFrame(), len(config.runs), skipped, 0)
+        kind = executor or ("dask" if address else config.executor)
+        where = address or config.address
+        reporter.start(len(config.runs), skipped, len(pending))
+        try:
+            with open_executor(kind, workers or config.workers, where) as pool:
+                futures = {pool.submit(supervise, spec.to_json(), str(out)): spec for spec in pending}
+                try:
+                    _collect(futures, pool, journal, outcome, reporter, where)
+                except KeyboardInterrupt:
+                    outcome.interrupted = True
+                    stop_all()
+                    for future in futures:
+                        future.cancel()
+        finally:
+            reporter.close()
+            outcome.table = build_table(journal.rows())
             try:
-                for future in as_completed(futures):
-                    spec = futures[future]
-                    try:
-                        row = future.result()
-                    except (RunInterrupted, CancelledError):
-                        continue
-                    except Exception as exc:  # the executor lost the run; it is not a result
-                        outcome.lost.append((spec, f"{type(exc).__name__}: {exc}"))
-                        reporter.lost(spec, f"{type(exc).__name__}: {exc}")
-                        continue
-                    journal.append(row)
-                    outcome.finished += 1
-                    reporter.finished(row)
-            except KeyboardInterrupt:
-                outcome.interrupted = True
-                stop_all()
-                for future in futures:
-                    future.cancel()
-    finally:
-        reporter.close()
-        outcome.table = build_table(journal.rows())
-        outcome.written = write_table(outcome.table, out, csv=csv)
+                outcome.written = write_table(outcome.table, out, csv=csv)
+            except OSError as exc:
+                outcome.failure = outcome.failure or (
+                    f"cannot write the table in {out} ({exc}); every finished run is in {journal.path}, and the "
+                    "table is rebuilt from it by the next `sweep --resume`, `report` or `plot`")
     return outcome
+
+
+def _collect(futures: dict[Future, RunSpec], pool: Executor, journal: Journal, outcome: SweepOutcome,
+             reporter: Reporter, address: str | None) -> None:
+    """Journal each run as it ends; give up on the rest when no worker is left to run them."""
+    where = f"the Dask scheduler at {address}" if address else "the local Dask cluster"
+    remedy = ("start workers (`dask worker ADDRESS`) and run again with --resume" if address else
+              "its worker processes could not be restarted; run again with --resume")
+    waiting = set(futures)
+    idle_since: float | None = None
+    while waiting:
+        done, waiting = wait(waiting, timeout=POLL_S, return_when=FIRST_COMPLETED)
+        for future in done:
+            spec = futures[future]
+            try:
+                row = future.result()
+            except RunInterrupted:
+                continue
+            except CancelledError:  # not by us (Ctrl-C leaves this loop): the executor dropped it
+                outcome.lost.append((spec, "the executor cancelled the run"))
+                reporter.lost(spec, "the executor cancelled the run")
+                continue
+            except Exception as exc:  # the executor lost the run; it is not a result
+                outcome.lost.append((spec, f"{type(exc).__name__}: {exc}"))
+                reporter.lost(spec, f"{type(exc).__name__}: {exc}")
+                continue
+            try:
+                journal.append(row)
+            except OSError as exc:
+                # Nothing more can be recorded: stop rather than run what would be lost.
+                outcome.failure = (f"cannot record runs in {journal.path} ({exc}); the sweep stopped, the runs "
+                                   "recorded before are kept, and --resume runs the others once it can be written")
+                outcome.lost.append((spec, "not recorded"))
+                _abandon(futures, waiting, outcome, "not run: the journal cannot be written")
+                return
+            outcome.finished += 1
+            if row.get(SWEEP_FAULT):
+                outcome.faults.append(row)
+            reporter.finished(row)
+        workers = live_workers(pool) if waiting else None
+        if workers != 0:
+            idle_since = None
+            continue
+        now = time.monotonic()
+        if idle_since is None:
+            idle_since = now
+            reporter.note(f"{where} has no workers; waiting up to {NO_WORKERS_TIMEOUT_S:g} s for one "
+                          f"({len(waiting)} runs to go)")
+        elif now - idle_since >= NO_WORKERS_TIMEOUT_S:
+            outcome.failure = (f"{where} has had no workers for {now - idle_since:.0f} s while {len(waiting)} "
+                               f"runs were waiting; {remedy}")
+            _abandon(futures, waiting, outcome, "not run: no Dask workers")
+            return
+
+
+def _abandon(futures: dict[Future, RunSpec], waiting: set[Future], outcome: SweepOutcome, why: str) -> None:
+    stop_all()
+    for future in waiting:
+        future.cancel()
+        outcome.lost.append((futures[future], why))

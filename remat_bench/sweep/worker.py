@@ -53,6 +53,10 @@ TEST_ALLOCATE = "REMAT_BENCH_TEST_ALLOCATE"
 OOM_SIGNS = re.compile(r"MemoryError|bad_alloc|Cannot allocate memory|out of memory|failed to map segment",
                        re.IGNORECASE)
 SOLVER_PACKAGES = ("ortools", "highspy", "pulp")
+# Marks an outcome (and its journal row) as failed by the sweep itself, not by the method: the worker
+# could not save the schedule or keep the log, or failed outside the method. `sweep` then exits 1, and
+# --resume runs the run again instead of skipping it. Not a table column: the journal row carries it.
+SWEEP_FAULT = "sweep_fault"
 
 
 def provenance() -> dict[str, Any]:
@@ -115,6 +119,9 @@ def _hook(name: str, method: str) -> str | None:
 def _test_hooks(method: str) -> bytearray | None:
     seconds = _hook(TEST_SLEEP, method)
     if seconds is not None:
+        # On stdout, as a solver logs its progress: what a run printed before it was killed must be in
+        # its log (tests look for this line).
+        print(f"test hook: sleeping {seconds} s before solving")
         if os.environ.get(TEST_PIDS):
             with open(os.path.join(os.environ[TEST_PIDS], str(os.getpid())), "w"):
                 pass
@@ -124,7 +131,11 @@ def _test_hooks(method: str) -> bytearray | None:
 
 
 def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run one spec in this process and return its outcome fields (never raises but for MemoryError)."""
+    """Run one spec in this process and return its outcome fields.
+
+    A failing method is a status, never an exception; MemoryError propagates (the caller records
+    ``oom``), and so does a failure of this worker outside the method, which `main` records.
+    """
     method = spec["method"]
     try:
         from remat_bench.graph import load_graph
@@ -154,15 +165,67 @@ def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
     fields.pop("params", None)
     # A MemoryError inside a method already comes back as status 'oom' from the pipeline.
     if result.schedule is not None and spec.get("schedule_path"):
-        save_schedule(result.schedule, graph, spec["schedule_path"])
-        fields["schedule"] = spec["schedule_path"]
+        try:
+            save_schedule(result.schedule, graph, spec["schedule_path"])
+        except MemoryError:
+            raise
+        except Exception as exc:
+            # The method did its part: keep what it measured (peak, duration, overhead, bounds) and say
+            # why the run still failed, as the sweep's fault, so that --resume runs it again.
+            answered = fields.get("status")
+            fields["stats"] = {**(fields.get("stats") or {}), "method_status": answered}
+            fields["status"] = "error"
+            fields["schedule"] = None
+            fields["message"] = f"the run's {answered} schedule could not be saved: {type(exc).__name__}: {exc}"
+            fields[SWEEP_FAULT] = True
+            traceback.print_exc()  # into the run's log
+        else:
+            fields["schedule"] = spec["schedule_path"]
     return fields
 
 
 def main() -> None:
     row_fd = os.dup(1)
     os.dup2(2, 1)  # solvers that print on stdout now print into the run's log
+    # Line by line, not in blocks: a run killed by a signal (its time limit, the kernel) loses what sits
+    # in a buffer, and its log must hold everything it printed (the supervisor also sets
+    # PYTHONUNBUFFERED, which reaches Python subprocesses of solvers too).
+    with contextlib.suppress(AttributeError, ValueError):
+        sys.stdout.reconfigure(line_buffering=True)
     started = time.perf_counter()
+    try:
+        outcome = _run_under_limits()
+    except BaseException as exc:
+        # A failure of the worker itself (not of the method, which the pipeline records): record it as
+        # the run's error, in one sentence naming the exception. Letting it propagate would end the
+        # interpreter while the stdin-watching thread holds stdin's lock, which CPython answers with
+        # SIGABRT ("_enter_buffered_busy"): the cause hidden behind a signal, and the run's result lost.
+        traceback.print_exc()
+        outcome = {"status": "error", "message": f"the sweep's worker failed: {type(exc).__name__}: {exc}",
+                   SWEEP_FAULT: True}
+    try:
+        outcome["worker_wall_time_s"] = time.perf_counter() - started
+        outcome["peak_rss"] = peak_rss_bytes()
+        outcome["finished_at"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+        outcome.update(provenance())
+        line = json.dumps(outcome, default=lambda v: v.item() if hasattr(v, "item") else str(v)) + "\n"
+        with os.fdopen(row_fd, "w", encoding="utf-8") as out:
+            out.write(line)
+            out.flush()
+    except BaseException:
+        traceback.print_exc()  # the supervisor records a run without a result, with this in its log
+    finally:
+        # Skip interpreter shutdown: a solver's native threads can hang or crash it, and the daemon thread
+        # reading stdin would make it abort; everything is written.
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        os._exit(0)
+
+
+def _run_under_limits() -> dict[str, Any]:
+    """Read the spec, set the memory cap and run it; the run's outcome fields."""
     spec = json.loads(sys.stdin.buffer.readline())
     _watch_supervisor()
 
@@ -181,20 +244,11 @@ def main() -> None:
     # An allocation refused under the cap does not always surface as MemoryError (CPython may report a
     # SystemError, a library a failed load): a failure with the address space at the cap is one too.
     near_cap = bool(cap) and (address_space_peak() or 0) >= 0.9 * cap
-    if cap and outcome["status"] == "error" and (near_cap or OOM_SIGNS.search(outcome.get("message", ""))):
+    if (cap and outcome["status"] == "error" and not outcome.get(SWEEP_FAULT)
+            and (near_cap or OOM_SIGNS.search(outcome.get("message", "")))):
         outcome["status"] = "oom"
         outcome["message"] = f"the run ran out of memory under the cap of {cap} bytes: {outcome['message']}"
-    outcome["worker_wall_time_s"] = time.perf_counter() - started
-    outcome["peak_rss"] = peak_rss_bytes()
-    outcome["finished_at"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-    outcome.update(provenance())
-    line = json.dumps(outcome, default=lambda v: v.item() if hasattr(v, "item") else str(v)) + "\n"
-    with os.fdopen(row_fd, "w", encoding="utf-8") as out:
-        out.write(line)
-        out.flush()
-    # Skip interpreter shutdown: a solver's native threads can hang or crash it, and all is written.
-    sys.stderr.flush()
-    os._exit(0)
+    return outcome
 
 
 if __name__ == "__main__":
