@@ -72,6 +72,7 @@ CONFIGS = {
                                "graphs, methods, budgets, time_limit, grace, memory_limit, repeats, seeds, executor, "
                                "address, workers",
     "config-unknown-method.yaml": "line 3: unknown method 'nosuch'; known methods: " + ", ".join(method_names()),
+    "config-infinite-time-limit.yaml": "line 5: 'time_limit' must be a number above 0, not '.inf'",
     "config-unknown-param.yaml": "line 5: method 'chen' has no parameter 'colour' (its parameters: variant, grid)",
 }
 

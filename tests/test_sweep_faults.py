@@ -391,3 +391,20 @@ def test_dry_run_names_each_graph_whose_budgets_are_below_its_memory_floor(tmp_p
     assert not (tmp_path / "out").exists()
     quiet = CliRunner().invoke(main, ["sweep", str(config(tmp_path, budgets="[0.8]", name="q.yaml")), "--dry-run"])
     assert quiet.exit_code == 0 and "warning" not in quiet.output
+
+
+def test_graph_paths_are_absolute_whatever_folder_the_config_is_named_from(tmp_path, monkeypatch):
+    # A config named by a relative path gave graph paths relative to where the sweep started;
+    # the results folder then stored them as they were, and charts read them against itself.
+    from remat_bench.sweep.results import _relative
+
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "graphs").mkdir()
+    shutil.copy(CHAIN, tmp_path / "graphs")
+    (tmp_path / "cfg" / "x.yaml").write_text("graphs: [../graphs/chain-16-train.json]\nmethods: [none]\n"
+                                             "budgets: [0.9]\n")
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config("cfg/x.yaml")
+    path = Path(cfg.graphs[0].path)
+    assert path.is_absolute() and path == tmp_path / "graphs" / "chain-16-train.json"
+    assert _relative(Path("graphs/chain-16-train.json"), tmp_path / "results") == str(path)

@@ -39,6 +39,7 @@ import glob as globbing
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -255,7 +256,7 @@ class _Document:
                strict: bool = True) -> float:
         value = self.value(node)
         kind = "a whole number" if integer else "a number"
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and (
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and (
             value > minimum if strict else value >= minimum)
         if not ok or (integer and isinstance(value, float) and not value.is_integer()):
             relation = "above" if strict else "at least"
@@ -278,7 +279,9 @@ class _Document:
         expanded = os.path.expanduser(expanded)
         if not os.path.isabs(expanded):
             expanded = os.path.join(self.path.parent, expanded)
-        return os.path.normpath(expanded)
+        # Absolute: runs and results read it from other folders (a config named by a relative path
+        # gave paths relative to where the sweep started, which charts then read against the results).
+        return os.path.abspath(expanded)
 
 
 def load_config(path: str | Path, *, output: str | Path | None = None,

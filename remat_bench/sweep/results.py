@@ -104,7 +104,8 @@ def _relative(path: Path, base: Path) -> str:
     try:
         return str(path.resolve().relative_to(base.resolve()))
     except ValueError:
-        return str(path)
+        # Outside it: absolute, since a relative path would later be read against the folder.
+        return str(path.resolve())
 
 
 def row_key(row: dict[str, Any]) -> tuple:
