@@ -192,6 +192,17 @@ def _budget_order(frame: pd.DataFrame) -> list[str]:
     return list(first.assign(key=key).sort_values("key", ascending=False, kind="stable")["budget_text"])
 
 
+def _spaces(frame: pd.DataFrame) -> str:
+    """Each method's search space, from the rows that recorded one (older results have none)."""
+    if "space" not in frame:
+        return " see `remat-bench methods NAME`."
+    spaces = {str(label): str(space) for label, space in zip(frame["label"], frame["space"])
+              if isinstance(space, str) and space}
+    if not spaces:
+        return " see `remat-bench methods NAME`."
+    return "".join(f"\n- {label}: {space}" for label, space in spaces.items())
+
+
 def graph_table(frame: pd.DataFrame) -> str:
     """One row per method and budget: status, overhead, peak, solve time, gap (and bounds where known)."""
     has_bound = frame["lower_bound_any_order"].notna().any()
@@ -207,7 +218,9 @@ def graph_table(frame: pd.DataFrame) -> str:
             best = runs.sort_values(["ok", "duration"], ascending=[False, True], kind="stable").iloc[0]
             if len(runs) == 1:
                 proven = not pd.isna(best["proven_optimal"]) and bool(best["proven_optimal"])
-                status = str(best["status"]) + (" (proven)" if proven else "")
+                where = best.get("status_holds_for")
+                in_space = isinstance(where, str) and where == "the method's space"
+                status = str(best["status"]) + (" (proven)" if proven else " (in its space)" if in_space else "")
             else:
                 status = f"{int(runs['ok'].sum())}/{len(runs)} ok ({', '.join(sorted(set(runs['status'])))})"
             peak = (100 * best["peak"] / best["baseline_peak"]
@@ -224,7 +237,9 @@ def graph_table(frame: pd.DataFrame) -> str:
                 row.append(_cell(implied, "{:+.2f}"))
             rows.append(row)
     note = ("Where a method ran with several seeds or repeats, the row shows its best schedule and the median "
-            "solve time. gap % is measured against the best bound known for every order.")
+            "solve time. gap % is measured against the best bound known for every order. \"(proven)\": the "
+            "schedule meets that bound, so no schedule is faster; \"(in its space)\": the method's own proof of "
+            "optimal or infeasible, which holds only in the schedules it searches:" + _spaces(frame))
     return _table(columns, rows) + "\n\n" + note
 
 

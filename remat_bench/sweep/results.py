@@ -54,7 +54,10 @@ COLUMNS: dict[str, str] = {
     "lower_bound_any_order": "number",
     "gap_pct": "Float64",
     "proven_optimal": "boolean",
+    "status_holds_for": "string",  # every schedule, the method's space, or empty: where the status is proven
+    "space": "string",  # the schedule space the method searches
     "solve_time_s": "Float64",
+    "bound_time_s": "Float64",
     "wall_time_s": "Float64",
     "peak_rss": "Int64",
     "schedule_steps": "Int64",
