@@ -408,3 +408,15 @@ def test_graph_paths_are_absolute_whatever_folder_the_config_is_named_from(tmp_p
     path = Path(cfg.graphs[0].path)
     assert path.is_absolute() and path == tmp_path / "graphs" / "chain-16-train.json"
     assert _relative(Path("graphs/chain-16-train.json"), tmp_path / "results") == str(path)
+
+
+def test_an_address_in_the_config_implies_dask(tmp_path):
+    # Before: the config loaded, then the run stopped with "--address names a Dask scheduler; use it
+    # with --executor dask", after writing config.yaml and an empty table.
+    path = tmp_path / "c.yaml"
+    path.write_text(f"graphs: [{CHAIN}]\nmethods: [none]\nbudgets: [0.9]\naddress: tcp://127.0.0.1:1\n")
+    assert load_config(path).executor == "dask"
+    path.write_text(f"graphs: [{CHAIN}]\nmethods: [none]\nbudgets: [0.9]\naddress: tcp://127.0.0.1:1\n"
+                    "executor: local\n")
+    with pytest.raises(Exception, match="'address' names a Dask scheduler; it needs 'executor: dask'"):
+        load_config(path)

@@ -317,6 +317,8 @@ def load_config(path: str | Path, *, output: str | Path | None = None,
     address = scalar("address", None, lambda n: doc.text(n, "address"))
     if address and "executor" in top and executor != "dask":
         raise doc.error(top["address"][1], "'address' names a Dask scheduler; it needs 'executor: dask'")
+    if address:
+        executor = "dask"  # a scheduler's address implies Dask, as --address does on the command line
 
     if output is not None:
         out_dir = Path(output)
