@@ -665,7 +665,7 @@ def graphs_fetch(dataset: str, output: Path | None, source: str | None) -> None:
 @click.argument("graph")
 @click.option("--json", "as_json", is_flag=True)
 def graphs_show(graph: str, as_json: bool) -> None:
-    """Summary of one graph: size, baseline, floor, largest values."""
+    """Summary of one graph: size, kinds, baseline, memory floor."""
     from remat_bench.budget import memory_floor
     from remat_bench.simulate import baseline
 

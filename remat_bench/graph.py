@@ -548,8 +548,17 @@ def graph_from_dict(data: dict[str, Any], source: str = "graph", default_name: s
         duration = nd["duration"]
         workspace = nd.get("workspace", 0)
         if impls:
-            # The node's own duration and workspace are those of its first implementation.
-            duration, workspace = impls[0].duration, impls[0].workspace
+            # The node's own duration and workspace are those of its first implementation; a file
+            # that says otherwise is ambiguous (which one would a method use?), so it is refused.
+            first = impls[0]
+            for label, own, theirs in (("duration", duration, first.duration),
+                                       ("workspace", workspace, first.workspace)):
+                if own != theirs and not ("workspace" not in nd and label == "workspace"):
+                    raise GraphError(
+                        f"{source}: node '{nd['id']}' has {label} {own!r}, but its first implementation "
+                        f"'{first.name}' has {theirs!r}; a node's own {label} is that of its first "
+                        "implementation: make them equal (or leave the node's workspace out)")
+            duration, workspace = first.duration, first.workspace
         nodes.append(
             Node(
                 id=nd["id"],

@@ -132,3 +132,26 @@ def test_solve_with_fastest_fit_is_faster_and_resimulates(tmp_path):
         assert (sim["peak"], sim["duration"]) == (answers[impl]["peak"], answers[impl]["duration"])
         assert sim["peak"] <= answers[impl]["budget"]
     assert answers["fastest-fit"]["duration"] < answers["first"]["duration"]
+    # The clean-up record describes the method's schedule before any clean-up, in both cases: the
+    # same chen schedule, so the same "before", and fastest-fit's "after" is its faster result.
+    first, fit = answers["first"]["cleanup"], answers["fastest-fit"]["cleanup"]
+    assert fit["duration_before"] == first["duration_before"] == answers["first"]["objective"]
+    assert (fit["peak_before"], fit["computes_before"]) == (first["peak_before"], first["computes_before"])
+    assert fit["duration_after"] == answers["fastest-fit"]["duration"] < first["duration_after"]
+
+
+def test_a_node_whose_own_duration_contradicts_its_first_implementation_is_refused(tmp_path):
+    from remat_bench.errors import GraphError
+    from remat_bench.graph import graph_from_dict
+
+    doc = {"format": "remat-bench-graph", "version": 1, "nodes": [
+        {"id": "a", "inputs": [], "memory": 1, "duration": 1,
+         "implementations": [{"name": "fast", "duration": 5}, {"name": "slow", "duration": 9}]}]}
+    with pytest.raises(GraphError, match="node 'a' has duration 1, but its first implementation 'fast' has 5"):
+        graph_from_dict(doc)
+    doc["nodes"][0]["duration"] = 5  # agreeing; the node's workspace, left out, is the implementation's
+    doc["nodes"][0]["implementations"][0]["workspace"] = 3
+    assert graph_from_dict(doc).workspace[0] == 3
+    doc["nodes"][0]["workspace"] = 2
+    with pytest.raises(GraphError, match="node 'a' has workspace 2, but its first implementation 'fast' has 3"):
+        graph_from_dict(doc)

@@ -758,12 +758,15 @@ def candidate_schedules(graph: Graph, st: Stages, budget: Number | None, deadlin
     for name, params, share in (("chen", {}, 0.2), ("greedy", {}, 0.2), ("kusumoto", {"variant": "approx"}, 0.25),
                                 ("fenghuang", {}, 0.25)):
         remaining = deadline.remaining()
-        if remaining is not None and remaining <= 0.05:
+        if remaining is not None and remaining <= 0.05 and sequences:
             break
+        # chen, the answer of last resort, gets at least a second (milliseconds on hundreds of nodes).
+        limit = None if remaining is None else max(share * remaining, 1.0 if name == "chen" else 0.0)
+        if limit == 0.0:
+            continue
         try:
             heuristic = get_method(name)()
-            answer = heuristic.solve(graph, budget, None if remaining is None else share * remaining,
-                                     **heuristic.parse_params(params))
+            answer = heuristic.solve(graph, budget, limit, **heuristic.parse_params(params))
             if answer.schedule is not None and answer.status.found_schedule:
                 nodes = answer.schedule.nodes[answer.schedule.kinds == COMPUTE]
                 if budget is not None:

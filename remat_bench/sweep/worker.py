@@ -11,8 +11,8 @@ its own process is what makes the limits hard and the sweep robust:
   supervisor records as a crash;
 - the wall-clock limit is enforced from outside by killing this process group;
 - a solver that segfaults takes down only this run;
-- solvers whose native libraries clash (on this machine, highspy and ortools
-  cannot be loaded into one process) each get a fresh interpreter.
+- every run starts from a fresh interpreter, so no solver state (or leaked
+  memory) carries from one run to the next.
 
 Anything a solver prints on stdout is redirected to stderr, so the outcome
 line cannot be corrupted. If the supervisor dies (even by SIGKILL), stdin
