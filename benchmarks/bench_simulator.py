@@ -42,6 +42,26 @@ def main() -> None:
                      f"{t_clean:.2f}", f"{len(schedule) / t_clean / 1e6:.2f} M"])
     show("Simulator throughput", ["graph", "steps", "simulate (s)", "steps/s", "clean-up (s)",
                                   "clean-up steps/s"], rows)
+    reading(cases[0][1])
+
+
+def reading(g) -> None:
+    """Reading and checking a schedule file against simulating it (`remat-bench simulate`'s two costs)."""
+    import tempfile
+    from pathlib import Path
+
+    from remat_bench.schedule import load_schedule, save_schedule
+
+    schedule = long_schedule(g, 1_000_000)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "s.json"
+        save_schedule(schedule, g, path)
+        t_read, loaded = best_time(lambda: load_schedule(path, g), repeat=3)
+        t_sim, _ = best_time(lambda: simulate(g, loaded), repeat=3)
+    show("Reading a schedule file", ["graph", "steps", "read and check (s)", "us per step", "simulate (s)",
+                                     "read / simulate"],
+         [[g.name, f"{len(schedule):,}", f"{t_read:.2f}", f"{1e6 * t_read / len(schedule):.2f}", f"{t_sim:.3f}",
+           f"{t_read / t_sim:.0f}x"]])
 
 
 if __name__ == "__main__":
