@@ -211,6 +211,11 @@ def select_runs(frame: pd.DataFrame, folder: str | Path, graph: str | None = Non
     from remat_bench.sweep.results import labels, succeeded
 
     graphs = list(dict.fromkeys(frame["graph"]))
+    if graph is not None and graph not in graphs and "graph_path" in frame:
+        # A graph also answers to its file's stem (what `graphs list` shows first).
+        stems = {Path(str(p)).stem: name for p, name in zip(frame["graph_path"], frame["graph"])
+                 if isinstance(p, str) and p}
+        graph = stems.get(graph, graph)
     if graph is not None and graph not in graphs:
         raise ChartError(f"{folder}: no graph named '{graph}' in the results{_did_you_mean(graph, graphs)}; "
                          f"they are {', '.join(graphs)}")

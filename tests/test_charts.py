@@ -327,3 +327,12 @@ def test_a_panel_without_any_schedule_says_so(table):
     assert "chen: 8 no_solution" in notes and "moccasin: 4 timeout" in notes and "none: 4 no_solution" in notes
     [small] = [ax for ax in fig.axes if ax.get_title().startswith("small")]
     assert not any("no schedule" in t.get_text() for t in small.texts)
+
+
+def test_plot_graph_accepts_the_graph_file_stem_as_well_as_its_name(tmp_path):
+    from remat_bench.charts import select_runs
+
+    frame = pd.DataFrame({"graph": ["chain-16", "other"], "graph_path": ["/x/chain-16-train.json", "/x/o.json"],
+                          "method": ["none", "none"], "params": ["{}", "{}"]})
+    assert list(select_runs(frame, tmp_path, graph="chain-16-train")["graph"]) == ["chain-16"]
+    assert list(select_runs(frame, tmp_path, graph="chain-16")["graph"]) == ["chain-16"]
