@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# The published graphs (paper:<name>) are found by remat_bench/datasets.py: $PAPER_GRAPHS,
+# The published graphs (paper:<name>) are found by remat_bench/app/datasets.py: $PAPER_GRAPHS,
 # ../shared/graphs/paper beside the checkout, or the cache `remat-bench graphs fetch paper` fills.
 
 .PHONY: install demo test bench lint clean

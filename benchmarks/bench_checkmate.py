@@ -11,10 +11,10 @@ import os
 import time
 
 from benchmarks.common import Rows, paper, show
-from remat_bench.budget import parse_budget
-from remat_bench.graph import load_graph
+from remat_bench.app.pipeline import run
+from remat_bench.core.budget import parse_budget
+from remat_bench.core.graph import load_graph
 from remat_bench.methods.checkmate import CheckmateModel, check_fits
-from remat_bench.pipeline import run
 
 # Moccasin paper, Table 2 (Checkmate MILP column; Gurobi on 16 cores).
 PUBLISHED = {

@@ -18,10 +18,10 @@ from __future__ import annotations
 import os
 
 from benchmarks.common import ROOT, best_time, paper, show
+from remat_bench.app.pipeline import run
+from remat_bench.core.graph import Graph, load_graph
 from remat_bench.generators import densenet121, resnet50
-from remat_bench.graph import Graph, load_graph
 from remat_bench.methods.fenghuang import FengHuang
-from remat_bench.pipeline import run
 
 LIMIT = float(os.environ.get("BENCH_TIME_LIMIT", 300))
 # Feng and Huang 2021, Table 2, "Ours Memory Cut-offs".

@@ -26,9 +26,10 @@ from __future__ import annotations
 import time
 
 from benchmarks.common import best_time, paper, show
-from remat_bench.budget import parse_budget
+from remat_bench.app.pipeline import run
+from remat_bench.core.budget import parse_budget
+from remat_bench.core.graph import Graph, load_graph
 from remat_bench.generators import densenet121, resnet50, unet
-from remat_bench.graph import Graph, load_graph
 from remat_bench.methods.kusumoto import (
     ancestor_sets,
     best_chain,
@@ -37,7 +38,6 @@ from remat_bench.methods.kusumoto import (
     least_peak,
     lower_set_family,
 )
-from remat_bench.pipeline import run
 
 # Paper, Table 1: the best reduction of the peak (with liveness analysis), and which network.
 PAPER_REDUCTION = {

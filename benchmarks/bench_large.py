@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 from benchmarks.common import Rows, show
-from remat_bench.errors import RematBenchError
+from remat_bench.app.pipeline import run
+from remat_bench.core.errors import RematBenchError
+from remat_bench.core.graph import load_graph, save_graph
+from remat_bench.core.simulate import baseline_schedule, simulate
 from remat_bench.generators import chain
-from remat_bench.graph import load_graph, save_graph
-from remat_bench.pipeline import run
-from remat_bench.simulate import baseline_schedule, simulate
 
 LAYERS = int(os.environ.get("BENCH_LARGE_LAYERS", 50_000))  # 2 * LAYERS + 1 nodes
 LIMIT = float(os.environ.get("BENCH_LIMIT", 120))

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 
 from benchmarks.common import Rows, paper, show
-from remat_bench.graph import load_graph
-from remat_bench.pipeline import run
+from remat_bench.app.pipeline import run
+from remat_bench.core.graph import load_graph
 
 # Moccasin paper, Table 2 (Moccasin column, 16-core workstation): (TDI %, seconds).
 PUBLISHED = {

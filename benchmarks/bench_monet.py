@@ -21,10 +21,10 @@ from __future__ import annotations
 import os
 
 from benchmarks.common import Rows, show
-from remat_bench.budget import memory_floor
+from remat_bench.app.pipeline import run
+from remat_bench.core.budget import memory_floor
+from remat_bench.core.simulate import baseline
 from remat_bench.generators import generate
-from remat_bench.pipeline import run
-from remat_bench.simulate import baseline
 
 LIMIT = float(os.environ.get("BENCH_TIME_LIMIT", 120))
 BUDGETS = os.environ.get("BENCH_MONET_BUDGETS", "0.4,0.5,0.6,0.7,0.8,0.9").split(",")

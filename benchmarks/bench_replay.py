@@ -24,9 +24,9 @@ from typing import Any
 import torch
 
 from benchmarks.common import Rows, show
-from remat_bench.graph import Graph
-from remat_bench.pipeline import run
-from remat_bench.simulate import baseline
+from remat_bench.app.pipeline import run
+from remat_bench.core.graph import Graph
+from remat_bench.core.simulate import baseline
 from remat_bench.torch.importer import import_model
 from remat_bench.torch.replay import replay
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks.common import best_time, paper, show
+from remat_bench.core.graph import load_graph
+from remat_bench.core.schedule import FREE, Schedule
+from remat_bench.core.simulate import baseline_schedule, clean_up, simulate
 from remat_bench.generators import chain, random_layered
-from remat_bench.graph import load_graph
-from remat_bench.schedule import FREE, Schedule
-from remat_bench.simulate import baseline_schedule, clean_up, simulate
 
 
 def long_schedule(g, target_steps: int) -> Schedule:
@@ -50,7 +50,7 @@ def reading(g) -> None:
     import tempfile
     from pathlib import Path
 
-    from remat_bench.schedule import load_schedule, save_schedule
+    from remat_bench.core.schedule import load_schedule, save_schedule
 
     schedule = long_schedule(g, 1_000_000)
     with tempfile.TemporaryDirectory() as tmp:

@@ -20,10 +20,10 @@ import pandas as pd
 from rich.console import Console
 
 from benchmarks.common import ROOT, show
-from remat_bench.report import write_report
-from remat_bench.sweep import load_config, run_sweep, summarize
-from remat_bench.sweep.progress import SweepProgress
-from remat_bench.sweep.results import SUCCESS
+from remat_bench.app.report import write_report
+from remat_bench.app.sweep import load_config, run_sweep, summarize
+from remat_bench.app.sweep.progress import SweepProgress
+from remat_bench.app.sweep.results import SUCCESS
 
 CONFIGS = ("smoke", "paper-moccasin", "paper-orderfree")
 # Moccasin paper, Table 2 (16-core workstation, Checkmate with Gurobi): (TDI %, seconds); None: none in time.

@@ -14,12 +14,12 @@ from __future__ import annotations
 import time
 
 from benchmarks.common import paper, show
-from remat_bench import datasets
+from remat_bench.app import datasets
+from remat_bench.app.pipeline import run
+from remat_bench.core.graph import Graph, load_graph
+from remat_bench.core.simulate import baseline
 from remat_bench.generators import chain, resnet50, transformer
-from remat_bench.graph import Graph, load_graph
 from remat_bench.methods.twremat import separator_tree, tree_decomposition, twremat_schedule
-from remat_bench.pipeline import run
-from remat_bench.simulate import baseline
 
 GIB = 2**30
 

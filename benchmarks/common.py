@@ -14,14 +14,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from remat_bench import datasets
+from remat_bench.app import datasets
 
 ROOT = Path(__file__).resolve().parents[1]
 console = Console(highlight=False, soft_wrap=True)
 
 
 def paper(name: str) -> Path:
-    """A published graph's path (`remat_bench.datasets` finds it); one sentence and exit 2 when missing."""
+    """A published graph's path (`remat_bench.app.datasets` finds it); one sentence and exit 2 when missing."""
     try:
         return datasets.locate(name)
     except datasets.DatasetError as exc:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 
-from remat_bench.graph import Graph
+from remat_bench.core.graph import Graph
 
 
 def _masks(graph: Graph) -> tuple[list[int], list[int], list[int], list[int], int]:
@@ -139,7 +139,7 @@ def best_order_peak(graph: Graph) -> int:
     """Lowest peak over all topological orders, each value freed after its last use."""
     import numpy as np
 
-    from remat_bench.simulate import place_frees, simulate
+    from remat_bench.core.simulate import place_frees, simulate
 
     best = None
     for order in topological_orders(graph):

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from hypothesis import strategies as st
 
-from remat_bench import datasets
-from remat_bench.graph import Graph, Node
-from remat_bench.schedule import COMPUTE, Schedule
+from remat_bench.app import datasets
+from remat_bench.core.graph import Graph, Node
+from remat_bench.core.schedule import COMPUTE, Schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "graphs"

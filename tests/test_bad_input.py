@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from remat_bench.cli import main
+from remat_bench.app.cli import main
 from remat_bench.methods import method_names
 
 BAD = Path(__file__).parent / "data" / "bad"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from remat_bench.budget import memory_floor, parse_budget
-from remat_bench.errors import BudgetError
-from remat_bench.graph import load_graph
-from remat_bench.pipeline import run
+from remat_bench.app.pipeline import run
+from remat_bench.core.budget import memory_floor, parse_budget
+from remat_bench.core.errors import BudgetError
+from remat_bench.core.graph import load_graph
 from tests.helpers import make_graph, paper_graph
 
 

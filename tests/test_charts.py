@@ -10,13 +10,13 @@ import pytest
 from click.testing import CliRunner
 from matplotlib.image import imread
 
-from remat_bench import charts
-from remat_bench.cli import main
-from remat_bench.graph import load_graph
-from remat_bench.pipeline import run
-from remat_bench.schedule import Schedule, save_schedule
-from remat_bench.sweep import load_config, run_sweep
-from remat_bench.sweep.results import build_table
+from remat_bench.app import charts
+from remat_bench.app.cli import main
+from remat_bench.app.pipeline import run
+from remat_bench.app.sweep import load_config, run_sweep
+from remat_bench.app.sweep.results import build_table
+from remat_bench.core.graph import load_graph
+from remat_bench.core.schedule import Schedule, save_schedule
 from tests.helpers import SHIPPED, make_graph
 
 CHAIN = SHIPPED / "chain-16-train.json"
@@ -330,7 +330,7 @@ def test_a_panel_without_any_schedule_says_so(table):
 
 
 def test_plot_graph_accepts_the_graph_file_stem_as_well_as_its_name(tmp_path):
-    from remat_bench.charts import select_runs
+    from remat_bench.app.charts import select_runs
 
     frame = pd.DataFrame({"graph": ["chain-16", "other"], "graph_path": ["/x/chain-16-train.json", "/x/o.json"],
                           "method": ["none", "none"], "params": ["{}", "{}"]})

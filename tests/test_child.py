@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import time
 
-from remat_bench.child import run_in_child
 from remat_bench.methods.base import Deadline
+from remat_bench.toolkit.child import run_in_child
 
 
 def count_to(n: int, send=None) -> int:

@@ -7,10 +7,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from remat_bench.cli import main
-from remat_bench.graph import load_graph
-from remat_bench.schedule import load_schedule
-from remat_bench.simulate import simulate
+from remat_bench.app.cli import main
+from remat_bench.core.graph import load_graph
+from remat_bench.core.schedule import load_schedule
+from remat_bench.core.simulate import simulate
 from tests.helpers import SHIPPED, paper_graph
 
 CHAIN = str(SHIPPED / "chain-16-train.json")
@@ -134,7 +134,7 @@ def test_a_device_as_output_is_refused_at_once_without_reading_it(tmp_path):
 
     # Before the fix the "is this a schedule file?" check read /dev/zero to the end: it never returned.
     for device in ("/dev/zero", "/dev/full", "/dev/stdout"):
-        proc = subprocess.run([sys.executable, "-m", "remat_bench.cli", "solve", CHAIN, "-m", "none", "-b", "1",
+        proc = subprocess.run([sys.executable, "-m", "remat_bench.app.cli", "solve", CHAIN, "-m", "none", "-b", "1",
                                "-o", device], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2, proc.stderr
         assert "is not a regular file (a device, pipe or socket)" in proc.stderr
@@ -213,11 +213,11 @@ def test_a_methods_proofs_name_its_space():
 
 
 def test_no_bound_skips_it_and_a_cached_bound_is_reused(tmp_path, monkeypatch):
-    from remat_bench import bound
+    from remat_bench.toolkit import bound
 
     cache = bound.BoundCache(str(tmp_path / "bounds"))
     monkeypatch.setattr(bound, "DEFAULT_CACHE", cache)
-    monkeypatch.setattr("remat_bench.pipeline.DEFAULT_CACHE", cache)
+    monkeypatch.setattr("remat_bench.app.pipeline.DEFAULT_CACHE", cache)
     off = json.loads(invoke("solve", CHAIN, "-m", "greedy", "-b", "0.7", "--no-bound", "--json").output)
     assert off["lower_bound_any_order"] is None and off["gap_pct"] is None and not off["proven_optimal"]
     assert off["bound_time_s"] == 0.0 and not (tmp_path / "bounds").exists()
@@ -226,7 +226,7 @@ def test_no_bound_skips_it_and_a_cached_bound_is_reused(tmp_path, monkeypatch):
     assert len(list((tmp_path / "bounds").glob("*.json"))) == 1
     # A new process (a fresh in-memory cache) reads it from disk.
     monkeypatch.setattr(bound, "DEFAULT_CACHE", bound.BoundCache(str(tmp_path / "bounds")))
-    monkeypatch.setattr("remat_bench.pipeline.DEFAULT_CACHE", bound.DEFAULT_CACHE)
+    monkeypatch.setattr("remat_bench.app.pipeline.DEFAULT_CACHE", bound.DEFAULT_CACHE)
     again = json.loads(invoke("solve", CHAIN, "-m", "greedy", "-b", "0.7", "--json").output)
     assert again["lower_bound_any_order"] == 55 and again["stats"]["bound_any_order"]["from_cache"] is True
     text = invoke("solve", CHAIN, "-m", "greedy", "-b", "0.7").output
@@ -234,8 +234,8 @@ def test_no_bound_skips_it_and_a_cached_bound_is_reused(tmp_path, monkeypatch):
 
 
 def test_a_limit_bound_is_recomputed_for_more_effort_a_settled_one_is_not(tmp_path, monkeypatch):
-    from remat_bench import bound
-    from remat_bench.bound import Bound, BoundCache
+    from remat_bench.toolkit import bound
+    from remat_bench.toolkit.bound import Bound, BoundCache
 
     g = load_graph(CHAIN)
     cache = BoundCache(str(tmp_path))

@@ -1,4 +1,4 @@
-"""`remat_bench.datasets` and `remat-bench graphs fetch`: published graphs found and fetched.
+"""`remat_bench.app.datasets` and `remat-bench graphs fetch`: published graphs found and fetched.
 
 The downloads run against real HTTP servers on 127.0.0.1: one serving a
 folder, one that corrupts what it serves, one that breaks off mid-file. The
@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from remat_bench import datasets
-from remat_bench.cli import main
-from remat_bench.datasets import Dataset, DatasetError, PublishedFile
-from remat_bench.graph import load_graph
+from remat_bench.app import datasets
+from remat_bench.app.cli import main
+from remat_bench.app.datasets import Dataset, DatasetError, PublishedFile
+from remat_bench.core.graph import load_graph
 from tests.helpers import SHIPPED, paper_graph
 
 SMALL = ("chain-16-train.json", "kumar-figure1.json")

@@ -7,7 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remat_bench.errors import GraphError
+from remat_bench.core.errors import GraphError
+from remat_bench.core.graph import Implementation, load_graph, save_graph
+from remat_bench.core.simulate import baseline
 from remat_bench.generators import (
     GENERATORS,
     ForwardOp,
@@ -21,8 +23,6 @@ from remat_bench.generators import (
     unet,
     vgg16,
 )
-from remat_bench.graph import Implementation, load_graph, save_graph
-from remat_bench.simulate import baseline
 from tests.helpers import paper_graph
 
 

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from remat_bench.cli import main
-from remat_bench.errors import GraphError
+from remat_bench.app.cli import main
+from remat_bench.core.errors import GraphError
+from remat_bench.core.graph import Graph, Implementation, Node, save_graph
+from remat_bench.core.simulate import baseline, baseline_schedule, place_frees, simulate
 from remat_bench.generators import (
     ForwardOp,
     add_implementations,
@@ -17,9 +19,7 @@ from remat_bench.generators import (
     generate,
     training_graph,
 )
-from remat_bench.graph import Graph, Implementation, Node, save_graph
-from remat_bench.implementations import fastest_fit
-from remat_bench.simulate import baseline, baseline_schedule, place_frees, simulate
+from remat_bench.toolkit.fastest_fit import fastest_fit
 
 
 def impls_of(g: Graph, id: str) -> list[tuple]:
@@ -141,8 +141,8 @@ def test_solve_with_fastest_fit_is_faster_and_resimulates(tmp_path):
 
 
 def test_a_node_whose_own_duration_contradicts_its_first_implementation_is_refused(tmp_path):
-    from remat_bench.errors import GraphError
-    from remat_bench.graph import graph_from_dict
+    from remat_bench.core.errors import GraphError
+    from remat_bench.core.graph import graph_from_dict
 
     doc = {"format": "remat-bench-graph", "version": 1, "nodes": [
         {"id": "a", "inputs": [], "memory": 1, "duration": 1,

@@ -1,13 +1,13 @@
-"""Schedule polishing used for warm starts and hints (remat_bench.improve)."""
+"""Schedule polishing used for warm starts and hints (remat_bench.toolkit.improve)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from remat_bench.budget import parse_budget
-from remat_bench.graph import load_graph
-from remat_bench.improve import drop_recomputations, shave_peaks
-from remat_bench.simulate import baseline, place_frees, simulate
+from remat_bench.core.budget import parse_budget
+from remat_bench.core.graph import load_graph
+from remat_bench.core.simulate import baseline, place_frees, simulate
+from remat_bench.toolkit.improve import drop_recomputations, shave_peaks
 from tests.bruteforce import staged_optimum
 from tests.helpers import paper_graph
 from tests.methods.test_checkmate import budgets, random_graph

@@ -8,9 +8,9 @@ import subprocess
 import sys
 import time
 
-from remat_bench.graph import load_graph
-from remat_bench.schedule import load_schedule
-from remat_bench.simulate import simulate
+from remat_bench.core.graph import load_graph
+from remat_bench.core.schedule import load_schedule
+from remat_bench.core.simulate import simulate
 from tests.helpers import paper_graph
 
 
@@ -18,7 +18,7 @@ def test_first_ctrl_c_returns_the_best_schedule_so_far(tmp_path):
     graph = paper_graph("random_layered_n250")
     out = tmp_path / "schedule.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "remat_bench.cli", "solve", str(graph), "-m", "moccasin", "-b", "0.8",
+        [sys.executable, "-m", "remat_bench.app.cli", "solve", str(graph), "-m", "moccasin", "-b", "0.8",
          "-t", "120", "--json", "-o", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )

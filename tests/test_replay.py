@@ -19,13 +19,13 @@ except ImportError as exc:  # fail loudly: CI must run these tests
 import pytest
 from click.testing import CliRunner
 
-from remat_bench.cli import main
-from remat_bench.errors import ScheduleError
-from remat_bench.graph import load_graph, save_graph
+from remat_bench.app.cli import main
+from remat_bench.app.pipeline import run
+from remat_bench.core.errors import ScheduleError
+from remat_bench.core.graph import load_graph, save_graph
+from remat_bench.core.schedule import save_schedule
+from remat_bench.core.simulate import baseline, baseline_schedule
 from remat_bench.methods import Status
-from remat_bench.pipeline import run
-from remat_bench.schedule import save_schedule
-from remat_bench.simulate import baseline, baseline_schedule
 from remat_bench.torch.importer import import_model
 from remat_bench.torch.replay import ATOL, RTOL, ReplayError, replay, replay_files, scratch_note
 from tests.helpers import SHIPPED, graph_path

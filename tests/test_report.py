@@ -8,9 +8,9 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from remat_bench.cli import main
-from remat_bench.report import write_report
-from remat_bench.sweep import load_config, load_table, run_sweep
+from remat_bench.app.cli import main
+from remat_bench.app.report import write_report
+from remat_bench.app.sweep import load_config, load_table, run_sweep
 from tests.helpers import SHIPPED
 
 CHAIN = SHIPPED / "chain-16-train.json"
@@ -127,7 +127,7 @@ def test_report_command_and_a_folder_with_only_the_table(tmp_path, results):
 def test_finding_section_states_whether_rematerialization_is_needed():
     import pandas as pd
 
-    from remat_bench.report import finding_section
+    from remat_bench.app.report import finding_section
 
     def row(method, budget, status, overhead, bound, params="{}"):
         return {"graph": "g", "budget_text": budget, "budget_fraction": float(budget), "method": method,

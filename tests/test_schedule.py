@@ -7,11 +7,11 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from remat_bench.cli import main
-from remat_bench.errors import ScheduleError
-from remat_bench.graph import save_graph
-from remat_bench.schedule import load_schedule, save_schedule
-from remat_bench.simulate import baseline_schedule, simulate
+from remat_bench.app.cli import main
+from remat_bench.core.errors import ScheduleError
+from remat_bench.core.graph import save_graph
+from remat_bench.core.schedule import load_schedule, save_schedule
+from remat_bench.core.simulate import baseline_schedule, simulate
 from tests.helpers import make_graph
 
 

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remat_bench.graph import load_graph
-from remat_bench.schedule import COMPUTE, FREE, Schedule
-from remat_bench.simulate import baseline, baseline_schedule, clean_up, place_frees, simulate
+from remat_bench.core.graph import load_graph
+from remat_bench.core.schedule import COMPUTE, FREE, Schedule
+from remat_bench.core.simulate import baseline, baseline_schedule, clean_up, place_frees, simulate
 from tests.helpers import dags, make_graph, naive_simulate, paper_graph
 
 # docs/design.md section 3: baseline peaks of the published graphs, to the unit.
@@ -26,7 +26,7 @@ PAPER_BASELINES = {
 
 @pytest.mark.parametrize("name", sorted(PAPER_BASELINES))
 def test_paper_baseline_peaks_match_design_table(name):
-    from remat_bench.budget import parse_budget
+    from remat_bench.core.budget import parse_budget
 
     nodes, edges, peak, b90, b80 = PAPER_BASELINES[name]
     g = load_graph(paper_graph(name))

@@ -22,18 +22,18 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from remat_bench.cli import main
-from remat_bench.errors import ConfigError
-from remat_bench.sweep import load_config, run_sweep
-from remat_bench.sweep.executors import _outcome
-from remat_bench.sweep.journal import Journal
-from remat_bench.sweep.results import (
+from remat_bench.app.cli import main
+from remat_bench.app.sweep import load_config, run_sweep
+from remat_bench.app.sweep.executors import _outcome
+from remat_bench.app.sweep.journal import Journal
+from remat_bench.app.sweep.results import (
     build_table,
     load_table,
     row_key,
     shifted_geometric_mean,
     summarize,
 )
+from remat_bench.core.errors import ConfigError
 from tests.helpers import ROOT, SHIPPED
 
 CHAIN = SHIPPED / "chain-16-train.json"
@@ -207,9 +207,9 @@ def test_local_pool_and_dask_local_cluster_give_the_same_rows(tmp_path):
     assert set(local.table["status"]) <= KNOWN_STATUSES
     assert (local.table["status"] == "feasible").sum() >= 3
     # The schedules were written by the worker processes, relative to the folder, and score the same.
-    from remat_bench.graph import load_graph
-    from remat_bench.schedule import load_schedule
-    from remat_bench.simulate import simulate
+    from remat_bench.core.graph import load_graph
+    from remat_bench.core.schedule import load_schedule
+    from remat_bench.core.simulate import simulate
 
     g = load_graph(CHAIN)
     for row in dask.table[dask.table["schedule"].notna()].itertuples():
@@ -289,7 +289,7 @@ def test_killing_the_sweep_itself_and_resuming_loses_and_duplicates_nothing(tmp_
     pids.mkdir()
     path = small_config(tmp_path, methods="[none, greedy, chen]", budgets="[0.8, 0.7]")
     env = dict(os.environ, REMAT_BENCH_TEST_SLEEP="greedy:600", REMAT_BENCH_TEST_PIDS=str(pids))
-    parent = subprocess.Popen([sys.executable, "-m", "remat_bench.cli", "sweep", str(path), "--workers", "1"],
+    parent = subprocess.Popen([sys.executable, "-m", "remat_bench.app.cli", "sweep", str(path), "--workers", "1"],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     journal = tmp_path / "out" / "journal.jsonl"
     wait_for(lambda: any(pids.iterdir()), "the sweep to reach the sleeping greedy run")

@@ -29,10 +29,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from remat_bench.cli import main
-from remat_bench.sweep import load_config, run_sweep
-from remat_bench.sweep.journal import Journal
-from remat_bench.sweep.results import (
+from remat_bench.app.cli import main
+from remat_bench.app.sweep import load_config, run_sweep
+from remat_bench.app.sweep.journal import Journal
+from remat_bench.app.sweep.results import (
     build_table,
     load_table,
     row_key,
@@ -44,7 +44,7 @@ from tests.test_sweep import pid_gone, wait_for
 
 CHAIN = SHIPPED / "chain-16-train.json"
 FOREST = SHIPPED / "random-layered-60.json"
-SWEEP = [sys.executable, "-m", "remat_bench.cli", "sweep"]
+SWEEP = [sys.executable, "-m", "remat_bench.app.cli", "sweep"]
 
 
 def config(tmp_path: Path, methods: str = "[greedy, chen]", budgets: str = "[0.8]", extra: str = "",
@@ -144,8 +144,8 @@ def test_a_second_sweep_on_a_busy_folder_is_refused_and_a_killed_sweep_leaves_no
 
 
 def test_a_schedule_that_cannot_be_saved_keeps_its_measurements_names_its_cause_and_exits_1(tmp_path, freeze):
-    from remat_bench.graph import load_graph
-    from remat_bench.pipeline import run
+    from remat_bench.app.pipeline import run
+    from remat_bench.core.graph import load_graph
 
     path = config(tmp_path, methods="[greedy]", budgets="[0.8, 0.1]")
     folder = tmp_path / "out" / "schedules" / "chain-16"
@@ -299,7 +299,7 @@ def test_a_dask_sweep_whose_only_worker_dies_fails_with_one_sentence(tmp_path, m
     pytest.importorskip("distributed")
     from distributed import LocalCluster
 
-    from remat_bench.sweep import runner
+    from remat_bench.app.sweep import runner
 
     monkeypatch.setattr(runner, "NO_WORKERS_TIMEOUT_S", 2.0)
     pids = tmp_path / "pids"
@@ -396,7 +396,7 @@ def test_dry_run_names_each_graph_whose_budgets_are_below_its_memory_floor(tmp_p
 def test_graph_paths_are_absolute_whatever_folder_the_config_is_named_from(tmp_path, monkeypatch):
     # A config named by a relative path gave graph paths relative to where the sweep started;
     # the results folder then stored them as they were, and charts read them against itself.
-    from remat_bench.sweep.results import _relative
+    from remat_bench.app.sweep.results import _relative
 
     (tmp_path / "cfg").mkdir()
     (tmp_path / "graphs").mkdir()

@@ -31,11 +31,11 @@ import pytest
 from click.testing import CliRunner
 from torch import nn
 
-from remat_bench.cli import main
-from remat_bench.graph import load_graph, save_graph
-from remat_bench.pipeline import run
-from remat_bench.schedule import save_schedule
-from remat_bench.simulate import baseline, baseline_schedule
+from remat_bench.app.cli import main
+from remat_bench.app.pipeline import run
+from remat_bench.core.graph import load_graph, save_graph
+from remat_bench.core.schedule import save_schedule
+from remat_bench.core.simulate import baseline, baseline_schedule
 from remat_bench.torch import TORCH_LOG_SWITCHES
 from remat_bench.torch.importer import import_model
 from remat_bench.torch.replay import replay
@@ -118,7 +118,7 @@ def real_only_failure() -> nn.Module:
 def _cli(*args: str) -> subprocess.CompletedProcess:
     """The installed console script in a fresh process (torch's logging set up as a user gets it)."""
     script = Path(sys.executable).with_name("remat-bench")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "remat_bench.cli"]
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "remat_bench.app.cli"]
     env = {k: v for k, v in os.environ.items() if k not in TORCH_LOG_SWITCHES}
     return subprocess.run([*command, *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
 

@@ -23,10 +23,10 @@ import pytest
 from click.testing import CliRunner
 from torch import nn
 
-from remat_bench.cli import main
-from remat_bench.errors import GraphError
-from remat_bench.graph import Graph, graph_from_dict, load_graph, save_graph
-from remat_bench.simulate import baseline, baseline_schedule
+from remat_bench.app.cli import main
+from remat_bench.core.errors import GraphError
+from remat_bench.core.graph import Graph, graph_from_dict, load_graph, save_graph
+from remat_bench.core.simulate import baseline, baseline_schedule
 from remat_bench.torch.importer import import_model, program_for_graph
 from remat_bench.torch.replay import replay
 from remat_bench.torch.zoo import ZOO, ModelSpecError
@@ -226,14 +226,14 @@ def test_without_torch_the_commands_say_how_to_install_it(tmp_path):
     graph = str(SHIPPED / "chain-16-train.json")
     script = (
         "import sys; sys.modules['torch'] = None\n"
-        "import remat_bench, remat_bench.torch, remat_bench.cli\n"
+        "import remat_bench, remat_bench.torch, remat_bench.app.cli\n"
         "from click.testing import CliRunner\n"
         "runner = CliRunner()\n"
-        f"r = runner.invoke(remat_bench.cli.main, ['replay', {graph!r}, 'x.json'])\n"
+        f"r = runner.invoke(remat_bench.app.cli.main, ['replay', {graph!r}, 'x.json'])\n"
         "print(r.exit_code); print(r.output.strip())\n"
-        f"r = runner.invoke(remat_bench.cli.main, ['graphs', 'import-torch', 'mlp', '-o', {str(tmp_path / 'g.json')!r}])\n"
+        f"r = runner.invoke(remat_bench.app.cli.main, ['graphs', 'import-torch', 'mlp', '-o', {str(tmp_path / 'g.json')!r}])\n"
         "print(r.exit_code); print(r.output.strip())\n"
-        f"r = runner.invoke(remat_bench.cli.main, ['solve', {graph!r}, '-m', 'none', '-b', '1', '--json'])\n"
+        f"r = runner.invoke(remat_bench.app.cli.main, ['solve', {graph!r}, '-m', 'none', '-b', '1', '--json'])\n"
         "print(r.exit_code)\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)

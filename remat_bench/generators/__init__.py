@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from remat_bench.errors import GraphError
+from remat_bench.core.errors import GraphError
+from remat_bench.core.graph import Graph
 from remat_bench.generators.architectures import densenet121, resnet50, transformer, unet, vgg16
 from remat_bench.generators.chain import chain
 from remat_bench.generators.implementations import add_implementations, first_implementations
 from remat_bench.generators.random_layered import random_layered
 from remat_bench.generators.training import ForwardOp, training_graph
-from remat_bench.graph import Graph
 
 __all__ = [
     "GENERATORS",

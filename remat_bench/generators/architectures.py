@@ -34,9 +34,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from remat_bench.errors import GraphError
+from remat_bench.core.errors import GraphError
+from remat_bench.core.graph import Graph
 from remat_bench.generators.training import ForwardOp, training_graph
-from remat_bench.graph import Graph
 
 FLOAT32 = 4
 # The network input: a layer reading it lists no input node, as in Checkmate.

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from remat_bench.errors import GraphError
+from remat_bench.core.errors import GraphError
+from remat_bench.core.graph import Graph, Number
 from remat_bench.generators.training import ForwardOp, training_graph
-from remat_bench.graph import Graph, Number
 
 UNITS = {"memory": "units", "duration": "units"}
 # With a seed, every size is the given scale times a whole number drawn uniformly from 1..SPREAD.

@@ -65,8 +65,8 @@ gradients (they need extra nodes holding 1-bit masks).
 
 from __future__ import annotations
 
-from remat_bench.errors import GraphError
-from remat_bench.graph import Graph, Implementation, Node, Number
+from remat_bench.core.errors import GraphError
+from remat_bench.core.graph import Graph, Implementation, Node, Number
 
 CONV_OPS = frozenset({"conv2d", "conv_transpose2d"})
 # Operators whose gradient can be computed from their output (MONeT's output-activated ones).

@@ -4,7 +4,7 @@ Bartan et al. (Moccasin, ICML 2023) benchmark on random layered graphs made by
 the generator of Gagrani et al. ("Neural Topological Ordering for Computation
 Graphs", NeurIPS 2022, Appendix A), which is not public. This generator is
 fitted to the four published instances (``paper:random_layered_n*``, see
-`remat_bench.datasets`). Measured on them (layers are ``-graph.pos[v][1]``):
+`remat_bench.app.datasets`). Measured on them (layers are ``-graph.pos[v][1]``):
 
     graph                  nodes  edges  layers  widest  edges between consecutive layers
     random_layered_n100      100    236      21       9  203 (86%)
@@ -51,8 +51,8 @@ import math
 
 import numpy as np
 
-from remat_bench.errors import GraphError
-from remat_bench.graph import Graph, Node
+from remat_bench.core.errors import GraphError
+from remat_bench.core.graph import Graph, Node
 
 UNITS = {"memory": "units", "duration": "units"}
 

@@ -4,7 +4,7 @@ Checkmate (Jain et al., "Checkmate: Breaking the Memory Wall with Optimal Tensor
 Rematerialization", MLSys 2020) models training at layer granularity: the
 forward layers in a topological order, one ``Loss`` node fed by the network's
 output, then one ``<layer>_backward`` node per forward layer in reverse order.
-Its exported graphs (the published ``paper:checkmate_*_train``, `remat_bench.datasets`) follow
+Its exported graphs (the published ``paper:checkmate_*_train``, `remat_bench.app.datasets`) follow
 one rule for the inputs of a gradient node, which this module reproduces:
 
     grad(X) reads  X,
@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from remat_bench.errors import GraphError
-from remat_bench.graph import Graph, Implementation, Node, Number
+from remat_bench.core.errors import GraphError
+from remat_bench.core.graph import Graph, Implementation, Node, Number
 
 LOSS_ID = "loss"
 GRAD_SUFFIX = "_grad"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import entry_points
 
-from remat_bench.errors import MethodError
+from remat_bench.core.errors import MethodError
 from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status
 
 __all__ = ["BUILTIN", "Deadline", "Method", "MethodResult", "Param", "Status", "all_methods", "get_method", "method_names"]

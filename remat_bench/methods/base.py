@@ -5,7 +5,7 @@ A method is a small class: a ``name``, a one-line ``description``, declared
 and one ``solve``. It receives the graph, the budget (absolute units, or None
 for the lowest peak it can reach), a time limit and its parameters, and
 returns a `MethodResult`. It never reads files, parses arguments or prints;
-the pipeline (`remat_bench.pipeline`) cleans up and simulates what it returns.
+the pipeline (`remat_bench.app.pipeline`) cleans up and simulates what it returns.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, TypeVar
 
-from remat_bench.errors import MethodError
-from remat_bench.graph import Graph, Number
-from remat_bench.schedule import Schedule
+from remat_bench.core.errors import MethodError
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.schedule import Schedule
 
 
 class Status(StrEnum):
@@ -295,8 +295,8 @@ def least_peak_by_bisection(graph: Graph, solve_at: Callable[[Number, float | No
     duration optimal. stats: ``least_peak``, ``least_peak_lower`` (no schedule of the
     method's space peaks below it, when ``least_peak_proven``), ``probes``.
     """
-    from remat_bench.budget import memory_floor
-    from remat_bench.simulate import baseline, simulate
+    from remat_bench.core.budget import memory_floor
+    from remat_bench.core.simulate import baseline, simulate
 
     lo, hi = memory_floor(graph).amount, baseline(graph).peak
     whole = isinstance(hi, int) and isinstance(lo, int)

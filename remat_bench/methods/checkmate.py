@@ -28,7 +28,7 @@ virtual stage n is 1 for outputs); workspace and fixed memory in U, so that
 the model's memory is the simulator's; memory divided by its gcd and the
 budget rounded down in that unit, durations divided by their mean, so the
 solver sees small numbers with the same feasible set. The model is built as
-numpy COO blocks and handed to HiGHS whole (`remat_bench.milp`); a warm start
+numpy COO blocks and handed to HiGHS whole (`remat_bench.toolkit.milp`); a warm start
 comes from the best `chen`/`greedy` schedule that the model accepts.
 """
 
@@ -42,8 +42,10 @@ from typing import Any
 
 import numpy as np
 
-from remat_bench.errors import ModelTooLargeError
-from remat_bench.graph import Graph, Number
+from remat_bench.core.errors import ModelTooLargeError
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.schedule import COMPUTE, Schedule, ScheduleBuilder
+from remat_bench.core.simulate import clean_up_simulated, overhead_pct, place_frees, simulate
 from remat_bench.methods.base import (
     Deadline,
     Method,
@@ -52,15 +54,13 @@ from remat_bench.methods.base import (
     Status,
     least_peak_by_bisection,
 )
-from remat_bench.milp import (
+from remat_bench.toolkit.milp import (
     ModelBuilder,
     SparseModel,
     available_memory_bytes,
     parse_backend,
     solve_milp,
 )
-from remat_bench.schedule import COMPUTE, Schedule, ScheduleBuilder
-from remat_bench.simulate import clean_up_simulated, overhead_pct, place_frees, simulate
 
 
 def _tri(t: np.ndarray, i: np.ndarray) -> np.ndarray:
@@ -426,7 +426,7 @@ class Checkmate(Method):
         remaining = deadline.remaining()
         if remaining is not None and remaining <= 0.05:
             # No time left to solve: the warm start is the answer, if there is one.
-            from remat_bench.milp import MilpSolution
+            from remat_bench.toolkit.milp import MilpSolution
 
             sol = MilpSolution("feasible" if start is not None else "no_solution", x=start,
                                objective=None if start is None else float(cm.model.cost @ start),
@@ -476,10 +476,10 @@ def warm_start(cm: CheckmateModel, graph: Graph, budget: Number,
     LP rounding (`checkmate_lp`), given at most a quarter of the time left
     and a minute, when neither is accepted.
     """
-    from remat_bench.improve import drop_recomputations, shaved_order
     from remat_bench.methods.checkmate_lp import lp_rounding
     from remat_bench.methods.chen import Chen
     from remat_bench.methods.greedy import Greedy
+    from remat_bench.toolkit.improve import drop_recomputations, shaved_order
 
     best: tuple[float, np.ndarray, str] | None = None
 
@@ -489,7 +489,7 @@ def warm_start(cm: CheckmateModel, graph: Graph, budget: Number,
             return
         # Compute order only: the model places its own frees (frees at last use are its rule
         # too). Unused computations stay: dropping one can move a first computation out of order.
-        # Recomputations the budget does not need are undone first (`remat_bench.improve`).
+        # Recomputations the budget does not need are undone first (`remat_bench.toolkit.improve`).
         nodes = drop_recomputations(graph, schedule.nodes[schedule.kinds == COMPUTE], budget, deadline)
         staged = place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64), drop_unused=False)
         x = cm.encode(staged)
@@ -506,7 +506,7 @@ def warm_start(cm: CheckmateModel, graph: Graph, budget: Number,
             continue
         if answer.schedule is not None and answer.status.found_schedule:
             consider(answer.schedule, method.name)
-    # Peak shaving from the input order (see `remat_bench.improve.shave_peaks`).
+    # Peak shaving from the input order (see `remat_bench.toolkit.improve.shave_peaks`).
     if deadline.expired():
         return (best[1], best[2]) if best else (None, None)
     shaved = shaved_order(graph, budget, deadline)

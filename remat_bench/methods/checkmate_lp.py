@@ -25,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from remat_bench.graph import Graph, Number
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.schedule import Schedule
+from remat_bench.core.simulate import place_frees, simulate
 from remat_bench.methods.base import (
     Deadline,
     Method,
@@ -35,9 +37,7 @@ from remat_bench.methods.base import (
     least_peak_by_bisection,
 )
 from remat_bench.methods.checkmate import CheckmateModel, check_fits, model_stats, too_short
-from remat_bench.milp import parse_backend, solve_milp
-from remat_bench.schedule import Schedule
-from remat_bench.simulate import place_frees, simulate
+from remat_bench.toolkit.milp import parse_backend, solve_milp
 
 
 def lp_checkpoints(cm: CheckmateModel, x: np.ndarray) -> np.ndarray:
@@ -127,7 +127,7 @@ def lp_rounding(graph: Graph, budget: Number, *, thresholds: int, samples: int, 
     Returns (schedule, its pre-clean-up duration, the LP bound at ``budget``, a
     sentence on why nothing came out). Fills ``stats``.
     """
-    from remat_bench.budget import memory_floor
+    from remat_bench.core.budget import memory_floor
 
     floor = memory_floor(graph).amount
     factors = [1.0, *np.linspace(1.0, 0.7, tighten + 1)[1:]] if tighten else [1.0]

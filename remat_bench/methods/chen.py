@@ -16,7 +16,7 @@ node; for a ResNet, the block outputs).
   simulated, and the cheapest schedule that fits the budget is kept (with
   ``--budget min``, the lowest peak).
 
-The plans go through the shared lowering (`remat_bench.lowering`). The
+The plans go through the shared lowering (`remat_bench.toolkit.lowering`). The
 separator test is written out rather than taken from networkx's
 ``articulation_points``: undirected articulation points include the cut
 vertices of side branches, which do not split the forward pass into
@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from remat_bench.graph import Graph, Number
-from remat_bench.lowering import LoweringError, Plan, lower_plan, plan_from_checkpoints
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.schedule import Schedule
+from remat_bench.core.simulate import simulate
 from remat_bench.methods.base import (
     Deadline,
     Method,
@@ -41,8 +42,7 @@ from remat_bench.methods.base import (
     Status,
     unsupported_without_backward,
 )
-from remat_bench.schedule import Schedule
-from remat_bench.simulate import simulate
+from remat_bench.toolkit.lowering import LoweringError, Plan, lower_plan, plan_from_checkpoints
 
 
 def separators(graph: Graph) -> list[int]:

@@ -36,7 +36,7 @@ adds it only where there are several source nodes, and a single source node
 is then s, always a checkpoint). The target t is the single sink node, which
 the lowering keeps resident for the loss anyway; where there are several, a
 virtual sink with no memory follows them. The solution is handed to the shared
-lowering (`remat_bench.lowering`) as a `Plan`: the real checkpoints are kept,
+lowering (`remat_bench.toolkit.lowering`) as a `Plan`: the real checkpoints are kept,
 each final segment's interior is one recomputation segment, and each
 checkpoint is a segment of its own.
 
@@ -86,8 +86,9 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from remat_bench.graph import Graph, Number
-from remat_bench.lowering import LoweringError, Plan, check_forward_then_backward, lower_plan
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.schedule import Schedule
+from remat_bench.core.simulate import Simulation, simulate
 from remat_bench.methods.base import (
     Deadline,
     Method,
@@ -96,8 +97,12 @@ from remat_bench.methods.base import (
     Status,
     unsupported_without_backward,
 )
-from remat_bench.schedule import Schedule
-from remat_bench.simulate import Simulation, simulate
+from remat_bench.toolkit.lowering import (
+    LoweringError,
+    Plan,
+    check_forward_then_backward,
+    lower_plan,
+)
 
 VIRTUAL = -1  # graph index of a virtual source or sink
 

@@ -26,11 +26,11 @@ import heapq
 import time
 from typing import Any
 
-from remat_bench.budget import memory_floor
-from remat_bench.graph import Graph, Number
+from remat_bench.core.budget import memory_floor
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.schedule import Schedule, ScheduleBuilder
+from remat_bench.core.simulate import baseline, baseline_schedule, simulate
 from remat_bench.methods.base import Deadline, Method, MethodResult, Status
-from remat_bench.schedule import Schedule, ScheduleBuilder
-from remat_bench.simulate import baseline, baseline_schedule, simulate
 
 
 class _Stuck(Exception):

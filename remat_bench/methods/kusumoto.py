@@ -38,7 +38,7 @@ Mapping to remat-bench: M(v) is the node's ``memory`` and T(v) its ``duration``;
 the gradient of v (a ``<v>_grad`` node of a Checkmate-shaped training graph)
 has the size of v, as 2 M(Vi) assumes. The DP budget is the run's budget less
 ``fixed_memory`` (the paper leaves parameters out). The chain becomes a
-`remat_bench.lowering.Plan`: kept = the union of B(Li) \\ L(i-1), segments =
+`remat_bench.toolkit.lowering.Plan`: kept = the union of B(Li) \\ L(i-1), segments =
 the blocks Vi, lowered to a full training schedule by the shared lowering,
 which recomputes only the values the remaining gradients read (the paper's
 "liveness analysis") and frees everything after its last use.
@@ -68,8 +68,9 @@ from typing import Any
 
 import numpy as np
 
-from remat_bench.graph import Graph, Number
-from remat_bench.lowering import LoweringError, Plan, check_forward_then_backward, lower_plan
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.schedule import Schedule
+from remat_bench.core.simulate import Simulation, simulate
 from remat_bench.methods.base import (
     Deadline,
     Method,
@@ -78,8 +79,12 @@ from remat_bench.methods.base import (
     Status,
     unsupported_without_backward,
 )
-from remat_bench.schedule import Schedule
-from remat_bench.simulate import Simulation, simulate
+from remat_bench.toolkit.lowering import (
+    LoweringError,
+    Plan,
+    check_forward_then_backward,
+    lower_plan,
+)
 
 # Bisection of the internal budget stops when the bracket is this fraction of the budget (or one unit).
 BISECTION_TOLERANCE = 1e-3

@@ -48,7 +48,9 @@ from typing import Any
 
 import numpy as np
 
-from remat_bench.graph import Graph, Number
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.schedule import COMPUTE, Schedule, ScheduleBuilder
+from remat_bench.core.simulate import baseline_schedule, place_frees, simulate
 from remat_bench.methods.base import (
     Deadline,
     Method,
@@ -57,8 +59,6 @@ from remat_bench.methods.base import (
     Status,
     run_interruptibly,
 )
-from remat_bench.schedule import COMPUTE, Schedule, ScheduleBuilder
-from remat_bench.simulate import baseline_schedule, place_frees, simulate
 
 MAX_MODEL_OBJECTS = 3_000_000
 # order=free: the staged step's share of the time left after the order step. The free model
@@ -260,7 +260,7 @@ def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
     # one in Python (about 1 KiB each with OR-Tools' wrappers): refuse what would not fit.
     objects = 4 * n * max_intervals + 3 * graph.num_edges * max_intervals**2
     if objects > MAX_MODEL_OBJECTS:
-        from remat_bench.errors import ModelTooLargeError
+        from remat_bench.core.errors import ModelTooLargeError
 
         raise ModelTooLargeError(
             f"the Moccasin model of this graph ({n} nodes, {graph.num_edges} edges, {max_intervals} intervals "
@@ -418,8 +418,8 @@ def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
     m.minimize(objective)
     if budget is not None and dur_scale == 1.0:
         # Every schedule, whatever its order, lasts at least the any-order cut bound
-        # (`remat_bench.bound`): stated, it lets CP-SAT stop as soon as it reaches it.
-        from remat_bench.bound import cached_bound, peek_bound
+        # (`remat_bench.toolkit.bound`): stated, it lets CP-SAT stop as soon as it reaches it.
+        from remat_bench.toolkit.bound import cached_bound, peek_bound
 
         # The pipeline's bound when it computed one; else a short one of moccasin's own (its time).
         known = peek_bound(graph, budget)
@@ -483,10 +483,10 @@ def staged_hint_candidates(graph: Graph, budget: Number | None, deadline: Deadli
     out = [("baseline", baseline_schedule(graph))]
     if budget is None:
         return out
-    # Peak shaving from the input order (`remat_bench.improve`): on the published random layered
+    # Peak shaving from the input order (`remat_bench.toolkit.improve`): on the published random layered
     # graphs at 0.8 it reaches the budget in seconds, where phase 1 from the baseline needed
     # minutes (random_layered_n1000: not in 300 s).
-    from remat_bench.improve import shaved_order
+    from remat_bench.toolkit.improve import shaved_order
 
     shaved = shaved_order(graph, budget, deadline, max_copies=max_copies)
     out.append(("shaved", place_frees(graph, shaved, np.zeros(len(shaved), dtype=np.int64), drop_unused=False)))
@@ -562,8 +562,8 @@ class Moccasin(Method):
            random layered graphs its answer is the best one), a complete hint for
         3. the free model, from the best of those.
         """
+        from remat_bench.core.simulate import clean_up_simulated
         from remat_bench.methods.reorder import best_order
-        from remat_bench.simulate import clean_up_simulated
 
         C = params["max_intervals"] or 3
         stats: dict[str, Any] = {}
@@ -617,7 +617,7 @@ class Moccasin(Method):
         less memory, so its stages need fewer recomputations (the numbers are in
         docs/benchmarks.md, "Order-free scheduling").
         """
-        from remat_bench.bound import share_bound
+        from remat_bench.toolkit.bound import share_bound
 
         staged_params = {**params, "order": "staged", "max_intervals": 2}
         if list(order) == list(range(graph.n)):

@@ -77,9 +77,10 @@ from typing import Any
 
 import numpy as np
 
-from remat_bench.errors import ModelTooLargeError
-from remat_bench.graph import Graph, Number
-from remat_bench.lowering import LoweringError, check_forward_then_backward
+from remat_bench.core.errors import ModelTooLargeError
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.schedule import COMPUTE, Schedule
+from remat_bench.core.simulate import place_frees, simulate
 from remat_bench.methods.base import (
     Deadline,
     Method,
@@ -89,15 +90,14 @@ from remat_bench.methods.base import (
     unsupported_without_backward,
 )
 from remat_bench.methods.checkmate import memory_scale
-from remat_bench.milp import (
+from remat_bench.toolkit.lowering import LoweringError, check_forward_then_backward
+from remat_bench.toolkit.milp import (
     ModelBuilder,
     SparseModel,
     available_memory_bytes,
     parse_backend,
     solve_milp,
 )
-from remat_bench.schedule import COMPUTE, Schedule
-from remat_bench.simulate import place_frees, simulate
 
 
 class OutOfTime(Exception):
@@ -742,15 +742,15 @@ def candidate_schedules(graph: Graph, st: Stages, budget: Number | None, deadlin
 
     Candidates: the plans of the fast heuristics whose schedules have
     MONeT's shape (chen, approximate kusumoto, fenghuang, greedy), with the
-    recomputations the budget does not need undone (`remat_bench.improve`),
+    recomputations the budget does not need undone (`remat_bench.toolkit.improve`),
     and keeping every forward value; each with the first implementations and
-    with the fastest ones that fit (`remat_bench.implementations.fastest_fit`).
+    with the fastest ones that fit (`remat_bench.toolkit.fastest_fit.fastest_fit`).
     They start the solver when `MonetModel.encode` accepts them, and are the
     answer when the time limit ends before the solver has one.
     """
-    from remat_bench.implementations import fastest_fit
-    from remat_bench.improve import drop_recomputations
     from remat_bench.methods import get_method
+    from remat_bench.toolkit.fastest_fit import fastest_fit
+    from remat_bench.toolkit.improve import drop_recomputations
 
     sequences: list[tuple[str, np.ndarray]] = []
     # The fast ones first. Each gets a share of the time left: on a 48-layer transformer (1,159
@@ -777,7 +777,7 @@ def candidate_schedules(graph: Graph, st: Stages, budget: Number | None, deadlin
     if budget is not None and not deadline.expired():
         # Peak shaving from the input order, as for Checkmate's warm start: it recomputes only
         # where the memory peaks, before the backward node that needs the value.
-        from remat_bench.improve import shaved_order
+        from remat_bench.toolkit.improve import shaved_order
 
         sequences.append(("shaved", shaved_order(graph, budget, deadline, cap_s=20.0)))
     sequences.append(("keep-all", np.concatenate([st.fwd, st.bwd])))

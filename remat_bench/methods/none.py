@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from remat_bench.graph import Graph, Number
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.simulate import baseline, baseline_schedule
 from remat_bench.methods.base import Method, MethodResult, Status
-from remat_bench.simulate import baseline, baseline_schedule
 
 
 class NoRemat(Method):

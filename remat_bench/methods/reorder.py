@@ -25,7 +25,7 @@ order fits the paper's 0.9 and 0.8 budgets at 0% overhead.)
    memory (workspace as a unit interval at x_v), minimising
    max(peak, budget), hinted with the best order found so far.
 
-Before CP-SAT, the prefix probes of `remat_bench.bound` (led by the best
+Before CP-SAT, the prefix probes of `remat_bench.toolkit.bound` (led by the best
 order's memory at each step) look for a step k at which every order holds more
 than the budget; finding one proves that no order fits. CP-SAT's own bound
 stays far below that on the published random layered graphs.
@@ -44,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from remat_bench.graph import Graph, Number
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.simulate import place_frees, simulate
 from remat_bench.methods.base import (
     Deadline,
     Method,
@@ -53,7 +54,6 @@ from remat_bench.methods.base import (
     Status,
     run_interruptibly,
 )
-from remat_bench.simulate import place_frees, simulate
 
 
 def order_peak(graph: Graph, order: list[int] | np.ndarray) -> Number:
@@ -326,13 +326,13 @@ def best_order(graph: Graph, budget: Number | None, deadline: Deadline, workers:
 
 def _no_order_fits(graph: Graph, budget: Number, best: list[int], deadline: Deadline, share: float,
                    stats: dict[str, Any]) -> bool:
-    """True when the prefix probes (`remat_bench.bound`) prove that no order fits the budget.
+    """True when the prefix probes (`remat_bench.toolkit.bound`) prove that no order fits the budget.
 
     The bound already computed for this graph and budget (the pipeline computes
     it before the method) answers at once; otherwise probes get ``share`` of the
     time left, led by the best order's memory at each step.
     """
-    from remat_bench.bound import order_profile_upper, peek_bound, prefix_probes
+    from remat_bench.toolkit.bound import order_profile_upper, peek_bound, prefix_probes
 
     known = peek_bound(graph, budget)
     if known is not None and known.no_order_fits:

@@ -86,11 +86,11 @@ import networkx as nx
 import numpy as np
 from networkx.algorithms.approximation import treewidth_min_fill_in
 
-from remat_bench.child import can_spawn, run_in_child
-from remat_bench.graph import Graph, Number
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.schedule import COMPUTE, FREE, Schedule
+from remat_bench.core.simulate import Simulation, place_frees, simulate
 from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status, interrupted
-from remat_bench.schedule import COMPUTE, FREE, Schedule
-from remat_bench.simulate import Simulation, place_frees, simulate
+from remat_bench.toolkit.child import can_spawn, run_in_child
 
 # A build of TWRemat(k) past this many steps is abandoned (about 1 GB once simulated and
 # cleaned up): the deep recursions of wide graphs can grow as n^log(k+2) (Theorem 5).

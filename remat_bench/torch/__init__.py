@@ -20,7 +20,7 @@ import logging
 import os
 from typing import Any
 
-from remat_bench.errors import RematBenchError
+from remat_bench.core.errors import RematBenchError
 
 INSTALL_HINT = "install it with `pip install remat-bench[torch]` (CPU-only: `pip install torch==2.13.0`)"
 

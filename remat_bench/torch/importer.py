@@ -54,8 +54,8 @@ import torch.utils._pytree as pytree
 from torch import fx
 from torch.utils.flop_counter import flop_registry
 
-from remat_bench.errors import GraphError
-from remat_bench.graph import Graph, Node
+from remat_bench.core.errors import GraphError
+from remat_bench.core.graph import Graph, Node
 from remat_bench.torch.program import (
     GRADIENT,
     OP,

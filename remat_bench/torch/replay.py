@@ -57,10 +57,10 @@ from typing import Any
 
 import torch
 
-from remat_bench.errors import RematBenchError, ScheduleError
-from remat_bench.graph import Graph, Number, load_graph, parse_json, read_text
-from remat_bench.schedule import COMPUTE, Schedule, schedule_from_dict
-from remat_bench.simulate import simulate
+from remat_bench.core.errors import RematBenchError, ScheduleError
+from remat_bench.core.graph import Graph, Number, load_graph, parse_json, read_text
+from remat_bench.core.schedule import COMPUTE, Schedule, schedule_from_dict
+from remat_bench.core.simulate import simulate
 from remat_bench.torch.importer import program_for_graph, spec_of
 from remat_bench.torch.program import ExecutionError, Executor, State, reference_step
 

@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from remat_bench.errors import RematBenchError
+from remat_bench.core.errors import RematBenchError
 from remat_bench.torch import quiet_torch_logs
 
 quiet_torch_logs()

@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remat_bench.budget import memory_floor
+from remat_bench.app.pipeline import run
+from remat_bench.core.budget import memory_floor
+from remat_bench.core.graph import load_graph
+from remat_bench.core.simulate import baseline, simulate
 from remat_bench.generators import chain
-from remat_bench.graph import load_graph
-from remat_bench.lowering import lower_plan, plan_from_checkpoints
 from remat_bench.methods.chen import separators
 from remat_bench.methods.greedy import greedy_schedule
-from remat_bench.pipeline import run
-from remat_bench.simulate import baseline, simulate
+from remat_bench.toolkit.lowering import lower_plan, plan_from_checkpoints
 from tests.helpers import PAPER_NAMES, SHIPPED, dags, graph_path, paper_graph
 
 GRAPHS = [p.rsplit("/", 1)[-1] for p in sorted(glob.glob(str(SHIPPED / "*.json")))] + [

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from remat_bench.budget import memory_floor
-from remat_bench.graph import Graph, Node
+from remat_bench.core.budget import memory_floor
+from remat_bench.core.graph import Graph, Node
+from remat_bench.core.simulate import baseline, simulate
 from remat_bench.methods.checkmate import Checkmate, CheckmateModel
 from remat_bench.methods.checkmate_lp import CheckmateLP
-from remat_bench.simulate import baseline, simulate
 from tests.bruteforce import staged_optimum
 
 
@@ -92,7 +92,7 @@ def test_lp_bound_never_exceeds_the_optimum_and_roundings_are_valid(seed):
 def test_model_size_is_quadratic_and_encoded_baseline_is_feasible():
     g = random_graph(3, n=8)
     cm = CheckmateModel.build(g, baseline(g).peak)
-    from remat_bench.simulate import baseline_schedule
+    from remat_bench.core.simulate import baseline_schedule
 
     x = cm.encode(baseline_schedule(g))
     assert x is not None
@@ -102,7 +102,7 @@ def test_model_size_is_quadratic_and_encoded_baseline_is_feasible():
 
 
 def test_refuses_a_model_that_would_not_fit():
-    from remat_bench.errors import ModelTooLargeError
+    from remat_bench.core.errors import ModelTooLargeError
     from remat_bench.methods.checkmate import check_fits
 
     with pytest.raises(ModelTooLargeError, match="variables"):
@@ -128,11 +128,11 @@ def test_budget_min_finds_the_least_staged_peak_and_the_least_duration_there(see
 def test_large_models_stop_at_the_time_limit_and_keep_the_incumbent():
     import time
 
-    from remat_bench.budget import parse_budget
-    from remat_bench.graph import load_graph
-    from remat_bench.improve import shave_peaks
-    from remat_bench.milp import ISOLATE_COLUMNS, solve_milp
-    from remat_bench.simulate import place_frees
+    from remat_bench.core.budget import parse_budget
+    from remat_bench.core.graph import load_graph
+    from remat_bench.core.simulate import place_frees
+    from remat_bench.toolkit.improve import shave_peaks
+    from remat_bench.toolkit.milp import ISOLATE_COLUMNS, solve_milp
     from tests.helpers import SHIPPED
 
     g = load_graph(SHIPPED / "unet-d3-b2-r64-train.json")

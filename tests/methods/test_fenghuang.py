@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remat_bench.budget import memory_floor
+from remat_bench.app.pipeline import run
+from remat_bench.core.budget import memory_floor
+from remat_bench.core.graph import Graph, Node, load_graph
+from remat_bench.core.simulate import baseline, simulate
 from remat_bench.generators import ForwardOp, chain, resnet50, training_graph
-from remat_bench.graph import Graph, Node, load_graph
-from remat_bench.lowering import lower_plan
 from remat_bench.methods.fenghuang import (
     VIRTUAL,
     ACGSolver,
@@ -27,8 +28,7 @@ from remat_bench.methods.fenghuang import (
     pair_table,
     plan_of,
 )
-from remat_bench.pipeline import run
-from remat_bench.simulate import baseline, simulate
+from remat_bench.toolkit.lowering import lower_plan
 from tests.helpers import dags, paper_graph
 
 # ---------------------------------------------------------------------- brute forces

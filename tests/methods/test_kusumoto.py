@@ -8,8 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from remat_bench.app.pipeline import run
+from remat_bench.core.graph import Graph, load_graph
+from remat_bench.core.simulate import baseline, simulate
 from remat_bench.generators import ForwardOp, chain, training_graph
-from remat_bench.graph import Graph, load_graph
 from remat_bench.methods.kusumoto import (
     Kusumoto,
     ancestor_sets,
@@ -21,8 +23,6 @@ from remat_bench.methods.kusumoto import (
     lower_set_family,
     solve_dp,
 )
-from remat_bench.pipeline import run
-from remat_bench.simulate import baseline, simulate
 from tests.helpers import make_graph, paper_graph
 
 # ---------------------------------------------------------------------- the brute force, on plain sets
@@ -350,7 +350,7 @@ def test_method_schedule_is_the_lowered_plan_before_clean_up():
 @settings(max_examples=40, deadline=None)
 @given(small_nets(), st.floats(0, 1), st.sampled_from(["tc", "mc"]), st.sampled_from(["exact", "approx"]))
 def test_any_answer_is_valid_and_within_budget(g, t, strategy, variant):
-    from remat_bench.budget import memory_floor
+    from remat_bench.core.budget import memory_floor
 
     floor, peak = memory_floor(g).amount, baseline(g).peak
     budget = max(1, int(floor + t * (peak - floor)))

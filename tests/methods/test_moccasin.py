@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from remat_bench.core.simulate import baseline, baseline_schedule, simulate
 from remat_bench.generators import chain
 from remat_bench.methods.moccasin import Moccasin, build_staged
-from remat_bench.simulate import baseline, baseline_schedule, simulate
 from tests.bruteforce import staged_optimum
 from tests.methods.test_checkmate import budgets, random_graph
 

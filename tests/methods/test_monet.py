@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from remat_bench.budget import memory_floor
+from remat_bench.core.budget import memory_floor
+from remat_bench.core.graph import Graph, Implementation, Node
+from remat_bench.core.simulate import baseline, simulate
 from remat_bench.generators import ForwardOp, training_graph
-from remat_bench.graph import Graph, Implementation, Node
 from remat_bench.methods.checkmate import Checkmate
 from remat_bench.methods.monet import Monet
-from remat_bench.simulate import baseline, simulate
 from tests.bruteforce import staged_optimum, staged_optimum_with_implementations
 
 
@@ -163,7 +163,7 @@ def test_monet_refuses_graphs_without_a_forward_then_backward_order():
 
 
 def test_out_of_time_returns_the_best_heuristic_schedule_within_the_budget():
-    from remat_bench.budget import parse_budget
+    from remat_bench.core.budget import parse_budget
     from remat_bench.generators import generate
 
     g = generate("vgg16", batch=8, resolution=64, implementations=True)
@@ -204,7 +204,7 @@ def test_quick_size_estimate_is_a_lower_bound_of_the_counted_one(seed):
 
 
 def test_a_chain_far_too_large_is_refused_in_a_sentence_and_at_once():
-    from remat_bench.errors import RematBenchError
+    from remat_bench.core.errors import RematBenchError
     from remat_bench.generators import chain
     from remat_bench.methods.monet import Stages, check_fits
 

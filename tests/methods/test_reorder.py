@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remat_bench.budget import parse_budget
-from remat_bench.graph import load_graph
+from remat_bench.core.budget import parse_budget
+from remat_bench.core.graph import load_graph
+from remat_bench.core.simulate import baseline
 from remat_bench.methods.reorder import (
     OrderProfile,
     Reorder,
@@ -16,7 +17,6 @@ from remat_bench.methods.reorder import (
     local_search,
     order_peak,
 )
-from remat_bench.simulate import baseline
 from tests.bruteforce import best_order_peak, topological_orders
 from tests.helpers import paper_graph
 from tests.methods.test_checkmate import random_graph

@@ -12,8 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from remat_bench.app.pipeline import run
+from remat_bench.core.graph import Graph, Implementation, Node, load_graph
+from remat_bench.core.schedule import COMPUTE
+from remat_bench.core.simulate import baseline, baseline_schedule, place_frees, simulate
 from remat_bench.generators import chain
-from remat_bench.graph import Graph, Implementation, Node, load_graph
 from remat_bench.methods import twremat
 from remat_bench.methods.twremat import (
     TWRemat,
@@ -23,9 +26,6 @@ from remat_bench.methods.twremat import (
     tree_decomposition,
     twremat_schedule,
 )
-from remat_bench.pipeline import run
-from remat_bench.schedule import COMPUTE
-from remat_bench.simulate import baseline, baseline_schedule, place_frees, simulate
 from tests.helpers import SHIPPED, dags, make_graph, naive_simulate
 
 HEURISTICS = ["min_degree", "min_fill_in"]
@@ -290,7 +290,7 @@ def test_shipped_graphs_get_valid_schedules_within_budget(path):
 def test_large_graphs_decompose_in_a_child_process_with_the_same_answer(monkeypatch):
     """networkx's minimum fill-in cannot be interrupted: past CHILD_PROCESS_NODES it runs in a child."""
     import remat_bench.methods.twremat as twremat
-    from remat_bench.pipeline import run
+    from remat_bench.app.pipeline import run
 
     g = chain(60)
     fill_in = {"heuristic": "min_fill_in"}

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from remat_bench.errors import GraphError
+from remat_bench.core.errors import GraphError
 
 FORMAT = "remat-bench-graph"
 VERSION = 1
@@ -449,7 +449,7 @@ _SCHEMA_CACHE: dict[str, Any] = {}
 def schema(kind: str = "graph") -> dict[str, Any]:
     """The JSON Schema shipped with the package (``graph`` or ``schedule``)."""
     if kind not in _SCHEMA_CACHE:
-        text = resources.files("remat_bench.schema").joinpath(f"{kind}.schema.json").read_text()
+        text = resources.files("remat_bench.core.schema").joinpath(f"{kind}.schema.json").read_text()
         _SCHEMA_CACHE[kind] = json.loads(text)
     return _SCHEMA_CACHE[kind]
 
@@ -513,7 +513,7 @@ def load_graph(path: str | Path) -> Graph:
 
 def graph_from_data(data: Any, source: str = "graph", default_name: str = "") -> Graph:
     """Build a Graph from parsed JSON of either supported format."""
-    from remat_bench import nodelink
+    from remat_bench.core import nodelink
 
     if not isinstance(data, dict):
         raise GraphError(f"{source}: expected a JSON object at the top level, found {_json_type(data)}")
@@ -735,6 +735,6 @@ def _article(word: str) -> str:
 
 def save_graph(graph: Graph, path: str | Path) -> None:
     """Write the graph as remat-bench JSON, atomically."""
-    from remat_bench.io import atomic_write_text
+    from remat_bench.core.files import atomic_write_text
 
     atomic_write_text(path, json.dumps(graph.to_dict(), indent=1) + "\n")

@@ -13,7 +13,7 @@ not deal with the backward pass. The lowering turns their plan into steps
    remaining backward node still reads are recomputed, together with whatever
    they need, before it; they then stay resident until their last use.
 
-Frees are placed by `remat_bench.simulate.place_frees`: each value right after
+Frees are placed by `remat_bench.core.simulate.place_frees`: each value right after
 its last use before it is computed again.
 """
 
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from remat_bench.graph import Graph
-from remat_bench.schedule import Schedule
-from remat_bench.simulate import place_frees
+from remat_bench.core.graph import Graph
+from remat_bench.core.schedule import Schedule
+from remat_bench.core.simulate import place_frees
 
 
 class LoweringError(ValueError):

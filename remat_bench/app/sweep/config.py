@@ -49,12 +49,12 @@ from typing import Any
 
 import yaml
 
-from remat_bench import datasets
-from remat_bench.budget import memory_floor, parse_budget
-from remat_bench.errors import BudgetError, ConfigError, GraphError, MethodError
-from remat_bench.graph import Graph
-from remat_bench.pipeline import PIPELINE_PARAMS, parse_method_params
-from remat_bench.simulate import baseline
+from remat_bench.app import datasets
+from remat_bench.app.pipeline import PIPELINE_PARAMS, parse_method_params
+from remat_bench.core.budget import memory_floor, parse_budget
+from remat_bench.core.errors import BudgetError, ConfigError, GraphError, MethodError
+from remat_bench.core.graph import Graph
+from remat_bench.core.simulate import baseline
 
 TOP_KEYS = ("name", "description", "output", "graphs", "methods", "budgets", "time_limit", "grace",
             "memory_limit", "repeats", "seeds", "executor", "address", "workers")
@@ -392,7 +392,7 @@ def _graphs(doc: _Document, node: yaml.Node, env: Mapping[str, str],
     A generated graph is to be written under ``generated_dir`` (by the runner,
     once the whole config is checked) so that every run reads a file.
     """
-    from remat_bench.graph import load_graph
+    from remat_bench.core.graph import load_graph
 
     found: dict[str, tuple[GraphSource, Graph]] = {}
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from remat_bench.errors import GraphError
+from remat_bench.core.errors import GraphError
 
 _MEMORY_KEYS = ("cost_ram", "out_cost", "memory")
 _DURATION_KEYS = ("cost_cpu", "duration")

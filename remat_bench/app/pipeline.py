@@ -15,14 +15,14 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from remat_bench.bound import DEFAULT_CACHE
-from remat_bench.budget import Budget, memory_floor, parse_budget
-from remat_bench.errors import MethodError, ModelTooLargeError
-from remat_bench.graph import Graph, Number
+from remat_bench.core.budget import Budget, memory_floor, parse_budget
+from remat_bench.core.errors import MethodError, ModelTooLargeError
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.schedule import Schedule
+from remat_bench.core.simulate import Simulation, baseline, clean_up_simulated, simulate
 from remat_bench.methods import Method, MethodResult, Status, get_method
 from remat_bench.methods.base import interrupted
-from remat_bench.schedule import Schedule
-from remat_bench.simulate import Simulation, baseline, clean_up_simulated, simulate
+from remat_bench.toolkit.bound import DEFAULT_CACHE
 
 
 @dataclass
@@ -124,7 +124,7 @@ PIPELINE_PARAMS = {
 
 def split_params(name: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(method parameters, pipeline parameters): ``impl`` is the pipeline's, for every method."""
-    from remat_bench.implementations import MODES
+    from remat_bench.toolkit.fastest_fit import MODES
 
     own = {k: v for k, v in params.items() if k not in PIPELINE_PARAMS}
     mode = str(params.get("impl", "first"))
@@ -241,7 +241,7 @@ def _score(graph: Graph, budget: Budget, answer: MethodResult, result: RunResult
         return result
     cleaned, report, sim = clean_up_simulated(graph, answer.schedule, raw)
     if result.params.get("impl") == "fastest-fit":
-        from remat_bench.implementations import fastest_fit
+        from remat_bench.toolkit.fastest_fit import fastest_fit
 
         first_report = report
         cleaned, report, sim = clean_up_simulated(graph, fastest_fit(graph, cleaned, budget.amount))

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from remat_bench.child import can_spawn, run_in_child
-from remat_bench.errors import MethodError
+from remat_bench.core.errors import MethodError
 from remat_bench.methods.base import interrupted, run_interruptibly
+from remat_bench.toolkit.child import can_spawn, run_in_child
 
 
 @dataclass

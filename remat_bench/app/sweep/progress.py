@@ -16,8 +16,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from remat_bench.sweep.config import RunSpec
-from remat_bench.sweep.results import OVERHEAD_SHIFT_PCT, SUCCESS, TIME_SHIFT_S, MethodSummary
+from remat_bench.app.sweep.config import RunSpec
+from remat_bench.app.sweep.results import OVERHEAD_SHIFT_PCT, SUCCESS, TIME_SHIFT_S, MethodSummary
 
 FAILED = ("error", "oom", "timeout", "over_budget")
 
@@ -35,7 +35,7 @@ def describe(row: dict[str, Any]) -> str:
 
 
 class SweepProgress:
-    """A `remat_bench.sweep.runner.Reporter` for the terminal (stderr)."""
+    """A `remat_bench.app.sweep.runner.Reporter` for the terminal (stderr)."""
 
     def __init__(self, console: Console) -> None:
         self.console = console

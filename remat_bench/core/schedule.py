@@ -17,9 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from remat_bench.errors import ScheduleError
-from remat_bench.graph import Graph, Number, describe_schema_error, parse_json, read_text, schema
-from remat_bench.io import atomic_write_text
+from remat_bench.core.errors import ScheduleError
+from remat_bench.core.files import atomic_write_text
+from remat_bench.core.graph import (
+    Graph,
+    Number,
+    describe_schema_error,
+    parse_json,
+    read_text,
+    schema,
+)
 
 FORMAT = "remat-bench-schedule"
 VERSION = 1

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from remat_bench.io import atomic_write_bytes, atomic_write_text
-from remat_bench.sweep.config import params_text, run_key
+from remat_bench.app.sweep.config import params_text, run_key
+from remat_bench.core.files import atomic_write_bytes, atomic_write_text
 
 # Column -> pandas dtype; "number" columns are Int64 when every value is whole (sizes, flops), else Float64.
 COLUMNS: dict[str, str] = {
@@ -160,8 +160,8 @@ def write_table(frame: pd.DataFrame, output: Path, csv: bool = False) -> list[Pa
 
 def load_table(folder: str | Path) -> pd.DataFrame:
     """A results folder's table: rebuilt from its journal when there is one (it is never behind), else the Parquet."""
-    from remat_bench.errors import RematBenchError
-    from remat_bench.sweep.journal import JOURNAL, Journal
+    from remat_bench.app.sweep.journal import JOURNAL, Journal
+    from remat_bench.core.errors import RematBenchError
 
     folder = Path(folder)
     if (folder / JOURNAL).exists():
@@ -276,9 +276,9 @@ def schedules_at(folder: str | Path, frame: pd.DataFrame, graph: str | None = No
     tightest budget at which the most methods found a schedule. ``methods``
     keeps only those methods (or labels).
     """
-    from remat_bench.errors import RematBenchError
-    from remat_bench.graph import load_graph
-    from remat_bench.schedule import load_schedule
+    from remat_bench.core.errors import RematBenchError
+    from remat_bench.core.graph import load_graph
+    from remat_bench.core.schedule import load_schedule
 
     folder = Path(folder)
     frame = frame.assign(label=labels(frame), ok=succeeded(frame))

@@ -50,11 +50,11 @@ from matplotlib.legend_handler import HandlerTuple
 from matplotlib.lines import Line2D
 from matplotlib.transforms import offset_copy
 
-from remat_bench.errors import RematBenchError
-from remat_bench.graph import Graph, Number
-from remat_bench.io import atomic_write_bytes
-from remat_bench.schedule import COMPUTE, Schedule
-from remat_bench.simulate import baseline, simulate
+from remat_bench.core.errors import RematBenchError
+from remat_bench.core.files import atomic_write_bytes
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.schedule import COMPUTE, Schedule
+from remat_bench.core.simulate import baseline, simulate
 
 KINDS = ("tradeoff", "scaling", "timeline", "intervals")
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
@@ -124,7 +124,7 @@ def save(fig: Figure, path: str | Path) -> Path:
 
 
 def _labelled(frame: pd.DataFrame) -> pd.DataFrame:
-    from remat_bench.sweep.results import labels, succeeded
+    from remat_bench.app.sweep.results import labels, succeeded
 
     frame = frame.assign(label=labels(frame), ok=succeeded(frame))
     # Variants of one method get line styles in the order they appear.
@@ -208,7 +208,7 @@ def select_runs(frame: pd.DataFrame, folder: str | Path, graph: str | None = Non
     ``need_schedule`` (timeline, intervals), also refuse a choice none of whose
     runs saved a schedule, saying how those runs ended.
     """
-    from remat_bench.sweep.results import labels, succeeded
+    from remat_bench.app.sweep.results import labels, succeeded
 
     graphs = list(dict.fromkeys(frame["graph"]))
     if graph is not None and graph not in graphs and "graph_path" in frame:

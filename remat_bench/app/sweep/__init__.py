@@ -1,7 +1,7 @@
 """Batch sweeps (docs/design.md section 8): configs, hard-limited runs, the journal and the results table.
 
 - `config`: read and check a YAML config, expand it into `RunSpec` runs;
-- `worker`: one run in its own process (``python -m remat_bench.sweep.worker``);
+- `worker`: one run in its own process (``python -m remat_bench.app.sweep.worker``);
 - `executors`: `supervise` one worker process; a thread pool or Dask runs many;
 - `journal`: every finished row on disk at once, for ``--resume``;
 - `results`: the table's columns, Parquet/CSV, success rates and shifted geometric means;
@@ -26,5 +26,5 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
-        raise AttributeError(f"module 'remat_bench.sweep' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"remat_bench.sweep.{_EXPORTS[name]}"), name)
+        raise AttributeError(f"module 'remat_bench.app.sweep' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"remat_bench.app.sweep.{_EXPORTS[name]}"), name)

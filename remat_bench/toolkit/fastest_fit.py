@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from remat_bench.graph import Graph, Number
-from remat_bench.schedule import COMPUTE, Schedule
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.schedule import COMPUTE, Schedule
 
 MODES = ("first", "fastest-fit")
 

@@ -2,7 +2,7 @@
 
 The report is plain Markdown (GitHub-flavoured tables) with the charts as
 images beside it, linked relatively, so the report folder can be moved or
-committed as it is. Aggregates follow qpbenchmark (`remat_bench.sweep.results`):
+committed as it is. Aggregates follow qpbenchmark (`remat_bench.app.sweep.results`):
 success rate, and shifted geometric means of overhead (shift 1 point, over
 successful runs) and solve time (shift 1 s, over applicable runs, with a run
 that gave no answer, neither a schedule within budget nor a proof that none
@@ -23,9 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from remat_bench.errors import RematBenchError
-from remat_bench.io import atomic_write_text
-from remat_bench.sweep.results import (
+from remat_bench.app.sweep.results import (
     OVERHEAD_SHIFT_PCT,
     TIME_SHIFT_S,
     MethodSummary,
@@ -35,6 +33,8 @@ from remat_bench.sweep.results import (
     succeeded,
     summarize,
 )
+from remat_bench.core.errors import RematBenchError
+from remat_bench.core.files import atomic_write_text
 
 MAX_GRAPH_CHARTS = 12
 
@@ -245,7 +245,8 @@ def graph_table(frame: pd.DataFrame) -> str:
 
 def write_report(results: str | Path, path: str | Path, title: str | None = None) -> Path:
     """Write the Markdown report of the results folder ``results`` to ``path``, charts beside it."""
-    from remat_bench import __version__, charts
+    from remat_bench import __version__
+    from remat_bench.app import charts
 
     results, path = Path(results), Path(path)
     if path.suffix.lower() != ".md":
@@ -307,7 +308,7 @@ def write_report(results: str | Path, path: str | Path, title: str | None = None
 def _graph_charts(results: Path, table: pd.DataFrame, graph: str, figures: Path, report: Path,
                   i: int) -> list[str]:
     """The memory timeline of every method at the budget most methods met, and the best one's intervals."""
-    from remat_bench import charts
+    from remat_bench.app import charts
 
     try:
         chosen = schedules_at(results, table[table["graph"] == graph], graph=graph)

@@ -32,20 +32,20 @@ from typing import Any, Protocol
 
 import pandas as pd
 
-from remat_bench.errors import ConfigError
-from remat_bench.graph import save_graph
-from remat_bench.io import atomic_write_text
-from remat_bench.sweep.config import RunSpec, SweepConfig
-from remat_bench.sweep.executors import (
+from remat_bench.app.sweep.config import RunSpec, SweepConfig
+from remat_bench.app.sweep.executors import (
     RunInterrupted,
     live_workers,
     open_executor,
     stop_all,
     supervise,
 )
-from remat_bench.sweep.journal import JOURNAL, Journal
-from remat_bench.sweep.results import CSV, TABLE, build_table, write_table
-from remat_bench.sweep.worker import SWEEP_FAULT
+from remat_bench.app.sweep.journal import JOURNAL, Journal
+from remat_bench.app.sweep.results import CSV, TABLE, build_table, write_table
+from remat_bench.app.sweep.worker import SWEEP_FAULT
+from remat_bench.core.errors import ConfigError
+from remat_bench.core.files import atomic_write_text
+from remat_bench.core.graph import save_graph
 
 # The lock file of a results folder (see `_locked`).
 LOCK = ".sweep.lock"

@@ -9,9 +9,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from remat_bench.errors import BudgetError
-from remat_bench.graph import MAX_TOTAL, Graph, Number
-from remat_bench.simulate import baseline
+from remat_bench.core.errors import BudgetError
+from remat_bench.core.graph import MAX_TOTAL, Graph, Number
+from remat_bench.core.simulate import baseline
 
 _UNITS = {
     "": 1,

@@ -22,8 +22,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from remat_bench import __version__
-from remat_bench.errors import RematBenchError
-from remat_bench.graph import Graph, Number
+from remat_bench.core.errors import RematBenchError
+from remat_bench.core.graph import Graph, Number
 
 # Piped or captured output gets room for the comparison tables (rich assumes 80 columns there).
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 120)
@@ -71,13 +71,13 @@ def fmt_amount(value: Number | None, unit: str = "") -> str:
 def graph_search_path() -> list[Path]:
     """Where graph names are looked up: $REMAT_BENCH_GRAPHS, then the shipped graphs/."""
     paths = [Path(p) for p in os.environ.get("REMAT_BENCH_GRAPHS", "").split(os.pathsep) if p]
-    paths.append(Path(__file__).resolve().parents[1] / "graphs")
+    paths.append(Path(__file__).resolve().parents[2] / "graphs")
     return paths
 
 
 def resolve_graph(text: str) -> Path:
     """A path as given, ``paper:<name>`` (a published graph), or a graph's name on the search path."""
-    from remat_bench import datasets
+    from remat_bench.app import datasets
 
     published = datasets.resolve(text)
     if published is not None:
@@ -94,7 +94,7 @@ def resolve_graph(text: str) -> Path:
         for candidate in sorted(folder.glob("*.json")) if folder.is_dir() else ():
             if _declared_name(candidate) == text:
                 return candidate
-    from remat_bench.errors import GraphError
+    from remat_bench.core.errors import GraphError
 
     raise GraphError(
         f"{text}: no such file, and no shipped graph of that name (`remat-bench graphs list` shows them; "
@@ -116,7 +116,7 @@ def _declared_name(path: Path) -> str | None:
 
 
 def load(text: str) -> Graph:
-    from remat_bench.graph import load_graph
+    from remat_bench.core.graph import load_graph
 
     return load_graph(resolve_graph(text))
 
@@ -127,8 +127,8 @@ def check_output(path: Path, inputs: list[Path], fmt: str) -> None:
     An existing file is replaced only when its first bytes say it is a remat-bench file
     of this kind (a device or a huge file is never read in full).
     """
-    from remat_bench.errors import RematBenchError as Refused
-    from remat_bench.io import check_writable, file_format
+    from remat_bench.core.errors import RematBenchError as Refused
+    from remat_bench.core.files import check_writable, file_format
 
     target = path.resolve()
     for src in inputs:
@@ -242,10 +242,10 @@ def solve(graph: str, methods: tuple[str, ...], budget: str, time_limit: float, 
     With several -m, each runs in turn under the same budget and limit, and one
     table compares them; -p applies to every method that declares the parameter.
     """
-    from remat_bench.budget import parse_budget
-    from remat_bench.errors import RematBenchError as Refused
-    from remat_bench.pipeline import resolve_method, run
-    from remat_bench.schedule import save_schedule
+    from remat_bench.app.pipeline import resolve_method, run
+    from remat_bench.core.budget import parse_budget
+    from remat_bench.core.errors import RematBenchError as Refused
+    from remat_bench.core.schedule import save_schedule
 
     graph_path = resolve_graph(graph)
     g = load(graph)
@@ -290,8 +290,8 @@ def _params_for(method: str, given: dict[str, str], several: bool) -> dict[str, 
     """With several methods, each gets the -p values it declares (and the pipeline's own)."""
     if not several:
         return given
+    from remat_bench.app.pipeline import PIPELINE_PARAMS
     from remat_bench.methods import get_method
-    from remat_bench.pipeline import PIPELINE_PARAMS
 
     declared = {name for p in get_method(method).params for name in (p.name, *p.aliases)}
     return {k: v for k, v in given.items() if k in declared or k in PIPELINE_PARAMS}
@@ -395,10 +395,10 @@ def _print_result(g: Graph, r: Any, output: Path | None) -> None:
               help="Also draw memory at every step to FILE (.png or .svg).")
 def simulate(graph: str, schedule: Path, as_json: bool, force: bool, timeline: Path | None) -> None:
     """Score any SCHEDULE file on GRAPH: peak, duration, overhead, first violation."""
-    from remat_bench.errors import ScheduleError
-    from remat_bench.schedule import load_schedule
-    from remat_bench.simulate import baseline
-    from remat_bench.simulate import simulate as run_simulation
+    from remat_bench.core.errors import ScheduleError
+    from remat_bench.core.schedule import load_schedule
+    from remat_bench.core.simulate import baseline
+    from remat_bench.core.simulate import simulate as run_simulation
 
     g = load(graph)
     sched = load_schedule(schedule, g, force=force)
@@ -418,7 +418,7 @@ def simulate(graph: str, schedule: Path, as_json: bool, force: bool, timeline: P
         "peak_step": sim.peak_step,
     }
     if timeline is not None:
-        from remat_bench.charts import timeline as draw_timeline
+        from remat_bench.app.charts import timeline as draw_timeline
 
         draw_timeline(g, [(sched.method or schedule.stem, sched)], timeline, budget=sched.budget,
                       title=f"{g.name}: {schedule.name}")
@@ -450,9 +450,9 @@ def bound(graph: str, budget: str, as_json: bool) -> None:
 
     Exit status 0 with the bound; 1 when the bound proves that no schedule fits.
     """
-    from remat_bench.bound import any_order_bound
-    from remat_bench.budget import parse_budget
-    from remat_bench.simulate import baseline, overhead_pct
+    from remat_bench.core.budget import parse_budget
+    from remat_bench.core.simulate import baseline, overhead_pct
+    from remat_bench.toolkit.bound import any_order_bound
 
     g = load(graph)
     b = parse_budget(budget, g)
@@ -504,7 +504,7 @@ def bound(graph: str, budget: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 def methods(name: str | None, as_json: bool) -> None:
     """List every method, its parameters and whether it can run here; NAME: one method in full."""
-    from remat_bench.errors import MethodError
+    from remat_bench.core.errors import MethodError
     from remat_bench.methods import get_method, method_names
 
     if name is not None:
@@ -579,9 +579,9 @@ def graphs() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def graphs_list(as_json: bool) -> None:
     """Graphs on the search path (shipped graphs/, $REMAT_BENCH_GRAPHS) and the published ones (paper:<name>)."""
-    from remat_bench import datasets
-    from remat_bench.graph import load_graph
-    from remat_bench.simulate import baseline
+    from remat_bench.app import datasets
+    from remat_bench.core.graph import load_graph
+    from remat_bench.core.simulate import baseline
 
     entries = [(path.stem, path) for folder in graph_search_path() if folder.is_dir()
                for path in sorted(folder.glob("*.json"))]
@@ -627,12 +627,12 @@ def graphs_list(as_json: bool) -> None:
 def graphs_fetch(dataset: str, output: Path | None, source: str | None) -> None:
     """Download the published graphs (DATASET: paper, the Moccasin paper's Table 2), SHA-256 checked.
 
-    Each file is checked against the hash pinned in remat_bench/datasets.py
+    Each file is checked against the hash pinned in remat_bench/app/datasets.py
     before it is renamed into place; a file already there with the right hash
     is kept. The graphs are then named paper:<name> everywhere (solve,
     graphs show, sweep configs).
     """
-    from remat_bench import datasets
+    from remat_bench.app import datasets
 
     data = datasets.DATASETS[dataset]
     dest = output or datasets.cache_dir() / "graphs" / data.name
@@ -666,8 +666,8 @@ def graphs_fetch(dataset: str, output: Path | None, source: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def graphs_show(graph: str, as_json: bool) -> None:
     """Summary of one graph: size, kinds, baseline, memory floor."""
-    from remat_bench.budget import memory_floor
-    from remat_bench.simulate import baseline
+    from remat_bench.core.budget import memory_floor
+    from remat_bench.core.simulate import baseline
 
     g = load(graph)
     base = baseline(g)
@@ -714,7 +714,7 @@ def graphs_validate(graph: tuple[str, ...]) -> None:
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
 def graphs_import(source: Path, output: Path) -> None:
     """Convert a networkx node-link graph (Checkmate, Moccasin) to remat-bench JSON."""
-    from remat_bench.graph import load_graph, save_graph
+    from remat_bench.core.graph import load_graph, save_graph
 
     g = load_graph(source)
     check_output(output, [source], "remat-bench-graph")
@@ -735,8 +735,8 @@ def graphs_import(source: Path, output: Path) -> None:
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
 def graphs_generate(kind: str, output: Path, **options: Any) -> None:
     """Generate a graph: chain, random-layered, vgg16, resnet50, unet, densenet121, transformer."""
+    from remat_bench.core.graph import save_graph
     from remat_bench.generators import generate
-    from remat_bench.graph import save_graph
 
     check_output(output, [], "remat-bench-graph")
     g = generate(kind, **options)
@@ -775,7 +775,7 @@ def graphs_import_torch(model: str, batch: int | None, input_shape: str | None, 
     and --workspace measure, which run the operators).
     """
     _require_torch("graphs import-torch")
-    from remat_bench.graph import save_graph
+    from remat_bench.core.graph import save_graph
     from remat_bench.torch.importer import import_model
 
     check_output(output, [], "remat-bench-graph")
@@ -849,9 +849,9 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
     itself (rerun with --resume), 2 for a bad config or a results folder that
     cannot be written or is in use, 130 when interrupted (rerun with --resume).
     """
-    from remat_bench.sweep import load_config, plan, run_sweep, summarize
-    from remat_bench.sweep.config import floor_notes
-    from remat_bench.sweep.progress import SweepProgress, summary_table
+    from remat_bench.app.sweep import load_config, plan, run_sweep, summarize
+    from remat_bench.app.sweep.config import floor_notes
+    from remat_bench.app.sweep.progress import SweepProgress, summary_table
 
     if executor == "local" and address:
         raise click.BadParameter("--address names a Dask scheduler; use it with --executor dask",
@@ -907,9 +907,9 @@ def plot(sources: tuple[Path, ...], kind: str, output: Path, graph: str | None, 
     remat-bench plot results/smoke --kind timeline --graph chain-16 --budget 0.8 -o t.svg
     remat-bench plot a.json b.json --graph graphs/chain-16-train.json --kind timeline -o t.png
     """
-    from remat_bench import charts
-    from remat_bench.schedule import load_schedule
-    from remat_bench.sweep.results import load_table, schedules_at
+    from remat_bench.app import charts
+    from remat_bench.app.sweep.results import load_table, schedules_at
+    from remat_bench.core.schedule import load_schedule
 
     charts.image_format(output)  # a wrong suffix is refused before the results are read
     folder = sources[0] if len(sources) == 1 and sources[0].is_dir() else None
@@ -976,7 +976,7 @@ def plot(sources: tuple[Path, ...], kind: str, output: Path, graph: str | None, 
 @click.option("--title", help="The report's title (default: from the sweep's config).")
 def report(results: Path, output: Path, title: str | None) -> None:
     """Write a Markdown report of a RESULTS folder: summary, best method per budget, charts, tables."""
-    from remat_bench.report import write_report
+    from remat_bench.app.report import write_report
 
     written = write_report(results, output, title=title)
     out.print(f"wrote {written} (charts in {written.parent / (written.stem + '-figures')})")

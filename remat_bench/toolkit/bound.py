@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from remat_bench.graph import Graph, Number
+from remat_bench.core.graph import Graph, Number
 
 # Above this many nodes the n x n ancestor sets would cost too much; the trivial bound is used.
 MAX_NODES = 5000
@@ -352,7 +352,7 @@ def _probe(block: _PrefixCut, k: int, seconds: float, cap: Number | None = None)
     exceeds the cap (the solver stops as soon as its bound passes it, instead
     of closing the gap to the exact value), and any solution shows it does not.
     """
-    from remat_bench.milp import SparseModel, solve_milp
+    from remat_bench.toolkit.milp import SparseModel, solve_milp
 
     n = block.n
     lo, hi, integer = block.bounds()
@@ -444,7 +444,7 @@ def _solve_program(graph: Graph, rows: _Rows, fastest: np.ndarray, budget: Numbe
 
     (extra duration or None when infeasible, "optimal" or "limit", the values recomputed when optimal).
     """
-    from remat_bench.milp import SparseModel, solve_milp
+    from remat_bench.toolkit.milp import SparseModel, solve_milp
 
     n = graph.n
     num_cols = n
@@ -534,8 +534,8 @@ class BoundCache:
         if path is not None:
             import json
 
-            from remat_bench.errors import OutputError
-            from remat_bench.io import atomic_write_text
+            from remat_bench.core.errors import OutputError
+            from remat_bench.core.files import atomic_write_text
 
             entry = {"bound": bound.as_dict(), "effort": effort, "code": _source_digest(), "graph": sha256,
                      "budget": budget}
@@ -572,7 +572,7 @@ def default_cache_folder() -> str | None:
     """$REMAT_BENCH_BOUND_CACHE (``off`` for none), else <user cache>/bounds."""
     import os
 
-    from remat_bench.io import cache_dir
+    from remat_bench.core.files import cache_dir
 
     setting = os.environ.get("REMAT_BENCH_BOUND_CACHE")
     if setting is not None:

@@ -33,12 +33,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from remat_bench.errors import RematBenchError
-from remat_bench.io import cache_dir
+from remat_bench.core.errors import RematBenchError
+from remat_bench.core.files import cache_dir
 
 # The checkout's root when the package runs from one (an editable install); elsewhere the
 # folder that holds the installed package, where no ../shared is expected.
-CHECKOUT = Path(__file__).resolve().parents[1]
+CHECKOUT = Path(__file__).resolve().parents[2]
 PREFIX = "paper:"
 
 

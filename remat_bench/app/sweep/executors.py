@@ -1,7 +1,7 @@
 """Running runs: `supervise` launches and watches one worker process; two executors call it.
 
 `supervise` is the whole of a run as the sweep sees it, and the same function
-for both executors: it starts ``python -m remat_bench.sweep.worker`` in a new
+for both executors: it starts ``python -m remat_bench.app.sweep.worker`` in a new
 process group, hands it the run spec, waits at most the time limit plus the
 grace, kills the group past that, and turns whatever happened into a row:
 
@@ -39,9 +39,9 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from remat_bench.errors import ConfigError
-from remat_bench.sweep.results import make_row
-from remat_bench.sweep.worker import OOM_SIGNS, SWEEP_FAULT
+from remat_bench.app.sweep.results import make_row
+from remat_bench.app.sweep.worker import OOM_SIGNS, SWEEP_FAULT
+from remat_bench.core.errors import ConfigError
 
 # Statuses of a failed run, whose output is kept in logs/.
 LOGGED = ("error", "oom", "timeout")
@@ -80,7 +80,7 @@ def supervise(spec: dict[str, Any], output: str) -> dict[str, Any]:
             start = time.perf_counter()
             # Unbuffered Python output (the worker's and its Python subprocesses'): what a run printed
             # before a kill is in its log, not lost in a buffer.
-            proc = subprocess.Popen([sys.executable, "-m", "remat_bench.sweep.worker"], stdin=subprocess.PIPE,
+            proc = subprocess.Popen([sys.executable, "-m", "remat_bench.app.sweep.worker"], stdin=subprocess.PIPE,
                                     stdout=out, stderr=err, start_new_session=True,
                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
             _live[proc.pid] = proc

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from remat_bench.graph import Graph, Number
-from remat_bench.schedule import COMPUTE, FREE, Schedule
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.schedule import COMPUTE, FREE, Schedule
 
 
 def overhead_pct(duration: Number, baseline_duration: Number) -> float:

@@ -15,7 +15,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from remat_bench.errors import OutputError
+from remat_bench.core.errors import OutputError
 
 # The first bytes of a file are enough to tell its format: every file remat-bench writes
 # starts with {"format": ...}; reading more could mean reading a device forever.

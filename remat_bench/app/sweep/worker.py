@@ -1,8 +1,8 @@
-"""One sweep run in its own process: ``python -m remat_bench.sweep.worker``.
+"""One sweep run in its own process: ``python -m remat_bench.app.sweep.worker``.
 
-The supervisor (`remat_bench.sweep.executors.supervise`) writes one JSON run
+The supervisor (`remat_bench.app.sweep.executors.supervise`) writes one JSON run
 spec as a line on stdin and keeps stdin open; this process runs
-`remat_bench.pipeline.run` on it, saves the cleaned schedule, and prints one
+`remat_bench.app.pipeline.run` on it, saves the cleaned schedule, and prints one
 JSON object (the run's outcome) on its original stdout. Running every run in
 its own process is what makes the limits hard and the sweep robust:
 
@@ -38,7 +38,7 @@ import traceback
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from remat_bench.errors import RematBenchError
+from remat_bench.core.errors import RematBenchError
 
 # Test hooks, read only here, so that tests need no test-only method in the registry (and reach
 # workers started by Dask too). REMAT_BENCH_TEST_SLEEP="METHOD:SECONDS" makes runs of METHOD (or "*")
@@ -138,9 +138,9 @@ def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
     """
     method = spec["method"]
     try:
-        from remat_bench.graph import load_graph
-        from remat_bench.pipeline import run
-        from remat_bench.schedule import save_schedule
+        from remat_bench.app.pipeline import run
+        from remat_bench.core.graph import load_graph
+        from remat_bench.core.schedule import save_schedule
 
         ballast = _test_hooks(method)
         graph = load_graph(spec["graph_path"])

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from remat_bench.sweep.results import row_key
-from remat_bench.sweep.worker import SWEEP_FAULT
+from remat_bench.app.sweep.results import row_key
+from remat_bench.app.sweep.worker import SWEEP_FAULT
 
 JOURNAL = "journal.jsonl"
 
