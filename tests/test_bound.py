@@ -8,8 +8,8 @@ import pytest
 from remat_bench.core.budget import memory_floor, parse_budget
 from remat_bench.core.graph import load_graph
 from remat_bench.core.simulate import baseline
-from remat_bench.methods.reorder import OrderProfile
 from remat_bench.toolkit.bound import any_order_bound, prefix_probes, probe_prefix
+from remat_bench.toolkit.orders import OrderProfile
 from tests.bruteforce import any_order_optimum, best_order_peak, topological_orders
 from tests.helpers import paper_graph
 from tests.methods.test_checkmate import random_graph

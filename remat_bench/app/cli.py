@@ -155,7 +155,7 @@ def parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
 @contextlib.contextmanager
 def stop_on_first_ctrl_c() -> Iterator[None]:
     """First Ctrl-C: the method stops and returns its best so far; a second one aborts."""
-    from remat_bench.methods.base import interrupted, request_interrupt, reset_interrupt
+    from remat_bench.core.control import interrupted, request_interrupt, reset_interrupt
 
     def handler(signum: int, frame: Any) -> None:
         if interrupted():

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from remat_bench.core.budget import Budget, memory_floor, parse_budget
+from remat_bench.core.control import interrupted
 from remat_bench.core.errors import MethodError, ModelTooLargeError
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import Simulation, baseline, clean_up_simulated, simulate
 from remat_bench.methods import Method, MethodResult, Status, get_method
-from remat_bench.methods.base import interrupted
 from remat_bench.toolkit.bound import DEFAULT_CACHE
 
 

@@ -34,9 +34,9 @@ from remat_bench.methods.base import (
     MethodResult,
     Param,
     Status,
-    least_peak_by_bisection,
 )
-from remat_bench.methods.checkmate import CheckmateModel, check_fits, model_stats, too_short
+from remat_bench.methods.checkmate_model import CheckmateModel, check_fits, model_stats, too_short
+from remat_bench.toolkit.least_peak import least_peak_by_bisection
 from remat_bench.toolkit.milp import parse_backend, solve_milp
 
 

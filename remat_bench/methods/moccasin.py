@@ -59,6 +59,7 @@ from remat_bench.methods.base import (
     Status,
     run_interruptibly,
 )
+from remat_bench.methods.candidates import Source, candidate_schedules
 
 MAX_MODEL_OBJECTS = 3_000_000
 # order=free: the staged step's share of the time left after the order step. The free model
@@ -475,31 +476,22 @@ def _solve(sm: StagedModel, seconds: float, params: dict[str, Any], offset: floa
 
 
 def staged_hint_candidates(graph: Graph, budget: Number | None, deadline: Deadline,
-                           max_copies: int | None = None) -> list[tuple[str, Schedule]]:
-    """Compute orders to hint phase 1 with: the baseline, and greedy's and chen's schedules."""
-    from remat_bench.methods.chen import Chen
-    from remat_bench.methods.greedy import Greedy
+                           max_copies: int | None = None,
+                           stats: dict[str, Any] | None = None) -> list[tuple[str, Schedule]]:
+    """Compute orders to hint phase 1 with: the baseline, the shaved input order, greedy's and chen's.
 
+    Peak shaving from the input order (`remat_bench.toolkit.improve`): on the published random
+    layered graphs at 0.8 it reaches the budget in seconds, where phase 1 from the baseline needed
+    minutes (random_layered_n1000: not in 300 s).
+    """
     out = [("baseline", baseline_schedule(graph))]
     if budget is None:
         return out
-    # Peak shaving from the input order (`remat_bench.toolkit.improve`): on the published random layered
-    # graphs at 0.8 it reaches the budget in seconds, where phase 1 from the baseline needed
-    # minutes (random_layered_n1000: not in 300 s).
-    from remat_bench.toolkit.improve import shaved_order
-
-    shaved = shaved_order(graph, budget, deadline, max_copies=max_copies)
-    out.append(("shaved", place_frees(graph, shaved, np.zeros(len(shaved), dtype=np.int64), drop_unused=False)))
-    for method in (Greedy(), Chen()):
-        if deadline.expired():
-            break
-        try:
-            answer = method.solve(graph, budget, deadline.remaining(), **method.parse_params({}))
-        except Exception:  # a failing heuristic only costs a hint
-            continue
-        if answer.schedule is not None and answer.status.found_schedule:
-            out.append((method.name, answer.schedule))
-    return out
+    sources = [Source("shaved", {"max_copies": max_copies}), Source("greedy"), Source("chen")]
+    found = candidate_schedules(graph, budget, deadline, sources, stats=stats, over_budget=True)
+    # A hint may be above the budget: phase 1 minimises max(peak, budget) from it.
+    order = {c.source: c.schedule for c in found}
+    return out + [(name, order[name]) for name in ("shaved", "greedy", "chen") if name in order]
 
 
 class Moccasin(Method):
@@ -563,7 +555,7 @@ class Moccasin(Method):
         3. the free model, from the best of those.
         """
         from remat_bench.core.simulate import clean_up_simulated
-        from remat_bench.methods.reorder import best_order
+        from remat_bench.toolkit.order_search import best_order
 
         C = params["max_intervals"] or 3
         stats: dict[str, Any] = {}

@@ -89,12 +89,13 @@ from remat_bench.methods.base import (
     Status,
     unsupported_without_backward,
 )
-from remat_bench.methods.checkmate import memory_scale
+from remat_bench.methods.candidates import Source, candidate_schedules
 from remat_bench.toolkit.lowering import LoweringError, check_forward_then_backward
 from remat_bench.toolkit.milp import (
     ModelBuilder,
     SparseModel,
     available_memory_bytes,
+    memory_scale,
     parse_backend,
     solve_milp,
 )
@@ -316,17 +317,17 @@ class MonetModel:
         self.st = st
         graph = st.graph
         F, K = st.F, st.K
-        g = memory_scale(graph)
-        self.mem_scale = g
-        mem = np.asarray(graph.memory, dtype=np.float64) / g
+        scale = memory_scale(graph)
+        self.mem_scale = scale
+        mem = np.asarray(graph.memory, dtype=np.float64) / scale
         self.fmem = mem[st.fwd]
-        ws = np.asarray(graph.op_workspace, dtype=np.float64) / g
+        ws = np.asarray(graph.op_workspace, dtype=np.float64) / scale
         dur = np.asarray(graph.op_duration, dtype=np.float64)
         positive = dur[dur > 0]
         self.dur_scale = float(positive.mean()) if len(positive) else 1.0
         cost = dur / self.dur_scale
-        fixed = float(graph.fixed_memory) / g
-        self.cap = None if budget is None else (math.floor(budget / g) if g > 1 else float(budget))
+        fixed = float(graph.fixed_memory) / scale
+        self.cap = None if budget is None else (math.floor(budget / scale) if scale > 1 else float(budget))
         b = ModelBuilder()
         self.builder = b
 
@@ -736,8 +737,8 @@ class MonetModel:
 # ---------------------------------------------------------------------- the method
 
 
-def candidate_schedules(graph: Graph, st: Stages, budget: Number | None, deadline: Deadline
-                        ) -> list[tuple[str, Schedule, Number, Number]]:
+def monet_candidates(graph: Graph, st: Stages, budget: Number | None, deadline: Deadline,
+                     stats: dict[str, Any] | None = None) -> list[tuple[str, Schedule, Number, Number]]:
     """A few MONeT-shaped schedules within ``budget``: (label, schedule, peak, duration), fastest first.
 
     Candidates: the plans of the fast heuristics whose schedules have
@@ -748,38 +749,22 @@ def candidate_schedules(graph: Graph, st: Stages, budget: Number | None, deadlin
     They start the solver when `MonetModel.encode` accepts them, and are the
     answer when the time limit ends before the solver has one.
     """
-    from remat_bench.methods import get_method
     from remat_bench.toolkit.fastest_fit import fastest_fit
     from remat_bench.toolkit.improve import drop_recomputations
 
+    # The fast ones first. Each gets a share of the time left (on a 48-layer transformer, 1,159
+    # nodes, approximate kusumoto alone took 17 s whatever MONeT's own limit was); chen, the answer
+    # of last resort, gets at least a second (milliseconds on hundreds of nodes). The shaved input
+    # order recomputes only where memory peaks, before the backward node that needs the value.
+    sources = [Source("chen", share=0.2, floor=1.0), Source("greedy", share=0.2),
+               Source("kusumoto", {"variant": "approx"}, share=0.25), Source("fenghuang", share=0.25),
+               Source("shaved", {"cap_s": 20.0})]
     sequences: list[tuple[str, np.ndarray]] = []
-    # The fast ones first. Each gets a share of the time left: on a 48-layer transformer (1,159
-    # nodes) approximate kusumoto alone took 17 s, whatever MONeT's own limit was.
-    for name, params, share in (("chen", {}, 0.2), ("greedy", {}, 0.2), ("kusumoto", {"variant": "approx"}, 0.25),
-                                ("fenghuang", {}, 0.25)):
-        remaining = deadline.remaining()
-        if remaining is not None and remaining <= 0.05 and sequences:
-            break
-        # chen, the answer of last resort, gets at least a second (milliseconds on hundreds of nodes).
-        limit = None if remaining is None else max(share * remaining, 1.0 if name == "chen" else 0.0)
-        if limit == 0.0:
-            continue
-        try:
-            heuristic = get_method(name)()
-            answer = heuristic.solve(graph, budget, limit, **heuristic.parse_params(params))
-            if answer.schedule is not None and answer.status.found_schedule:
-                nodes = answer.schedule.nodes[answer.schedule.kinds == COMPUTE]
-                if budget is not None:
-                    nodes = drop_recomputations(graph, nodes, budget, deadline)
-                sequences.append((name, nodes))
-        except Exception:  # a failing heuristic only costs a candidate
-            pass
-    if budget is not None and not deadline.expired():
-        # Peak shaving from the input order, as for Checkmate's warm start: it recomputes only
-        # where the memory peaks, before the backward node that needs the value.
-        from remat_bench.toolkit.improve import shaved_order
-
-        sequences.append(("shaved", shaved_order(graph, budget, deadline, cap_s=20.0)))
+    for c in candidate_schedules(graph, budget, deadline, sources, stats=stats):
+        nodes = c.schedule.nodes[c.schedule.kinds == COMPUTE]
+        if budget is not None and c.source != "shaved":  # shaving has undone them already
+            nodes = drop_recomputations(graph, nodes, budget, deadline)
+        sequences.append((c.source, nodes))
     sequences.append(("keep-all", np.concatenate([st.fwd, st.bwd])))
     sequences = [(label, nodes) for label, nodes in sequences if monet_shaped(st, nodes)]
     found = []
@@ -899,7 +884,7 @@ class Monet(Method):
                stats: dict[str, Any], candidates: list | None = None, mm: MonetModel | None = None,
                start: np.ndarray | None = None, start_from: str | None = None) -> MethodResult:
         if candidates is None:
-            candidates = candidate_schedules(st.graph, st, budget, deadline) if params["warm_start"] else []
+            candidates = monet_candidates(st.graph, st, budget, deadline, stats) if params["warm_start"] else []
         if mm is None:
             try:
                 mm = MonetModel(st, budget, deadline)
@@ -950,7 +935,7 @@ class Monet(Method):
                     stats: dict[str, Any]) -> MethodResult:
         """``budget=min``: the least peak over MONeT's space, then the least duration at that peak."""
         graph = st.graph
-        candidates = candidate_schedules(graph, st, None, deadline) if params["warm_start"] else []
+        candidates = monet_candidates(graph, st, None, deadline, stats) if params["warm_start"] else []
         try:
             mm = MonetModel(st, None, deadline)
         except OutOfTime as exc:

@@ -291,7 +291,7 @@ def order_profile_upper(graph: Graph, budget: Number | None = None, seconds: flo
     `remat_bench.methods.reorder` from the best of them: a good order peaks
     where the probes are highest, which is where they are worth trying.
     """
-    from remat_bench.methods.reorder import OrderProfile, list_schedule, local_search
+    from remat_bench.toolkit.orders import OrderProfile, list_schedule, local_search
 
     profile = OrderProfile(graph)
     rng = np.random.default_rng(seed)

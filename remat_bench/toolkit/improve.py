@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from remat_bench.core.control import Deadline
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import place_frees, simulate
-from remat_bench.methods.base import Deadline
 
 
 def drop_recomputations(graph: Graph, nodes: np.ndarray, budget: Number,

@@ -10,17 +10,20 @@ through PuLP for CBC, Gurobi, CPLEX or any other solver PuLP finds.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import reduce
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from remat_bench.core.control import interrupted, run_interruptibly
 from remat_bench.core.errors import MethodError
-from remat_bench.methods.base import interrupted, run_interruptibly
+from remat_bench.core.graph import Graph
 from remat_bench.toolkit.child import can_spawn, run_in_child
 
 
@@ -406,3 +409,11 @@ def _solve_pulp(model: SparseModel, name: str, time_limit: float | None, threads
         message=pulp.LpStatus.get(prob.status, str(prob.status)),
     )
 
+
+def memory_scale(graph: Graph) -> int:
+    """The gcd of every memory quantity (1 when any is fractional)."""
+    values = [graph.memory, graph.op_workspace, np.asarray([graph.fixed_memory])]
+    if any(v.dtype.kind == "f" for v in values):
+        return 1
+    ints = [int(x) for v in values for x in np.unique(v) if x]
+    return reduce(math.gcd, ints, 0) or 1

@@ -56,6 +56,7 @@ from torch.utils.flop_counter import flop_registry
 
 from remat_bench.core.errors import GraphError
 from remat_bench.core.graph import Graph, Node
+from remat_bench.torch.measure import measure_peak, measured_where
 from remat_bench.torch.program import (
     GRADIENT,
     OP,
@@ -137,32 +138,6 @@ def import_model(
     if scratch is not None:
         graph.metadata[METADATA_KEY]["workspace"] = measured_where(dev)
     return graph
-
-
-def measured_where(device: torch.device) -> dict[str, Any]:
-    """Where workspaces were measured: they hold on that kind of processor and thread count."""
-    import platform
-
-    where: dict[str, Any] = {"device": str(device), "machine": platform.machine(),
-                             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-                             "threads": torch.get_num_threads(), "processor": _processor_name()}
-    if device.type == "cuda":
-        where["gpu"] = torch.cuda.get_device_name(device)
-    return where
-
-
-def _processor_name() -> str:
-    """The processor's model name (Linux /proc/cpuinfo), else what the platform module says."""
-    import platform
-
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.lower().startswith(("model name", "hardware")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def default_name(spec: ModelSpec) -> str:
@@ -265,7 +240,7 @@ def measure_workspace(program: Program, device: torch.device) -> list[int]:
     """The scratch memory (bytes) each node's operator allocates beyond its output, on ``device``.
 
     One pass in file order; each operator runs alone under the peak
-    measurement of `remat_bench.torch.replay.measure_peak` (the profiler's
+    measurement of `remat_bench.torch.measure.measure_peak` (the profiler's
     memory events on CPU, the allocator's peak statistics on CUDA), and its
     workspace is that peak less the node's memory. What a kernel allocates
     inside itself depends on the machine: oneDNN picks its convolution
@@ -275,8 +250,6 @@ def measure_workspace(program: Program, device: torch.device) -> list[int]:
     it runs a direct kernel with almost none), so a workspace is measured
     where the schedule will run, with the same number of threads.
     """
-    from remat_bench.torch.replay import measure_peak
-
     state = State.create(program.spec, device)
     workspace = [0] * len(program.nodes)
     for v, ex in _in_file_order(program, state):

@@ -62,6 +62,7 @@ from remat_bench.core.graph import Graph, Number, load_graph, parse_json, read_t
 from remat_bench.core.schedule import COMPUTE, Schedule, schedule_from_dict
 from remat_bench.core.simulate import simulate
 from remat_bench.torch.importer import program_for_graph, spec_of
+from remat_bench.torch.measure import measure_peak, measured_where, sync, timed
 from remat_bench.torch.program import ExecutionError, Executor, State, reference_step
 
 RTOL = 1e-5
@@ -195,7 +196,7 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
         wall = time.perf_counter() - start  # profiled: used only without a timing run
         check = finish()
         if timing_run:
-            wall = _timed(dev, lambda: execute(steps))
+            wall = timed(dev, lambda: execute(steps))
     measured_peak = fixed_bytes + measured_delta
     result = ReplayResult(
         graph=graph.name,
@@ -253,7 +254,6 @@ def scratch_note(graph: Graph, device: torch.device, measured_peak: int, simulat
     if not where:
         return ("operators allocated scratch memory the graph does not model (its workspaces are 0); "
                 "import it with `--workspace measure` on this machine to model it")
-    from remat_bench.torch.importer import measured_where
 
     here = measured_where(device)
     differs = [f"{key} {where.get(key)} there, {value} here" for key, value in here.items()
@@ -296,7 +296,7 @@ def _model_run(graph: Graph, device: torch.device) -> Iterator[tuple[Execute, in
                     ex.free(v)
         except ExecutionError as exc:
             raise ReplayError(f"replaying '{graph.name}': {exc}") from None
-        _sync(device)
+        sync(device)
         executors.append(ex)  # its outputs (loss, gradients) stay alive until finish()
 
     def finish() -> dict[str, Any]:
@@ -376,7 +376,7 @@ def _synthetic_run(graph: Graph, device: torch.device,
             out.fill_(reduced)
             values[v] = out
         values.clear()
-        _sync(device)
+        sync(device)
 
     try:
         yield execute, int(fixed.numel()), lambda: {}  # nothing to check against
@@ -399,84 +399,3 @@ def _available_bytes(device: torch.device) -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError):
         return None
-
-
-# ---------------------------------------------------------------------- measuring
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _timed(device: torch.device, fn: Callable[[], None]) -> float:
-    _sync(device)
-    start = time.perf_counter()
-    fn()
-    _sync(device)
-    return time.perf_counter() - start
-
-
-def measure_peak(device: torch.device, fn: Callable[[], None]) -> int:
-    """The most bytes allocated at once while ``fn`` runs, above what was allocated when it began."""
-    if device.type == "cuda":
-        _sync(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        start = torch.cuda.memory_allocated(device)
-        fn()
-        _sync(device)
-        return int(torch.cuda.max_memory_allocated(device) - start)
-    return cpu_peak_bytes(fn)
-
-
-def cpu_peak_bytes(fn: Callable[[], None]) -> int:
-    """Peak of the CPU allocator's running total during ``fn``, from the profiler's memory events.
-
-    Each allocation event carries the allocator's total at that moment (taken
-    under its lock), so the order of events with equal timestamps does not
-    matter. The total counts memory allocated while profiling; what was
-    allocated before is the baseline, read off the first event.
-    """
-    from torch._C._profiler import _EventType
-    from torch.profiler import ProfilerActivity, profile
-
-    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-    with _quiet_stderr():
-        prof.__enter__()
-    try:
-        fn()
-    finally:
-        with _quiet_stderr():
-            prof.__exit__(None, None, None)
-    totals: list[tuple[int, int, int]] = []
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        event = stack.pop()
-        stack.extend(event.children)
-        if event.typed[0] == _EventType.Allocation:
-            fields = event.typed[1]
-            if fields.device.type == "cpu":
-                totals.append((event.start_time_ns, fields.total_allocated, fields.alloc_size))
-    if not totals:
-        return 0
-    totals.sort()
-    start = totals[0][1] - totals[0][2]
-    return int(max(total for _, total, _ in totals) - start)
-
-
-@contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
-    """Silence the two lines Kineto prints to stderr when the profiler starts and stops."""
-    try:
-        saved = os.dup(2)
-    except OSError:
-        yield
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)

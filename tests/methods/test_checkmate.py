@@ -8,8 +8,9 @@ import pytest
 from remat_bench.core.budget import memory_floor
 from remat_bench.core.graph import Graph, Node
 from remat_bench.core.simulate import baseline, simulate
-from remat_bench.methods.checkmate import Checkmate, CheckmateModel
+from remat_bench.methods.checkmate import Checkmate
 from remat_bench.methods.checkmate_lp import CheckmateLP
+from remat_bench.methods.checkmate_model import CheckmateModel
 from tests.bruteforce import staged_optimum
 
 
@@ -103,7 +104,7 @@ def test_model_size_is_quadratic_and_encoded_baseline_is_feasible():
 
 def test_refuses_a_model_that_would_not_fit():
     from remat_bench.core.errors import ModelTooLargeError
-    from remat_bench.methods.checkmate import check_fits
+    from remat_bench.methods.checkmate_model import check_fits
 
     with pytest.raises(ModelTooLargeError, match="variables"):
         check_fits(100_000, 250_000, "Checkmate")

@@ -134,6 +134,11 @@ def run_key(graph_sha256: str, method: str, params: Mapping[str, Any] | str | No
             float(time_limit))
 
 
+def row_key(row: dict[str, Any]) -> tuple:
+    return run_key(row["graph_sha256"], row["method"], row["params"], row["budget_text"], row.get("seed"),
+                   row["repeat"], row["time_limit"])
+
+
 def run_id(key: tuple) -> str:
     """A short stable name for a run (its schedule file and log are named after it)."""
     return hashlib.sha256(json.dumps(list(key)).encode()).hexdigest()[:16]

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from remat_bench.app.sweep.results import row_key
+from remat_bench.app.sweep.config import row_key
 from remat_bench.app.sweep.worker import SWEEP_FAULT
 
 JOURNAL = "journal.jsonl"

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from remat_bench.app.sweep.config import params_text, run_key
+from remat_bench.app.sweep.config import params_text, row_key
 from remat_bench.core.files import atomic_write_bytes, atomic_write_text
 
 # Column -> pandas dtype; "number" columns are Int64 when every value is whole (sizes, flops), else Float64.
@@ -109,11 +109,6 @@ def _relative(path: Path, base: Path) -> str:
     except ValueError:
         # Outside it: absolute, since a relative path would later be read against the folder.
         return str(path.resolve())
-
-
-def row_key(row: dict[str, Any]) -> tuple:
-    return run_key(row["graph_sha256"], row["method"], row["params"], row["budget_text"], row.get("seed"),
-                   row["repeat"], row["time_limit"])
 
 
 def build_table(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:

@@ -1,0 +1,88 @@
+"""Run control: deadlines that methods poll, and the Ctrl-C request that ends them.
+
+A method polls a `Deadline`; the command line's first Ctrl-C calls
+`request_interrupt`, which ends every deadline at once so that the method
+returns its best schedule so far; `run_interruptibly` lets a native solver call
+be stopped the same way.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+_INTERRUPTED = threading.Event()
+
+
+def interrupted() -> bool:
+    """Whether the user pressed Ctrl-C during this solve: methods then return their best so far."""
+    return _INTERRUPTED.is_set()
+
+
+def reset_interrupt() -> None:
+    _INTERRUPTED.clear()
+
+
+def request_interrupt() -> None:
+    """Ask the running method to stop and return its best so far (the CLI's first Ctrl-C)."""
+    _INTERRUPTED.set()
+
+
+class Deadline:
+    """A wall-clock deadline that methods poll (``None`` means no limit); Ctrl-C ends it at once."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.start = time.monotonic()
+        self.seconds = seconds
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def remaining(self) -> float | None:
+        if _INTERRUPTED.is_set():
+            return 0.0
+        if self.seconds is None:
+            return None
+        return max(0.0, self.seconds - self.elapsed())
+
+    def expired(self) -> bool:
+        return _INTERRUPTED.is_set() or (self.seconds is not None and self.elapsed() >= self.seconds)
+
+
+T = TypeVar("T")
+
+
+def run_interruptibly(fn: Callable[[], T], stop: Callable[[], None]) -> T:
+    """Run a native solver call so that Ctrl-C stops the search instead of the program.
+
+    The call runs in a worker thread while the main thread waits (Python handles
+    signals only there); on Ctrl-C the main thread asks the solver to stop
+    (``stop``), marks the solve interrupted, and keeps waiting for the solver to
+    return its best solution so far. Off the main thread, the call runs as is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return fn()
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed back to the caller below
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name="remat-bench-solver", daemon=True)
+    worker.start()
+    stopped = False
+    while worker.is_alive():
+        try:
+            worker.join(0.1)
+        except KeyboardInterrupt:
+            _INTERRUPTED.set()
+        if _INTERRUPTED.is_set() and not stopped:
+            stopped = True
+            stop()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

@@ -1,0 +1,67 @@
+"""``budget=min`` for a method that solves under a budget: bisection on the budget."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from remat_bench.core.control import Deadline, interrupted
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.outcome import MethodResult, Status
+
+
+def least_peak_by_bisection(graph: Graph, solve_at: Callable[[Number, float | None], MethodResult],
+                            deadline: Deadline, search_share: float = 0.5) -> MethodResult:
+    """``budget=min`` for a method that solves under a budget: bisect on the budget, then solve at the least.
+
+    The budget is bisected between the memory floor (below it nothing fits) and the
+    baseline peak (the baseline schedule fits there) with ``search_share`` of the time:
+    a budget where the method finds a schedule lowers the upper end to that schedule's
+    simulated peak, one it proves infeasible raises the lower end, and one where it
+    finds nothing in its time slice also raises it, without proof. The search stops
+    within half a percent of the baseline peak; the method then minimises duration at
+    the least budget found, with the time left. The answer is optimal only when the
+    least peak was proven (the two ends met on proofs) and the last solve proved its
+    duration optimal. stats: ``least_peak``, ``least_peak_lower`` (no schedule of the
+    method's space peaks below it, when ``least_peak_proven``), ``probes``.
+    """
+    from remat_bench.core.budget import memory_floor
+    from remat_bench.core.simulate import baseline, simulate
+
+    lo, hi = memory_floor(graph).amount, baseline(graph).peak
+    whole = isinstance(hi, int) and isinstance(lo, int)
+    # Half a percent of the baseline peak; on graphs of a few units, to the unit.
+    tolerance = 0.005 * hi if not whole or 0.005 * hi >= 1 else 0
+    remaining = deadline.remaining()
+    search = Deadline(None if remaining is None else search_share * remaining)
+    best: MethodResult | None = None
+    proven, probes = True, []
+    while hi - lo > tolerance and not search.expired() and not interrupted():
+        mid = (lo + hi) // 2 if whole else (lo + hi) / 2
+        left = search.remaining()
+        # Each probe gets the time of the probes still needed, at most: about log2 of the gap.
+        steps = max(1.0, math.log2(max(2.0, (hi - lo) / max(tolerance, 1e-9 * hi, 0.5))))
+        answer = solve_at(mid, None if left is None else max(0.5, left / steps))
+        peak = simulate(graph, answer.schedule).peak if answer.schedule is not None else None
+        if answer.status.found_schedule and peak is not None and peak <= mid:
+            hi, best = peak, answer
+            probes.append({"budget": mid, "found_peak": peak})
+        else:
+            lo = mid + 1 if whole else mid
+            proven = proven and answer.status is Status.INFEASIBLE
+            probes.append({"budget": mid, "status": answer.status.value})
+    final = solve_at(hi, deadline.remaining())
+    result = final if final.status.found_schedule else best
+    if result is None:
+        return MethodResult(Status.NO_SOLUTION, solve_time_s=deadline.elapsed(), stats={"probes": probes},
+                            message="no schedule found while searching for the least peak")
+    exact = proven and hi <= lo
+    result.stats = {**result.stats, "least_peak": hi, "least_peak_lower": lo, "least_peak_proven": exact,
+                    "probes": probes}
+    if result.status is Status.OPTIMAL and not (exact and result is final):
+        result.status = Status.FEASIBLE
+    if not exact:
+        result.message = (f"least peak searched to within {tolerance:,g} of the baseline peak: between {lo:,} "
+                          f"and {hi:,}" + ("" if proven else " (the lower end unproven: probes ran out of time)"))
+    result.solve_time_s = deadline.elapsed()
+    return result

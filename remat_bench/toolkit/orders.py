@@ -1,0 +1,168 @@
+"""Topological orders without recomputation: the peak of an order, a memory-aware list scheduler,
+and a local search over orders (`best_order` in `remat_bench.toolkit.order_search` puts them together).
+
+The local search is written here because no maintained library searches
+permutations under precedence; each move is scored by a vectorised
+O(n + edges) profile (`OrderProfile`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.simulate import place_frees, simulate
+
+
+def order_peak(graph: Graph, order: list[int] | np.ndarray) -> Number:
+    """Peak of computing ``order`` once each, every value freed after its last use."""
+    nodes = np.asarray(order, dtype=np.int64)
+    return simulate(graph, place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64))).peak
+
+
+def list_schedule(graph: Graph, rng: np.random.Generator | None = None) -> list[int]:
+    """A low-peak topological order by the memory-aware list scheduler."""
+    n = graph.n
+    mem = graph.memory.astype(np.float64)
+    ws = graph.workspace.astype(np.float64)
+    inputs, consumers = graph.inputs, graph.consumers
+    is_output = graph.is_output
+    missing = np.array([len(ins) for ins in inputs])
+    readers_left = np.array([len(c) for c in consumers])
+    ready = {v for v in range(n) if missing[v] == 0}
+    resident = 0.0
+    order: list[int] = []
+    while ready:
+        best, best_key = -1, None
+        for v in ready:
+            released = sum(mem[u] for u in inputs[v] if readers_left[u] == 1 and not is_output[u])
+            gone = 0.0 if consumers[v] or is_output[v] else mem[v]
+            key = (mem[v] - released - gone, resident + mem[v] + ws[v],
+                   rng.random() if rng is not None else 0.0, v)
+            if best_key is None or key < best_key:
+                best, best_key = v, key
+        v = best
+        ready.discard(v)
+        order.append(v)
+        resident += mem[v]
+        for u in inputs[v]:
+            readers_left[u] -= 1
+            if readers_left[u] == 0 and not is_output[u]:
+                resident -= mem[u]
+        if not consumers[v] and not is_output[v]:
+            resident -= mem[v]
+        for w in consumers[v]:
+            missing[w] -= 1
+            if missing[w] == 0:
+                ready.add(w)
+    return order
+
+
+class OrderProfile:
+    """Memory at every step of computing an order once each, vectorised for the local search."""
+
+    def __init__(self, graph: Graph):
+        n = self.n = graph.n
+        self.mem = graph.memory.astype(np.float64)
+        self.ws = graph.workspace.astype(np.float64)
+        self.fixed = float(graph.fixed_memory)
+        self.inputs = [np.unique(np.asarray(ins, dtype=np.int64)) for ins in graph.inputs]
+        self.consumers = [np.unique(np.asarray(c, dtype=np.int64)) for c in graph.consumers]
+        self.src = np.repeat(np.arange(n), [len(c) for c in self.consumers])
+        self.dst = np.concatenate(self.consumers) if n else np.zeros(0, dtype=np.int64)
+        self.with_consumers = np.flatnonzero([len(c) > 0 for c in self.consumers])
+        self.offsets = np.searchsorted(self.src, self.with_consumers)
+        self.is_output = np.asarray(graph.is_output, dtype=bool)
+
+    def __call__(self, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(memory at each step, position of each node) of ``order``; the same model as `order_peak`."""
+        n = self.n
+        pos = np.empty(n, dtype=np.int64)
+        pos[order] = np.arange(n)
+        end = pos + 1
+        if len(self.dst):
+            end[self.with_consumers] = np.maximum.reduceat(pos[self.dst] + 1, self.offsets)
+        end[self.is_output] = n
+        held = np.bincount(pos, weights=self.mem, minlength=n + 1) - np.bincount(end, weights=self.mem,
+                                                                              minlength=n + 1)
+        return np.cumsum(held)[:n] + self.ws[order] + self.fixed, pos
+
+
+def local_search(graph: Graph, start: list[int], budget: Number | None, seconds: float,
+                 seed: int = 0) -> list[int]:
+    """The lowest-peak order met by late-acceptance hill climbing from ``start`` within ``seconds``.
+
+    Rounds alternate two targets (the budget itself; just below the best peak so
+    far) and a few history lengths, each from the best order yet, so that no one
+    setting's bad luck decides the answer. A round ends after ``20 * history``
+    moves without a new best; the search ends when an order fits, at
+    ``seconds``, or after a whole cycle of rounds without a new best.
+    """
+    n = graph.n
+    if n < 3 or seconds <= 0:
+        return list(start)
+    profile = OrderProfile(graph)
+    rng = np.random.default_rng(seed)
+    best = np.asarray(start, dtype=np.int64)
+    best_peak = profile(best)[0].max()
+    step = float(profile.mem.mean()) or 1.0
+    settings = [(False, 2000), (True, 2000), (False, 10000), (True, 500)]
+    t_end = time.perf_counter() + seconds
+    rounds = idle_rounds = 0
+    while (time.perf_counter() < t_end and idle_rounds < len(settings)
+           and (budget is None or best_peak > budget)):
+        adaptive, history = settings[rounds % len(settings)]
+        history = min(history, 50 * n)  # small graphs: shorter memory, and rounds end sooner when idle
+        rounds += 1
+        idle_rounds += 1
+        last_gain = 0
+        round_end = min(t_end, time.perf_counter() + max(1.0, seconds / 8))
+        order = best.copy()
+        prof, pos = profile(order)
+
+        def target_of(peak: float, adaptive: bool = adaptive) -> float:
+            if budget is None:
+                return peak - step
+            return max(float(budget), peak - 2 * step) if adaptive else float(budget)
+
+        target = target_of(best_peak)
+        cost = float(np.maximum(prof - target, 0).sum())
+        recent = np.full(history, cost)
+        it = 0
+        while ((it & 63) or time.perf_counter() < round_end) and it - last_gain < 20 * history:
+            it += 1
+            if rng.random() < 0.5:  # a node near a step above the target, or any node
+                over = np.flatnonzero(prof > target)
+                k = int(over[rng.integers(len(over))]) if len(over) else int(rng.integers(n))
+                v = order[min(n - 1, max(0, k + int(rng.integers(-3, 4))))]
+            else:
+                v = order[rng.integers(n)]
+            p = pos[v]
+            lo = pos[profile.inputs[v]].max() + 1 if len(profile.inputs[v]) else 0
+            hi = pos[profile.consumers[v]].min() - 1 if len(profile.consumers[v]) else n - 1
+            if hi <= lo:
+                continue
+            q = int(rng.integers(lo, hi + 1))
+            if q == p:
+                continue
+            moved = np.insert(np.delete(order, p), q, v)
+            new_prof, new_pos = profile(moved)
+            new_cost = float(np.maximum(new_prof - target, 0).sum())
+            if new_cost <= cost or new_cost <= recent[it % history]:
+                order, prof, pos, cost = moved, new_prof, new_pos, new_cost
+                peak = prof.max()
+                if peak < best_peak:
+                    best, best_peak = order.copy(), peak
+                    idle_rounds, last_gain = 0, it
+                    if budget is not None and best_peak <= budget:
+                        break
+                    if target_of(best_peak) != target:  # a new target rescales every cost
+                        target = target_of(best_peak)
+                        cost = float(np.maximum(prof - target, 0).sum())
+                        recent[:] = cost
+            recent[it % history] = cost
+    return best.tolist()
+
+

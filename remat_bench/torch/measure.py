@@ -1,0 +1,121 @@
+"""Measuring on real tensors: the peak of the allocator while a function runs, its wall time, and
+where a measurement was taken (processor, thread count, device).
+
+The importer measures operators' scratch memory with it, and replay the peak of a
+whole schedule; both must measure alike for a graph's workspaces to predict a
+replay's peak.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(device: torch.device, fn: Callable[[], None]) -> float:
+    sync(device)
+    start = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - start
+
+
+def measure_peak(device: torch.device, fn: Callable[[], None]) -> int:
+    """The most bytes allocated at once while ``fn`` runs, above what was allocated when it began."""
+    if device.type == "cuda":
+        sync(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        start = torch.cuda.memory_allocated(device)
+        fn()
+        sync(device)
+        return int(torch.cuda.max_memory_allocated(device) - start)
+    return cpu_peak_bytes(fn)
+
+
+def cpu_peak_bytes(fn: Callable[[], None]) -> int:
+    """Peak of the CPU allocator's running total during ``fn``, from the profiler's memory events.
+
+    Each allocation event carries the allocator's total at that moment (taken
+    under its lock), so the order of events with equal timestamps does not
+    matter. The total counts memory allocated while profiling; what was
+    allocated before is the baseline, read off the first event.
+    """
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_stderr():
+        prof.__enter__()
+    try:
+        fn()
+    finally:
+        with _quiet_stderr():
+            prof.__exit__(None, None, None)
+    totals: list[tuple[int, int, int]] = []
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        event = stack.pop()
+        stack.extend(event.children)
+        if event.typed[0] == _EventType.Allocation:
+            fields = event.typed[1]
+            if fields.device.type == "cpu":
+                totals.append((event.start_time_ns, fields.total_allocated, fields.alloc_size))
+    if not totals:
+        return 0
+    totals.sort()
+    start = totals[0][1] - totals[0][2]
+    return int(max(total for _, total, _ in totals) - start)
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence the two lines Kineto prints to stderr when the profiler starts and stops."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def measured_where(device: torch.device) -> dict[str, Any]:
+    """Where workspaces were measured: they hold on that kind of processor and thread count."""
+    import platform
+
+    where: dict[str, Any] = {"device": str(device), "machine": platform.machine(),
+                             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                             "threads": torch.get_num_threads(), "processor": _processor_name()}
+    if device.type == "cuda":
+        where["gpu"] = torch.cuda.get_device_name(device)
+    return where
+
+
+def _processor_name() -> str:
+    """The processor's model name (Linux /proc/cpuinfo), else what the platform module says."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.lower().startswith(("model name", "hardware")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()

@@ -1,0 +1,99 @@
+"""The package's layers (docs/design.md, "Layers"): every import points down, and no modules import in a circle.
+
+The imports are read from the source with `ast`, every one of them: at module
+level and inside functions (a lazy import is still a dependency, and a circle
+through one is still a circle).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+
+PACKAGE = Path(__file__).resolve().parents[1] / "remat_bench"
+
+# Which layers each layer may import (itself included). The model at the bottom, the
+# application at the top; graph generators, PyTorch and the solver toolkit stand on the
+# model alone; methods on the toolkit and the model.
+ALLOWED = {
+    "core": {"core"},
+    "toolkit": {"core", "toolkit"},
+    "generators": {"core", "generators"},
+    "torch": {"core", "torch"},
+    "methods": {"core", "toolkit", "methods"},
+    "app": {"core", "toolkit", "generators", "torch", "methods", "app"},
+    "__main__": {"app"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "root"
+
+
+def imports_of(path: Path) -> set[str]:
+    """The remat_bench modules a file imports, resolved to module names (a name taken from a package
+    counts as that package's submodule when one of that name exists)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("remat_bench"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("remat_bench"):
+            for alias in node.names:
+                candidate = f"{node.module}.{alias.name}"
+                found.add(candidate if candidate in MODULES else node.module)
+    return found
+
+
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+GRAPH = nx.DiGraph()
+for _name, _path in MODULES.items():
+    GRAPH.add_node(_name)
+    for _target in imports_of(_path):
+        if _target in MODULES and _target != _name:
+            GRAPH.add_edge(_name, _target)
+
+
+def test_the_package_has_the_layers_the_design_names():
+    assert {layer(m) for m in MODULES} == {"root", *ALLOWED}
+    flat = [m for m in MODULES if layer(m) == "root" and m != "remat_bench"]
+    assert flat == [], "modules belong in a layer's folder"
+
+
+def test_every_import_points_down_or_stays_in_its_layer():
+    upward = []
+    for source, target in GRAPH.edges:
+        if layer(target) == "root":  # the package itself: its __version__
+            continue
+        if layer(target) not in ALLOWED.get(layer(source), set()):
+            upward.append(f"{source} -> {target}")
+    assert upward == []
+
+
+def test_methods_share_work_through_candidates_never_by_importing_each_other():
+    from remat_bench.methods import BUILTIN
+
+    method_modules = {target.split(":")[0] for target in BUILTIN.values()}
+    assert "remat_bench.methods.greedy" in method_modules
+    crossing = [f"{s} -> {t}" for s, t in GRAPH.edges if s in method_modules and t in method_modules]
+    assert crossing == []
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    circles = [sorted(c) for c in nx.strongly_connected_components(GRAPH) if len(c) > 1]
+    assert circles == []
+
+
+def test_the_reader_sees_real_imports():
+    # The walker itself: it must see a lazy import inside a function, and a module taken from a package.
+    assert "remat_bench.core.graph" in imports_of(PACKAGE / "core" / "budget.py")
+    assert GRAPH.has_edge("remat_bench.app.cli", "remat_bench.app.pipeline")
+    assert len(GRAPH.edges) > 100
