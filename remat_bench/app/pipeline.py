@@ -22,7 +22,8 @@ from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import Simulation, baseline, clean_up_simulated, simulate
 from remat_bench.methods import Method, MethodResult, Status, get_method
-from remat_bench.toolkit.bound import DEFAULT_CACHE
+from remat_bench.methods.base import SolveContext, Termination
+from remat_bench.toolkit.bound import BoundCache, default_cache_folder
 
 
 @dataclass
@@ -49,6 +50,7 @@ class RunResult:
     proven_optimal: bool = False
     solve_time_s: float = 0.0
     bound_time_s: float = 0.0  # spent on the any-order bound before the method (0 when cached or off)
+    termination: Termination = Termination.UNKNOWN  # why the method stopped, apart from what it found
     space: str = ""  # where the method's own proofs (optimal, infeasible) hold
     below_floor: bool = False  # infeasible before the method ran: the budget is below the memory floor
     schedule_steps: int | None = None
@@ -100,11 +102,33 @@ class RunResult:
             "bound_time_s": self.bound_time_s,
             "space": self.space,
             "status_holds_for": self.status_holds_for,
+            "termination": self.termination.value,
             "schedule_steps": self.schedule_steps,
             "graph_sha256": self.graph_sha256,
             "cleanup": self.cleanup,
             "stats": self.stats,
         }
+
+
+def termination_of(answer: MethodResult, wall: float, time_limit: float | None) -> Termination:
+    """Why the method stopped: its own word when it gave one, else read off how it ended.
+
+    A method that used (nearly) all of its time without a proof was cut short by the
+    limit; one that ended earlier ran its search to the end.
+    """
+    if interrupted():
+        return Termination.INTERRUPTED
+    if answer.termination is not Termination.UNKNOWN:
+        return answer.termination
+    if answer.status is Status.ERROR:
+        return Termination.ERROR
+    if answer.status is Status.UNSUPPORTED:
+        return Termination.NOT_APPLICABLE
+    if answer.status in (Status.OPTIMAL, Status.INFEASIBLE):
+        return Termination.CONVERGED
+    if time_limit is not None and wall >= 0.95 * time_limit:
+        return Termination.TIME_LIMIT
+    return Termination.CONVERGED
 
 
 def gap_pct(duration: Number, bound: Number | None) -> float | None:
@@ -156,6 +180,7 @@ def run(
     time_limit: float | None = None,
     params: dict[str, Any] | None = None,
     bound: bool = True,
+    bounds: BoundCache | None = None,
 ) -> RunResult:
     """Solve ``graph`` with ``method`` at ``budget`` and score the result with the simulator.
 
@@ -165,6 +190,8 @@ def run(
     lower bound (no gap, and nothing can be proven optimal).
     """
     cls, parsed = resolve_method(method, params or {})
+    # One bound cache per run unless the caller shares one: on disk it outlives the run anyway.
+    bounds = bounds if bounds is not None else BoundCache(default_cache_folder())
     if not isinstance(budget, Budget):
         budget = parse_budget(str(budget), graph)
     base = baseline(graph)
@@ -187,12 +214,18 @@ def run(
         result.status = Status.INFEASIBLE
         result.message = floor.message(budget.amount)
         result.below_floor = True
+        result.termination = Termination.CONVERGED  # proven at once by the memory floor
+        return result
+    reason = cls.skip(graph, budget.amount)
+    if reason is not None:
+        result.status, result.message = Status.UNSUPPORTED, reason
+        result.termination = Termination.NOT_APPLICABLE
         return result
     if bound:
         # The bound is part of the run's time: at most a tenth of the limit, and the method gets the rest.
         bound_start = time.perf_counter()
         effort = 30.0 if time_limit is None else max(0.5, min(30.0, time_limit / 10))
-        any_order, from_cache = DEFAULT_CACHE.get(graph, budget.amount, effort)
+        any_order, from_cache = bounds.get(graph, budget.amount, effort)
         result.bound_time_s = time.perf_counter() - bound_start
         result.lower_bound_any_order = any_order.value
         result.stats_bound = {**any_order.as_dict(), "from_cache": from_cache}
@@ -202,26 +235,31 @@ def run(
     start = time.perf_counter()
     try:
         method_params = {k: v for k, v in parsed.items() if k not in PIPELINE_PARAMS}
-        answer: MethodResult = cls().solve(graph, budget.amount, time_limit, **method_params)
+        solver = cls()
+        solver.context = SolveContext(bounds=bounds)
+        answer: MethodResult = solver.solve(graph, budget.amount, time_limit, **method_params)
     except KeyboardInterrupt:
         raise
     except ModelTooLargeError as exc:
         # The method measured its model before building it and declined: a clean answer.
-        answer = MethodResult(Status.UNSUPPORTED, message=str(exc))
+        answer = MethodResult(Status.UNSUPPORTED, message=str(exc), termination=Termination.RESOURCE_LIMIT)
     except MemoryError:
         # The sweep worker recognises this status (and sentence) to record the run as 'oom'.
-        answer = MethodResult(Status.OOM, message=f"method '{method}' ran out of memory")
+        answer = MethodResult(Status.OOM, message=f"method '{method}' ran out of memory",
+                              termination=Termination.RESOURCE_LIMIT)
     except Exception as exc:  # a method's bug is recorded, never lost
         answer = MethodResult(
             Status.ERROR,
             message=f"method '{method}' failed: {type(exc).__name__}: {exc}",
             stats={"traceback": traceback.format_exc(limit=8)},
+            termination=Termination.ERROR,
         )
     if interrupted():
         answer.message = ("interrupted: the best schedule found before Ctrl-C" if answer.schedule is not None
                           else "interrupted before a schedule was found") + (
                               f"; {answer.message}" if answer.message else "")
     wall = time.perf_counter() - start
+    result.termination = termination_of(answer, wall, time_limit)
     result.solve_time_s = answer.solve_time_s or wall
     result.objective = answer.objective
     result.lower_bound = answer.lower_bound

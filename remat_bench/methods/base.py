@@ -14,7 +14,7 @@ import difflib
 import importlib.util
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from remat_bench.core.control import (  # noqa: F401 (re-exported: methods import them from here)
@@ -27,6 +27,7 @@ from remat_bench.core.control import (  # noqa: F401 (re-exported: methods impor
 from remat_bench.core.errors import MethodError
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.outcome import MethodResult, Status, Termination  # noqa: F401 (re-exported)
+from remat_bench.toolkit.bound import BoundCache
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,16 @@ class Param:
         return self.type.__name__
 
 
+@dataclass
+class SolveContext:
+    """What the pipeline shares with a method for one run: the bound cache (an object, not a global).
+
+    A method called directly (tests, other code) gets an empty in-memory cache of its own.
+    """
+
+    bounds: BoundCache = field(default_factory=BoundCache)
+
+
 class Method:
     """Base class of every method. Subclasses set the class attributes and implement `solve`."""
 
@@ -116,9 +127,23 @@ class Method:
     params: ClassVar[tuple[Param, ...]] = ()
     requires: ClassVar[tuple[str, ...]] = ()  # importable module names
     install_hint: ClassVar[str] = ""  # how to get the requirements, e.g. "pip install remat-bench[torch]"
-    needs_backward: ClassVar[bool] = False  # works on the forward graph of a training graph
+    # Applicability, checked by the pipeline through `skip` before the method runs:
+    needs_backward: ClassVar[bool] = False  # plans a training graph's forward pass, then its backward
+    supports_min: ClassVar[bool] = True  # answers ``budget=min`` (the lowest peak it can reach)
     # The schedules the method searches: its "optimal" and "infeasible" hold there only.
     search_space: ClassVar[str] = "its own schedule space"
+
+    @property
+    def context(self) -> SolveContext:
+        """The run's shared objects, set by the pipeline before `solve`; a fresh one otherwise."""
+        context = self.__dict__.get("_context")
+        if context is None:
+            context = self.__dict__["_context"] = SolveContext()
+        return context
+
+    @context.setter
+    def context(self, value: SolveContext) -> None:
+        self.__dict__["_context"] = value
 
     @classmethod
     def space(cls, params: dict[str, Any]) -> str:
@@ -157,21 +182,38 @@ class Method:
             out[name] = declared[name].parse(value, cls.name)
         return out
 
+    @classmethod
+    def skip(cls, graph: Graph, budget: Number | None) -> str | None:
+        """Why the method does not apply to ``graph`` at ``budget`` (one sentence), or None when it does.
+
+        The pipeline answers ``unsupported`` with this reason and does not call `solve`,
+        as benchopt's runner honours a solver's ``skip``; a method overrides it to add
+        conditions of its own. From the declarations: ``needs_backward`` asks for
+        backward nodes and forward nodes that read forward values only;
+        ``supports_min`` for a budget rather than ``min``.
+        """
+        if cls.needs_backward:
+            if not graph.has_backward:
+                return (f"method '{cls.name}' plans checkpoints of a training graph's forward pass, and "
+                        f"graph '{graph.name}' has no backward nodes (no node of kind 'backward')")
+            if not graph.forward_indices:
+                return (f"method '{cls.name}' plans checkpoints of the forward pass, and graph '{graph.name}' "
+                        "has no forward nodes")
+            from remat_bench.toolkit.lowering import LoweringError, check_forward_then_backward
+
+            try:
+                check_forward_then_backward(graph)
+            except LoweringError as exc:
+                return f"method '{cls.name}' runs the forward pass first: {exc}"
+        if budget is None and not cls.supports_min:
+            return (f"method '{cls.name}' minimises duration under a budget; give a budget (a fraction, or an "
+                    "amount) rather than 'min'")
+        return None
+
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
               **params: Any) -> MethodResult:
+        """Solve ``graph`` within ``budget`` (None: the lowest peak) in ``time_limit`` seconds.
+
+        Called only where `skip` gives no reason (the pipeline checks it first).
+        """
         raise NotImplementedError
-
-
-def unsupported_without_backward(graph: Graph, method: str) -> MethodResult | None:
-    """The answer forward-graph methods give on a graph with no backward nodes."""
-    if graph.has_backward:
-        return None
-    return MethodResult(
-        Status.UNSUPPORTED,
-        message=(
-            f"method '{method}' plans checkpoints of a training graph's forward pass, and "
-            f"graph '{graph.name}' has no backward nodes (no node of kind 'backward')"
-        ),
-    )
-
-

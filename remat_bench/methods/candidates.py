@@ -109,5 +109,7 @@ def _run(graph: Graph, budget: Number | None, source: Source, limit: float | Non
     from remat_bench.methods import get_method
 
     method = get_method(source.name)()
+    if method.skip(graph, budget) is not None:
+        return None
     answer = method.solve(graph, budget, limit, **method.parse_params(source.params))
     return answer.schedule if answer.status.found_schedule else None

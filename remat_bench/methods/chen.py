@@ -40,7 +40,6 @@ from remat_bench.methods.base import (
     MethodResult,
     Param,
     Status,
-    unsupported_without_backward,
 )
 from remat_bench.toolkit.lowering import LoweringError, Plan, lower_plan, plan_from_checkpoints
 
@@ -104,8 +103,6 @@ class Chen(Method):
               **params: Any) -> MethodResult:
         start = time.perf_counter()
         deadline = Deadline(time_limit)
-        if (answer := unsupported_without_backward(graph, self.name)) is not None:
-            return answer
         candidates = separators(graph)
         plans: dict[frozenset[int], Plan] = {}
 

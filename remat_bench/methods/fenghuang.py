@@ -95,12 +95,9 @@ from remat_bench.methods.base import (
     MethodResult,
     Param,
     Status,
-    unsupported_without_backward,
 )
 from remat_bench.toolkit.lowering import (
-    LoweringError,
     Plan,
-    check_forward_then_backward,
     lower_plan,
 )
 
@@ -744,12 +741,6 @@ class FengHuang(Method):
               **params: Any) -> MethodResult:
         start = time.perf_counter()
         deadline = Deadline(time_limit)
-        if (answer := unsupported_without_backward(graph, self.name)) is not None:
-            return answer
-        try:
-            check_forward_then_backward(graph)
-        except LoweringError as exc:
-            return MethodResult(Status.UNSUPPORTED, message=str(exc))
         phases: dict[str, float] = {}
 
         t = time.perf_counter()

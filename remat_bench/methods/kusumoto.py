@@ -77,12 +77,10 @@ from remat_bench.methods.base import (
     MethodResult,
     Param,
     Status,
-    unsupported_without_backward,
 )
 from remat_bench.toolkit.lowering import (
     LoweringError,
     Plan,
-    check_forward_then_backward,
     lower_plan,
 )
 
@@ -732,17 +730,7 @@ class Kusumoto(Method):
               **params: Any) -> MethodResult:
         started = time.perf_counter()
         deadline = Deadline(time_limit)
-        if (answer := unsupported_without_backward(graph, self.name)) is not None:
-            return answer
-        try:
-            check_forward_then_backward(graph)
-        except LoweringError as exc:
-            return MethodResult(Status.UNSUPPORTED, message=str(exc))
         fg = forward_graph(graph)
-        if fg.n == 0:
-            return MethodResult(Status.UNSUPPORTED, message=(
-                f"method '{self.name}' plans checkpoints of the forward pass, and graph '{graph.name}' "
-                "has no forward nodes"))
 
         variant, cap = params["variant"], params["max_lower_sets"]
         if variant == "exact":

@@ -60,6 +60,7 @@ from remat_bench.methods.base import (
     run_interruptibly,
 )
 from remat_bench.methods.candidates import Source, candidate_schedules
+from remat_bench.toolkit.bound import BoundCache
 
 MAX_MODEL_OBJECTS = 3_000_000
 # order=free: the staged step's share of the time left after the order step. The free model
@@ -245,7 +246,7 @@ class StagedModel:
 
 def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
                  feeds_consumer: bool = True, precedence: str = "flags",
-                 order: str = "staged", events: int = 0) -> StagedModel:
+                 order: str = "staged", events: int = 0, bounds: BoundCache | None = None) -> StagedModel:
     """The retention-interval model; ``budget`` None leaves the capacity a variable (phase 1 form).
 
     ``order="staged"``: the input-order stages (events stage * n + position).
@@ -420,11 +421,10 @@ def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
     if budget is not None and dur_scale == 1.0:
         # Every schedule, whatever its order, lasts at least the any-order cut bound
         # (`remat_bench.toolkit.bound`): stated, it lets CP-SAT stop as soon as it reaches it.
-        from remat_bench.toolkit.bound import cached_bound, peek_bound
-
         # The pipeline's bound when it computed one; else a short one of moccasin's own (its time).
-        known = peek_bound(graph, budget)
-        bound = (known if known is not None else cached_bound(graph, budget, 3.0)).value
+        bounds = bounds if bounds is not None else BoundCache()
+        known = bounds.peek(graph, budget)
+        bound = (known if known is not None else bounds.get(graph, budget, 3.0)[0]).value
         if bound is not None and bound > 0:
             m.add(objective >= int(bound))
     stats = {
@@ -561,7 +561,8 @@ class Moccasin(Method):
         stats: dict[str, Any] = {}
         t0 = deadline.elapsed()
         share = deadline.remaining() * 0.3
-        answer = best_order(graph, budget, Deadline(share), params["threads"], params["seed"])
+        answer = best_order(graph, budget, Deadline(share), params["threads"], params["seed"],
+                            bounds=self.context.bounds)
         order_nodes = np.asarray(answer.order, dtype=np.int64)
         order_schedule = place_frees(graph, order_nodes, np.zeros(graph.n, dtype=np.int64))
         stats.update({"order_only_peak": answer.peak, "order_only_time_s": round(deadline.elapsed() - t0, 3),
@@ -609,13 +610,11 @@ class Moccasin(Method):
         less memory, so its stages need fewer recomputations (the numbers are in
         docs/benchmarks.md, "Order-free scheduling").
         """
-        from remat_bench.toolkit.bound import share_bound
-
         staged_params = {**params, "order": "staged", "max_intervals": 2}
         if list(order) == list(range(graph.n)):
             return self.solve(graph, budget, deadline.remaining(), **staged_params)
         permuted = graph.in_order(order)
-        share_bound(graph, permuted, budget)
+        self.context.bounds.share(graph, permuted, budget)
         result = self.solve(permuted, budget, deadline.remaining(), **staged_params)
         if result.schedule is not None:  # node i of ``permuted`` is node order[i] here
             back = np.asarray(order, dtype=np.int64)[result.schedule.nodes]
@@ -630,7 +629,8 @@ class Moccasin(Method):
 
         progress: list[tuple[str, float, float]] = []
         build = lambda cap: build_staged(graph, cap, C, params["feeds_consumer"],  # noqa: E731
-                                         params["precedence"], order=order, events=events)
+                                         params["precedence"], order=order, events=events,
+                                         bounds=self.context.bounds)
         p1 = build(None)
         stats.update({f"model_{k}": v for k, v in p1.stats.items()})
         q = p1.scale

@@ -87,10 +87,8 @@ from remat_bench.methods.base import (
     MethodResult,
     Param,
     Status,
-    unsupported_without_backward,
 )
 from remat_bench.methods.candidates import Source, candidate_schedules
-from remat_bench.toolkit.lowering import LoweringError, check_forward_then_backward
 from remat_bench.toolkit.milp import (
     ModelBuilder,
     SparseModel,
@@ -860,13 +858,6 @@ class Monet(Method):
               **params: Any) -> MethodResult:
         deadline = Deadline(time_limit)
         parse_backend(params["backend"])
-        unsupported = unsupported_without_backward(graph, self.name)
-        if unsupported is not None:
-            return unsupported
-        try:
-            check_forward_then_backward(graph)
-        except LoweringError as exc:
-            return MethodResult(Status.UNSUPPORTED, message=f"MONeT's schedule runs the forward pass first: {exc}")
         st = Stages.of(graph)
         stats: dict[str, Any] = check_fits(st)
         if budget is None:

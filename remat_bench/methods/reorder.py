@@ -64,7 +64,7 @@ class Reorder(Method):
               **params: Any) -> MethodResult:
         deadline = Deadline(time_limit)
         answer = best_order(graph, budget, deadline, params["threads"], params["seed"], params["tries"],
-                            search_share=params["search_share"])
+                            search_share=params["search_share"], bounds=self.context.bounds)
         nodes = np.asarray(answer.order, dtype=np.int64)
         schedule = place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64))
         total = graph.total_duration

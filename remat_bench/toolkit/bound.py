@@ -497,8 +497,9 @@ class BoundCache:
     or the answer is trivial or infeasible); a request for more effort than a cached
     "limit" bound was given computes it again. On disk each entry is one small JSON
     file named by the graph hash and budget, tagged with a digest of this module's
-    source, so a changed bound is never read back. The pipeline, sweep runs (each in
-    its own process) and `remat-bench bound` share the folder.
+    source, so a changed bound is never read back. The pipeline makes one per run
+    (or takes the caller's) and hands it to the method (`SolveContext`); sweep runs,
+    each in its own process, and `remat-bench bound` share its folder.
     """
 
     def __init__(self, folder: str | None = None) -> None:
@@ -578,22 +579,3 @@ def default_cache_folder() -> str | None:
     if setting is not None:
         return None if setting.strip().lower() in ("", "off", "0", "no") else setting
     return str(cache_dir() / "bounds")
-
-
-# The process's cache, on disk in the user cache unless REMAT_BENCH_BOUND_CACHE=off.
-DEFAULT_CACHE = BoundCache(default_cache_folder())
-
-
-def share_bound(graph: Graph, same: Graph, budget: Number | None) -> None:
-    """Let ``same`` (``graph`` with its nodes listed in another order) use ``graph``'s cached bound."""
-    DEFAULT_CACHE.share(graph, same, budget)
-
-
-def peek_bound(graph: Graph, budget: Number | None) -> Bound | None:
-    """The cached bound of ``graph`` at ``budget``, if one was computed (never computes one)."""
-    return DEFAULT_CACHE.peek(graph, budget)
-
-
-def cached_bound(graph: Graph, budget: Number | None, time_limit: float = 30.0) -> Bound:
-    """`any_order_bound` through the process's `BoundCache` (the pipeline and methods share it)."""
-    return DEFAULT_CACHE.get(graph, budget, time_limit)[0]

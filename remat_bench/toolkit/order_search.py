@@ -13,6 +13,7 @@ import numpy as np
 
 from remat_bench.core.control import Deadline, run_interruptibly
 from remat_bench.core.graph import Graph, Number
+from remat_bench.toolkit.bound import BoundCache
 from remat_bench.toolkit.orders import OrderProfile, list_schedule, local_search, order_peak
 
 
@@ -27,8 +28,12 @@ class OrderAnswer:
 
 def best_order(graph: Graph, budget: Number | None, deadline: Deadline, workers: int = 0,
                seed: int = 0, tries: int = 8, hints: list[list[int]] | None = None,
-               search_share: float = 0.3, probe_share: float = 0.3) -> OrderAnswer:
-    """The list schedule, the local search (``search_share`` of the time), then the CP-SAT order model."""
+               search_share: float = 0.3, probe_share: float = 0.3, bounds: BoundCache | None = None) -> OrderAnswer:
+    """The list schedule, the local search (``search_share`` of the time), then the CP-SAT order model.
+
+    ``bounds``: the run's bound cache; a bound already computed there for this graph and
+    budget that proves no order fits answers at once.
+    """
     from ortools.sat.python import cp_model
 
     t0 = time.perf_counter()
@@ -55,7 +60,7 @@ def best_order(graph: Graph, budget: Number | None, deadline: Deadline, workers:
         return OrderAnswer(best, best_peak, True, False, stats)
     if deadline.expired():
         return OrderAnswer(best, best_peak, False, False, stats)
-    if budget is not None and _no_order_fits(graph, budget, best, deadline, probe_share, stats):
+    if budget is not None and _no_order_fits(graph, budget, best, deadline, probe_share, stats, bounds):
         return OrderAnswer(best, best_peak, False, True, stats)
 
     n = graph.n
@@ -135,16 +140,16 @@ def best_order(graph: Graph, budget: Number | None, deadline: Deadline, workers:
 
 
 def _no_order_fits(graph: Graph, budget: Number, best: list[int], deadline: Deadline, share: float,
-                   stats: dict[str, Any]) -> bool:
+                   stats: dict[str, Any], bounds: BoundCache | None = None) -> bool:
     """True when the prefix probes (`remat_bench.toolkit.bound`) prove that no order fits the budget.
 
     The bound already computed for this graph and budget (the pipeline computes
     it before the method) answers at once; otherwise probes get ``share`` of the
     time left, led by the best order's memory at each step.
     """
-    from remat_bench.toolkit.bound import order_profile_upper, peek_bound, prefix_probes
+    from remat_bench.toolkit.bound import order_profile_upper, prefix_probes
 
-    known = peek_bound(graph, budget)
+    known = bounds.peek(graph, budget) if bounds is not None else None
     if known is not None and known.no_order_fits:
         stats["order_peak_at_least"] = known.order_peak_at_least
         stats["proven_by"] = "the any-order bound"

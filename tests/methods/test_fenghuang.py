@@ -310,7 +310,8 @@ def test_budget_below_every_solution_is_no_solution_with_the_reason():
 
 def test_graph_without_backward_nodes_is_unsupported():
     g = load_graph(paper_graph("random_layered_n100"))
-    r = FengHuang().solve(g, None, 10, **FengHuang.parse_params({}))
+    assert "no backward nodes" in FengHuang.skip(g, None)
+    r = run(g, "fenghuang", "min", time_limit=10)
     assert r.status.value == "unsupported" and "no backward nodes" in r.message
 
 

@@ -56,6 +56,7 @@ COLUMNS: dict[str, str] = {
     "proven_optimal": "boolean",
     "status_holds_for": "string",  # every schedule, the method's space, or empty: where the status is proven
     "space": "string",  # the schedule space the method searches
+    "termination": "string",  # why the method stopped (converged, time_limit, ...), apart from its status
     "solve_time_s": "Float64",
     "bound_time_s": "Float64",
     "wall_time_s": "Float64",
