@@ -32,6 +32,7 @@ bench: install
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/mypy remat_bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis

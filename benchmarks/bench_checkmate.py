@@ -52,7 +52,8 @@ def main() -> None:
             if r.lower_bound and r.objective:
                 gap = f"{100 * (r.objective - r.lower_bound) / r.objective:.4f}"
             reach = time_to_reach(r, published) if method == "checkmate" else (
-                f"{r.solve_time_s:.1f}" if r.overhead_pct is not None and round(r.overhead_pct, 1) <= published else "-")
+                f"{r.solve_time_s:.1f}"
+                if r.overhead_pct is not None and round(r.overhead_pct, 1) <= published else "-")
             rows.append([name, budget, method, r.status.value, over, f"{published:.1f}", reach,
                          f"{r.solve_time_s:.1f}", gap, size, f"{build:.2f}", r.stats.get("warm_start", "")])
     show(f"Checkmate on the published graphs (time limit {LIMIT:g} s)",

@@ -50,7 +50,8 @@ GRAPHS = {
 }
 
 SCHEDULES = {
-    "schedule-already-resident.json": "step 1 (compute 'A'): 'A' is already resident; free it before computing it again",
+    "schedule-already-resident.json":
+        "step 1 (compute 'A'): 'A' is already resident; free it before computing it again",
     "schedule-free-not-resident.json": "step 1 (free 'B'): 'B' is not resident",
     "schedule-incomplete.json": "node 'E' is never computed; every node must be computed at least once",
     "schedule-input-missing.json": "step 1 (compute 'C'): input 'B' is not resident",

@@ -39,7 +39,8 @@ def test_simulate_cli_json(files):
     result = CliRunner().invoke(main, ["simulate", str(gp), str(sp), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert {k: data[k] for k in ("peak", "duration", "baseline_peak", "baseline_duration", "overhead_pct", "steps")} == {
+    keys = ("peak", "duration", "baseline_peak", "baseline_duration", "overhead_pct", "steps")
+    assert {k: data[k] for k in keys} == {
         "peak": 4, "duration": 5, "baseline_peak": 4, "baseline_duration": 5, "overhead_pct": 0.0, "steps": 9}
 
 

@@ -112,7 +112,8 @@ def test_a_second_sweep_on_a_busy_folder_is_refused_and_a_killed_sweep_leaves_no
     pids = tmp_path / "pids"
     pids.mkdir()
     path = config(tmp_path)
-    first = subprocess.Popen([*SWEEP, str(path), "--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    first = subprocess.Popen([*SWEEP, str(path), "--workers", "1"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              env=dict(os.environ, REMAT_BENCH_TEST_SLEEP="greedy:600", REMAT_BENCH_TEST_PIDS=str(pids)))
     try:
         wait_for(lambda: any(pids.iterdir()), "the first sweep to start its greedy run")

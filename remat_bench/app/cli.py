@@ -432,7 +432,8 @@ def simulate(graph: str, schedule: Path, as_json: bool, force: bool, timeline: P
     table.add_column()
     table.add_row("schedule", f"{schedule} ({sched.method or 'unknown method'})")
     table.add_row("valid", "[green]yes[/]")
-    table.add_row("peak", f"{fmt_amount(sim.peak, unit)}  = {100 * sim.peak / base.peak:.1f}% of baseline, at step {sim.peak_step}")
+    table.add_row("peak", f"{fmt_amount(sim.peak, unit)}  = {100 * sim.peak / base.peak:.1f}% of baseline, "
+                          f"at step {sim.peak_step}")
     table.add_row("duration", f"{fmt_amount(sim.duration)}  overhead {data['overhead_pct']:+.3f}%")
     table.add_row("steps", f"{sim.num_steps} ({sim.computes} computes, {sim.recomputations} recomputations)")
     out.print(table)
@@ -835,7 +836,8 @@ def _parse_shape(text: str) -> tuple[int, ...]:
               help="Results folder (default: the config's `output`, else results/<config name>).")
 @click.option("-j", "--workers", type=click.IntRange(min=1),
               help="Runs at once (default: the config's, else the number of cores).")
-@click.option("--executor", type=click.Choice(["local", "dask"]), help="Where runs go (default: the config's, else local).")
+@click.option("--executor", type=click.Choice(["local", "dask"]),
+              help="Where runs go (default: the config's, else local).")
 @click.option("--address", metavar="tcp://HOST:PORT", help="A Dask scheduler (implies --executor dask).")
 @click.option("--resume", is_flag=True, help="Continue the sweep in the output folder, skipping finished runs.")
 @click.option("--csv", is_flag=True, help="Write results.csv beside results.parquet.")

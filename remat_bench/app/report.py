@@ -295,7 +295,8 @@ def write_report(results: str | Path, path: str | Path, title: str | None = None
         mine = frame[frame["graph"] == graph]
         first = mine.iloc[0]
         parts += [f"## {graph}", "",
-                  f"{first['nodes']} nodes, {first['edges']} edges; baseline peak {_cell(first['baseline_peak'], '{:,}')}, "
+                  f"{first['nodes']} nodes, {first['edges']} edges; "
+                  f"baseline peak {_cell(first['baseline_peak'], '{:,}')}, "
                   f"baseline duration {_cell(first['baseline_duration'], '{:,}')}; sha256 "
                   f"`{str(first['graph_sha256'])[:12]}`.", ""]
         if i < MAX_GRAPH_CHARTS:

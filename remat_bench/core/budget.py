@@ -42,7 +42,9 @@ class Budget:
     def __str__(self) -> str:
         if self.is_min:
             return "min"
-        return f"{self.amount} ({100 * self.fraction:.1f}% of baseline)" if self.fraction is not None else str(self.amount)
+        if self.fraction is None:
+            return str(self.amount)
+        return f"{self.amount} ({100 * self.fraction:.1f}% of baseline)"
 
 
 def parse_budget(text: str | float | int, graph: Graph) -> Budget:

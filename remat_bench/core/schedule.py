@@ -226,7 +226,8 @@ def _decode_steps_one_by_one(steps: list[Any], graph: Graph, source: str) -> Dec
         nodes[s] = v
         if len(step) > 2:
             if word != "compute":
-                raise ScheduleError(f"{source}: step {s} (free '{node_id}') names an implementation; only compute steps do")
+                raise ScheduleError(
+                    f"{source}: step {s} (free '{node_id}') names an implementation; only compute steps do")
             k = graph.implementation_index(v, step[2])
             if k is None:
                 names = ", ".join(graph.op_names[op] for op in graph.ops_of(v))

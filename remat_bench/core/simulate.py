@@ -92,13 +92,15 @@ def simulate(graph: Graph, schedule: Schedule) -> Simulation:
     bad = np.flatnonzero((nodes < 0) | (nodes >= n))
     if len(bad):
         s = int(bad[0])
-        return _invalid_at_start(graph, schedule, Violation(s, str(nodes[s]), f"step {s} names node index {nodes[s]}, which is not in the graph"))
+        why = f"step {s} names node index {nodes[s]}, which is not in the graph"
+        return _invalid_at_start(graph, schedule, Violation(s, str(nodes[s]), why))
     n_impl = graph.op_start[1:] - graph.op_start[:-1]
     bad = np.flatnonzero(is_compute & ((impls < 0) | (impls >= n_impl[nodes])))
     if len(bad):
         s = int(bad[0])
         v = int(nodes[s])
-        return _invalid_at_start(graph, schedule, Violation(s, graph.ids[v], f"step {s} computes '{graph.ids[v]}' with implementation {impls[s]}, which it does not have"))
+        why = f"step {s} computes '{graph.ids[v]}' with implementation {impls[s]}, which it does not have"
+        return _invalid_at_start(graph, schedule, Violation(s, graph.ids[v], why))
     ops = np.where(is_compute, graph.op_start[nodes] + impls, -1)
 
     # Events of each node in step order: sort by (node, step).
@@ -116,7 +118,8 @@ def simulate(graph: Graph, schedule: Schedule) -> Simulation:
     if len(bad_compute):
         s = int(bad_compute.min())
         v = graph.ids[int(nodes[s])]
-        violations.append((s, v, f"step {s} (compute '{v}'): '{v}' is already resident; free it before computing it again"))
+        violations.append(
+            (s, v, f"step {s} (compute '{v}'): '{v}' is already resident; free it before computing it again"))
     if len(bad_free):
         s = int(bad_free.min())
         v = graph.ids[int(nodes[s])]

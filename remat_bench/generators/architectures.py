@@ -68,7 +68,7 @@ class _Net:
 
     def add_op(self, id: str, op: str, inputs: Sequence[str], shape: Shape, flops: int, params: int = 0,
                **metadata: int) -> str:
-        """Add a forward op; extra keyword arguments are recorded in its metadata (a convolution's kernel and stride)."""
+        """Add a forward op; extra keyword arguments go to its metadata (a convolution's kernel and stride)."""
         if min(shape) < 1:
             raise GraphError(
                 f"{self.kind}: the input is too small: '{id}' would have shape {[self.batch, *shape]}; "

@@ -20,7 +20,8 @@ from importlib.metadata import entry_points
 from remat_bench.core.errors import MethodError
 from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status
 
-__all__ = ["BUILTIN", "Deadline", "Method", "MethodResult", "Param", "Status", "all_methods", "get_method", "method_names"]
+__all__ = ["BUILTIN", "Deadline", "Method", "MethodResult", "Param", "Status", "all_methods", "get_method",
+           "method_names"]
 
 # CLI name -> "module:Class", in the order `remat-bench methods` lists them.
 BUILTIN: dict[str, str] = {

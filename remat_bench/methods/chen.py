@@ -132,7 +132,10 @@ class Chen(Method):
                 sim = simulate(graph, schedule)
                 tried += 1
                 fits = budget is None or sim.peak <= budget
-                key = (0, sim.peak, sim.duration) if budget is None else (0 if fits else 1, sim.duration if fits else sim.peak, sim.peak)
+                if budget is None:
+                    key = (0, sim.peak, sim.duration)
+                else:
+                    key = (0 if fits else 1, sim.duration if fits else sim.peak, sim.peak)
                 if best is None or key < best[0]:
                     best = (key, schedule, (sim, plan))
         except LoweringError as exc:

@@ -54,8 +54,9 @@ models differed (``model_peak`` against ``simulated_peak``). With
 solution (found exactly by a DP that minimises the eq. 2 peak, where the
 paper bisected over feasibility), and the strategy picks a chain there.
 The DP itself is exact but pruned (`best_chain`): without pruning it keeps
-millions of (t, m) states on DenseNet-121, whose sizes are byte counts. Left out: the paper's Chainer execution and its durations
-(T = 10 for convolutions, 1 otherwise); here T is the graph's duration.
+millions of (t, m) states on DenseNet-121, whose sizes are byte counts. Left out: the paper's
+Chainer execution and its durations (T = 10 for convolutions, 1 otherwise); here T is the graph's
+duration.
 """
 
 from __future__ import annotations

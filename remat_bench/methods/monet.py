@@ -840,7 +840,8 @@ def model_stats(mm: MonetModel) -> dict[str, Any]:
 class Monet(Method):
     name = "monet"
     search_space = "input-order stages with operator implementations (MONeT)"
-    description = "Shah et al. 2021 joint checkpointing and operator-implementation 0-1 program (HiGHS, or any PuLP solver)"
+    description = ("Shah et al. 2021 joint checkpointing and operator-implementation 0-1 program "
+                   "(HiGHS, or any PuLP solver)")
     params = (
         Param("backend", str, "highs", "highs, or pulp:NAME for any PuLP solver (pulp:PULP_CBC_CMD, pulp:GUROBI_CMD)",
               check=parse_backend),

@@ -330,7 +330,10 @@ def _solve_highs(model: SparseModel, time_limit: float | None, threads: int | No
     else:
         out = "error"
     mip = not relax and model.integer.any()
-    dual = getattr(info, "mip_dual_bound", None) if mip else (info.objective_function_value if out == "optimal" else None)
+    if mip:
+        dual = getattr(info, "mip_dual_bound", None)
+    else:
+        dual = info.objective_function_value if out == "optimal" else None
     if dual is not None and not np.isfinite(dual):
         dual = None
     return MilpSolution(
@@ -366,7 +369,8 @@ def _solve_pulp(model: SparseModel, name: str, time_limit: float | None, threads
     A = model.A
     for r in range(model.num_rows):
         lo_idx, hi_idx = A.indptr[r], A.indptr[r + 1]
-        expr = pulp.LpAffineExpression([(xs[j], float(v)) for j, v in zip(A.indices[lo_idx:hi_idx], A.data[lo_idx:hi_idx])])
+        row = zip(A.indices[lo_idx:hi_idx], A.data[lo_idx:hi_idx])
+        expr = pulp.LpAffineExpression([(xs[j], float(v)) for j, v in row])
         lo, hi = model.row_lower[r], model.row_upper[r]
         if np.isfinite(lo) and np.isfinite(hi) and lo == hi:
             prob += expr == float(lo)

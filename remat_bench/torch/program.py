@@ -835,7 +835,8 @@ class Executor:
         }
         # The storage bytes the graph counts for each output of an op node, as traced.
         self._counted = {
-            i: [_nbytes(t) if isinstance(t, torch.Tensor) else None for t in pytree.tree_leaves(node.fx.meta.get("val"))]
+            i: [_nbytes(t) if isinstance(t, torch.Tensor) else None
+                for t in pytree.tree_leaves(node.fx.meta.get("val"))]
             for i, node in enumerate(program.nodes) if node.role == OP
         }
 

@@ -10,7 +10,7 @@ shape and a task that fixes the loss and the labels:
 | ``resnet18`` | ResNet-18 (He et al. 2016), basic blocks [2, 2, 2, 2], ImageNet stem | (3, 224, 224) | classify |
 | ``resnet50`` | ResNet-50, bottleneck blocks [3, 4, 6, 3] | (3, 224, 224) | classify |
 | ``unet`` | U-Net (Ronneberger et al. 2015), depth 3, base width 32, batchnorm | (3, 128, 128) | segment |
-| ``gpt`` | GPT-style decoder: token + position embeddings, pre-norm blocks of causal attention and a 4x GELU MLP | (128,) token ids | language |
+| ``gpt`` | GPT-style decoder: token, position embeddings; pre-norm causal attention, GELU MLP | (128,) ids | language |
 
 Keyword arguments scale the models (``width`` for the convolutional ones,
 ``hidden``/``depth`` for the MLP, ``layers``/``width``/``heads``/``vocab`` for
