@@ -40,188 +40,222 @@ class _Stuck(Exception):
         self.thrashing = thrashing
 
 
-def greedy_schedule(graph: Graph, budget: Number) -> Schedule:
-    """The greedy schedule at ``budget``; raises `_Stuck` when eviction cannot make room."""
-    n = graph.n
-    mem = graph.memory.tolist()
-    dur = graph.duration.tolist()
-    ws = graph.workspace.tolist()
-    inputs = graph.inputs
-    is_output = graph.is_output.tolist()
-    fixed = graph.fixed_memory
-    # First-order uses still to come: consumers not yet computed for the first time.
-    remaining = [len(graph.consumers[v]) for v in range(n)]
-    resident = [False] * n
-    pinned = [0] * n
-    version = [0] * n
-    heap: list[tuple[float, int, int]] = []
-    used = fixed
-    out = ScheduleBuilder()
+class GreedyPass:
+    """One greedy pass over ``graph`` at ``budget``: its state, and one method per step of the rule.
 
-    # holds[i]: evicted values, still needed, that read i. Like XLA, a value is evicted
-    # preferably to be recomputed from operands that stay live, so that recomputation
-    # does not cascade back through the graph (which pins most of a wide graph at once);
-    # values that would cascade are evicted only when nothing else makes room.
-    holds = [0] * n
-    evicted = [False] * n
+    Per node v, the state the rule reads:
 
-    def needed_later(u: int) -> bool:
-        return remaining[u] > 0 or is_output[u] or holds[u] > 0
+    - ``remaining[v]``: first-order uses still to come (consumers not yet computed for the first time).
+    - ``resident[v]``: v's value is in memory; ``used`` is the memory they and the fixed memory hold.
+    - ``pinned[v]``: computations under way that read v; a pinned value is never evicted.
+    - ``version[v]``: bumped whenever v is computed, freed or re-keyed; a heap entry of an older
+      version is stale and skipped when popped.
+    - ``evicted[v]``: v was evicted and is still needed; ``holds[i]`` counts such values that read i.
+      Like XLA, a value is evicted preferably to be recomputed from operands that stay live, so that
+      recomputation does not cascade back through the graph (which pins most of a wide graph at once);
+      values that would cascade are evicted only when nothing else makes room.
+    - ``heap``: resident values by `score`, cheapest first; ``parked``: values whose eviction would
+      cascade, waiting (``parked_version[v]`` is the version parked, or -1) until they can be evicted
+      cleanly again: re-admitted to ``heap`` when their holds drop to zero or an operand comes back.
+      Re-checking them at every eviction instead was quadratic: 700 s on a 100,000-node chain.
+    """
 
-    def set_evicted(u: int, flag: bool) -> None:
-        if evicted[u] != flag:
-            evicted[u] = flag
-            step = 1 if flag else -1
-            for i in inputs[u]:
-                holds[i] += step
-                if not holds[i]:
-                    readmit(i)
+    def __init__(self, graph: Graph, budget: Number) -> None:
+        n = graph.n
+        self.n = n
+        self.budget = budget
+        self.mem = graph.memory.tolist()
+        self.dur = graph.duration.tolist()
+        self.ws = graph.workspace.tolist()
+        self.inputs = graph.inputs
+        self.consumers = graph.consumers
+        self.is_output = graph.is_output.tolist()
+        self.output_indices = graph.output_indices
+        self.remaining = [len(graph.consumers[v]) for v in range(n)]
+        self.resident = [False] * n
+        self.pinned = [0] * n
+        self.version = [0] * n
+        self.holds = [0] * n
+        self.evicted = [False] * n
+        self.heap: list[tuple[float, int, int]] = []
+        self.parked: list[tuple[float, int, int]] = []
+        self.parked_version = [-1] * n
+        self.used = graph.fixed_memory
+        self.now = 0  # position of the node being computed for the first time
+        # Cascading evictions can thrash (each recomputation evicting what the next one needs);
+        # past this many computations the pass gives up rather than run for minutes.
+        self.max_computes = 20 * n + 1000
+        self.computes = 0
+        self.out = ScheduleBuilder()
 
-    consumers = graph.consumers
-    now = 0  # position of the node being computed for the first time
+    def run(self) -> Schedule:
+        """Every node in input order, then the outputs evicted along the way computed again."""
+        for target in range(self.n):
+            self.now = target
+            self.materialise(target)
+            self.first_use_of_inputs(target)
+            self.release_inputs(target)
+            if not self.needed_later(target):
+                self.free(target)
+        # Outputs evicted along the way are computed again, holding every output in place.
+        self.now = self.n
+        for o in self.output_indices:
+            self.pinned[o] += 1
+        for o in self.output_indices:
+            if not self.resident[o]:
+                self.materialise(o)
+        return self.out.build()
 
-    def score(u: int) -> float:
-        if mem[u] == 0:
+    # ------------------------------------------------------------------ bookkeeping
+
+    def needed_later(self, u: int) -> bool:
+        return self.remaining[u] > 0 or self.is_output[u] or self.holds[u] > 0
+
+    def score(self, u: int) -> float:
+        """Recompute cost per byte over the distance to the next use (the module docstring's rule)."""
+        mem = self.mem[u]
+        if mem == 0:
             return float("inf")
-        if remaining[u]:
-            next_use = consumers[u][len(consumers[u]) - remaining[u]]
+        remaining = self.remaining[u]
+        if remaining:
+            consumers = self.consumers[u]
+            next_use = consumers[len(consumers) - remaining]
         else:
-            next_use = n  # an output, held to the end
-        return dur[u] / (mem[u] * (next_use - now + 1))
+            next_use = self.n  # an output, held to the end
+        return self.dur[u] / (mem * (next_use - self.now + 1))
 
-    def free(u: int) -> None:
-        nonlocal used
-        resident[u] = False
-        version[u] += 1
-        used -= mem[u]
-        out.free(u)
+    def set_evicted(self, u: int, flag: bool) -> None:
+        if self.evicted[u] != flag:
+            self.evicted[u] = flag
+            step = 1 if flag else -1
+            for i in self.inputs[u]:
+                self.holds[i] += step
+                if not self.holds[i]:
+                    self.readmit(i)
 
-    # Values whose eviction would cascade wait in `parked` (a second heap, kept across calls) until
-    # they can be evicted cleanly again: re-admitted to `heap` when their holds drop to zero or an
-    # operand comes back. Re-checking them at every call instead was quadratic: 700 s on a
-    # 100,000-node chain.
-    parked: list[tuple[float, int, int]] = []
-    parked_version = [-1] * n
+    def readmit(self, u: int) -> None:
+        """Move u from ``parked`` back to ``heap``: its eviction no longer cascades."""
+        if self.resident[u] and self.parked_version[u] == self.version[u]:
+            self.parked_version[u] = -1
+            heapq.heappush(self.heap, (self.score(u), u, self.version[u]))
 
-    def readmit(u: int) -> None:
-        if resident[u] and parked_version[u] == version[u]:
-            parked_version[u] = -1
-            heapq.heappush(heap, (score(u), u, version[u]))
+    def first_use_of_inputs(self, target: int) -> None:
+        """``target`` has been computed for the first time: its inputs have one use fewer to come."""
+        for u in self.inputs[target]:
+            self.remaining[u] -= 1
+            if self.evicted[u] and not (self.remaining[u] or self.is_output[u]):
+                self.set_evicted(u, False)  # no longer needed: its operands are released
+                for i in self.inputs[u]:
+                    if self.resident[i] and not self.pinned[i] and not self.needed_later(i):
+                        self.free(i)
+            if self.resident[u] and self.needed_later(u) and self.mem[u]:
+                # Its next use moved: re-key it (older heap entries go stale by version).
+                self.version[u] += 1
+                heapq.heappush(self.heap, (self.score(u), u, self.version[u]))
 
-    def make_room(v: int) -> None:
-        need = mem[v] + ws[v]
+    # ------------------------------------------------------------------ freeing and evicting
+
+    def free(self, u: int) -> None:
+        self.resident[u] = False
+        self.version[u] += 1
+        self.used -= self.mem[u]
+        self.out.free(u)
+
+    def release_inputs(self, v: int) -> None:
+        """Free the inputs of v that nothing will read again."""
+        for u in self.inputs[v]:
+            if self.resident[u] and not self.pinned[u] and not self.needed_later(u):
+                self.free(u)
+
+    def make_room(self, v: int) -> None:
+        """Evict, cheapest first, until v's output and workspace fit; raise `_Stuck` if they cannot."""
+        need = self.mem[v] + self.ws[v]
         skipped: list[tuple[float, int, int]] = []  # pinned now: back into their heap afterwards
         skipped_parked: list[tuple[float, int, int]] = []
         try:
-            while used + need > budget:
-                if heap:
-                    item = heapq.heappop(heap)
-                    _, u, ver = item
-                    if not resident[u] or ver != version[u]:
-                        continue
-                    if pinned[u]:
-                        skipped.append(item)
-                    elif holds[u] or not all(resident[i] for i in inputs[u]):
-                        if parked_version[u] != ver:
-                            parked_version[u] = ver
-                            heapq.heappush(parked, item)
-                    else:
-                        free(u)
-                        set_evicted(u, True)
-                    continue
-                # Last resort: values whose recomputation would cascade (operands held for evicted
-                # values, or values whose own inputs are gone), cheapest first.
-                while parked:
-                    item = heapq.heappop(parked)
-                    _, u, ver = item
-                    if not resident[u] or ver != version[u] or parked_version[u] != ver:
-                        continue
-                    if pinned[u]:
-                        skipped_parked.append(item)
-                        continue
-                    parked_version[u] = -1
-                    free(u)
-                    set_evicted(u, True)
-                    break
-                else:
-                    raise _Stuck(v, used + need)
+            while self.used + need > self.budget:
+                if self.heap:
+                    self.evict_or_park(heapq.heappop(self.heap), skipped)
+                elif not self.evict_parked(skipped_parked):
+                    raise _Stuck(v, self.used + need)
         finally:
             for item in skipped:
-                heapq.heappush(heap, item)
+                heapq.heappush(self.heap, item)
             for item in skipped_parked:
-                heapq.heappush(parked, item)
+                heapq.heappush(self.parked, item)
 
-    # Cascading evictions can thrash (each recomputation evicting what the next one needs);
-    # past this many computations the pass gives up rather than run for minutes.
-    max_computes = 20 * n + 1000
-    computes = 0
+    def evict_or_park(self, item: tuple[float, int, int], skipped: list[tuple[float, int, int]]) -> None:
+        """Evict the value of a heap entry if that is clean; park it if its recomputation would cascade."""
+        _, u, ver = item
+        if not self.resident[u] or ver != self.version[u]:
+            return  # stale
+        if self.pinned[u]:
+            skipped.append(item)
+        elif self.holds[u] or not all(self.resident[i] for i in self.inputs[u]):
+            if self.parked_version[u] != ver:
+                self.parked_version[u] = ver
+                heapq.heappush(self.parked, item)
+        else:
+            self.free(u)
+            self.set_evicted(u, True)
 
-    def compute(v: int) -> None:
-        nonlocal used, computes
-        computes += 1
-        if computes > max_computes:
-            raise _Stuck(v, used, thrashing=True)
-        make_room(v)
-        out.compute(v)
-        resident[v] = True
-        version[v] += 1
-        used += mem[v]
-        if mem[v]:  # evicting a value of no size never makes room
-            heapq.heappush(heap, (score(v), v, version[v]))
-        for c in consumers[v]:
-            readmit(c)  # one of its operands is back
+    def evict_parked(self, skipped_parked: list[tuple[float, int, int]]) -> bool:
+        """Last resort: evict the cheapest parked value (its recomputation cascades); False if none."""
+        while self.parked:
+            item = heapq.heappop(self.parked)
+            _, u, ver = item
+            if not self.resident[u] or ver != self.version[u] or self.parked_version[u] != ver:
+                continue
+            if self.pinned[u]:
+                skipped_parked.append(item)
+                continue
+            self.parked_version[u] = -1
+            self.free(u)
+            self.set_evicted(u, True)
+            return True
+        return False
 
-    def release_inputs(v: int) -> None:
-        for u in inputs[v]:
-            if resident[u] and not pinned[u] and not needed_later(u):
-                free(u)
+    # ------------------------------------------------------------------ computing
 
-    def materialise(target: int) -> None:
+    def compute(self, v: int) -> None:
+        self.computes += 1
+        if self.computes > self.max_computes:
+            raise _Stuck(v, self.used, thrashing=True)
+        self.make_room(v)
+        self.out.compute(v)
+        self.resident[v] = True
+        self.version[v] += 1
+        self.used += self.mem[v]
+        if self.mem[v]:  # evicting a value of no size never makes room
+            heapq.heappush(self.heap, (self.score(v), v, self.version[v]))
+        for c in self.consumers[v]:
+            self.readmit(c)  # one of its operands is back
+
+    def materialise(self, target: int) -> None:
         """Compute target and whatever evicted inputs it needs, depth first, without recursion."""
         stack = [(target, False)]
         while stack:
             x, expanded = stack.pop()
             if not expanded:
-                if resident[x]:
+                if self.resident[x]:
                     continue
                 stack.append((x, True))
-                for u in inputs[x]:
-                    pinned[u] += 1
-                    if not resident[u]:
+                for u in self.inputs[x]:
+                    self.pinned[u] += 1
+                    if not self.resident[u]:
                         stack.append((u, False))
             else:
-                compute(x)
-                set_evicted(x, False)
-                for u in inputs[x]:
-                    pinned[u] -= 1
+                self.compute(x)
+                self.set_evicted(x, False)
+                for u in self.inputs[x]:
+                    self.pinned[u] -= 1
                 if x != target:
-                    release_inputs(x)
+                    self.release_inputs(x)
 
-    for target in range(n):
-        now = target
-        materialise(target)
-        for u in inputs[target]:
-            remaining[u] -= 1
-            if evicted[u] and not (remaining[u] or is_output[u]):
-                set_evicted(u, False)  # no longer needed: its operands are released
-                for i in inputs[u]:
-                    if resident[i] and not pinned[i] and not needed_later(i):
-                        free(i)
-            if resident[u] and needed_later(u) and mem[u]:
-                # Its next use moved: re-key it (older heap entries go stale by version).
-                version[u] += 1
-                heapq.heappush(heap, (score(u), u, version[u]))
-        release_inputs(target)
-        if not needed_later(target):
-            free(target)
-    # Outputs evicted along the way are computed again, holding every output in place.
-    now = n
-    for o in graph.output_indices:
-        pinned[o] += 1
-    for o in graph.output_indices:
-        if not resident[o]:
-            materialise(o)
-    return out.build()
+
+def greedy_schedule(graph: Graph, budget: Number) -> Schedule:
+    """The greedy schedule at ``budget``; raises `_Stuck` when eviction cannot make room."""
+    return GreedyPass(graph, budget).run()
 
 
 class Greedy(Method):

@@ -68,6 +68,9 @@ MAX_MODEL_OBJECTS = 3_000_000
 # the staged step, which gains from more time there, gets most of it.
 STAGED_SHARE = 0.7
 
+# Per node, the (start, end) events of its present retention intervals: a hint, or a solution.
+Intervals = list[list[tuple[int, int]]]
+
 
 def integer_scale(values: np.ndarray, extra: list[Number]) -> tuple[int | float, bool]:
     """(q, exact): divide memory by q to get integers; exact when every value is a multiple of q."""
@@ -114,7 +117,7 @@ class StagedModel:
 
     # ------------------------------------------------------------------ hints
 
-    def intervals_of(self, schedule: Schedule) -> list[list[tuple[int, int]]] | None:
+    def intervals_of(self, schedule: Schedule) -> Intervals | None:
         """Per node, the (start, end) events of a staged schedule; None if outside the space.
 
         ``schedule`` is a compute order whose values are freed at last use (unused
@@ -136,7 +139,7 @@ class StagedModel:
                 stage_of_step[s] = seen - 1 if first[v] == s else seen
         if seen != n:
             return None
-        out: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        out: Intervals = [[] for _ in range(n)]
         open_at: dict[int, int] = {}
         last_event = 0
         for s in range(len(kinds)):
@@ -160,13 +163,13 @@ class StagedModel:
                 return None
         return out
 
-    def free_intervals_of(self, schedule: Schedule) -> list[list[tuple[int, int]]] | None:
+    def free_intervals_of(self, schedule: Schedule) -> Intervals | None:
         """Per node, the (start, end) events of any valid schedule in the order-free model.
 
         Compute steps take events 0, 1, 2, ... in order; a value freed after the k-th
         computation ends at event k. None if the schedule needs more events or copies.
         """
-        out: list[list[tuple[int, int]]] = [[] for _ in range(self.n)]
+        out: Intervals = [[] for _ in range(self.n)]
         open_at: dict[int, int] = {}
         event = -1
         for kind, v in zip(schedule.kinds.tolist(), schedule.nodes.tolist()):
@@ -185,7 +188,7 @@ class StagedModel:
                 return None
         return out
 
-    def hint(self, intervals: list[list[tuple[int, int]]]) -> None:
+    def hint(self, intervals: Intervals) -> None:
         """A complete hint: presences, stages, ends, sizes and every precedence flag."""
         m = self.model
         m.clear_hints()
@@ -244,22 +247,36 @@ class StagedModel:
         return out.build()
 
 
-def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
-                 feeds_consumer: bool = True, precedence: str = "flags",
-                 order: str = "staged", events: int = 0, bounds: BoundCache | None = None) -> StagedModel:
-    """The retention-interval model; ``budget`` None leaves the capacity a variable (phase 1 form).
+@dataclass(frozen=True)
+class _Units:
+    """The graph's numbers in the model's integers: memory over ``scale``, durations over ``dur_scale``."""
 
-    ``order="staged"``: the input-order stages (events stage * n + position).
-    ``order="free"``: the paper's general formulation (its section 2.1): every copy
-    starts at any of ``events`` events, compute events pairwise distinct.
-    """
-    from ortools.sat.python import cp_model
+    scale: float
+    memory: np.ndarray
+    workspace: np.ndarray
+    fixed: int
+    duration: np.ndarray
+    dur_scale: float
 
-    t0 = time.perf_counter()
-    n = graph.n
-    free = order == "free"
+
+def _model_units(graph: Graph) -> _Units:
+    """Memory divided by its gcd (rounded up when fractional); fractional durations on a fixed-point grid."""
+    q, _ = integer_scale(graph.memory, [*np.unique(graph.workspace).tolist(), graph.fixed_memory])
+    mem = np.ceil(np.asarray(graph.memory, dtype=np.float64) / q).astype(np.int64)
+    ws = np.ceil(np.asarray(graph.workspace, dtype=np.float64) / q).astype(np.int64)
+    dur = np.asarray(graph.duration)
+    dur_scale = 1.0
+    if dur.dtype.kind == "f" and not np.all(np.mod(dur, 1) == 0):
+        dur_scale = max(float(dur.max()), 1e-12) / 1e6
+        dur = np.round(dur / dur_scale)
+    return _Units(q, mem, ws, math.ceil(graph.fixed_memory / q), dur.astype(np.int64), dur_scale)
+
+
+def _check_model_size(graph: Graph, max_intervals: int) -> None:
+    """Refuse a model too large to build: raise `ModelTooLargeError`."""
     # Each interval costs about four model objects and each precedence flag three, built one by
-    # one in Python (about 1 KiB each with OR-Tools' wrappers): refuse what would not fit.
+    # one in Python (about 1 KiB each with OR-Tools' wrappers).
+    n = graph.n
     objects = 4 * n * max_intervals + 3 * graph.num_edges * max_intervals**2
     if objects > MAX_MODEL_OBJECTS:
         from remat_bench.core.errors import ModelTooLargeError
@@ -268,45 +285,119 @@ def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
             f"the Moccasin model of this graph ({n} nodes, {graph.num_edges} edges, {max_intervals} intervals "
             f"per node) would have about {objects:,} variables and constraints, beyond the "
             f"{MAX_MODEL_OBJECTS:,} that CP-SAT handles here; use a method that scales (twremat, greedy)")
+
+
+def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
+                 feeds_consumer: bool = True, precedence: str = "flags",
+                 order: str = "staged", events: int = 0, bounds: BoundCache | None = None) -> StagedModel:
+    """The retention-interval model; ``budget`` None leaves the capacity a variable (phase 1 form).
+
+    ``order="staged"``: the input-order stages (events stage * n + position).
+    ``order="free"``: the paper's general formulation (its section 2.1): every copy
+    starts at any of ``events`` events, compute events pairwise distinct.
+    ``precedence``: "flags" (this implementation's encoding of (5)) or "reservoir" (the paper's (10)).
+    The blocks below follow the paper's problem (1)-(8); each function cites its equations.
+    """
+    from ortools.sat.python import cp_model
+
+    t0 = time.perf_counter()
+    _check_model_size(graph, max_intervals)
+    n = graph.n
+    free = order == "free"
     # Events 0 .. T-1; an interval ending at T is held to the end.
     T = max(events, n) if free else n * n
-    q, _ = integer_scale(graph.memory, [*np.unique(graph.workspace).tolist(), graph.fixed_memory])
-    mem = np.ceil(np.asarray(graph.memory, dtype=np.float64) / q).astype(np.int64)
-    ws = np.ceil(np.asarray(graph.workspace, dtype=np.float64) / q).astype(np.int64)
-    fixed = math.ceil(graph.fixed_memory / q)
-    dur = np.asarray(graph.duration)
-    dur_scale = 1.0
-    if dur.dtype.kind == "f" and not np.all(np.mod(dur, 1) == 0):
-        dur_scale = max(float(dur.max()), 1e-12) / 1e6  # fractional durations: a fixed-point grid
-        dur = np.round(dur / dur_scale)
-    dur = dur.astype(np.int64)
+    units = _model_units(graph)
     m = cp_model.CpModel()
+
+    # Variables: start, end, size and presence of every retention interval, domain (9) or (11).
+    copies = _free_copies(m, n, max_intervals, T) if free else _staged_copies(m, n, max_intervals)
+    # (2), (3), (7): the intervals themselves, ordered and disjoint per node; outputs held to the end.
+    held, demands = _retention_intervals(m, copies, units.memory, units.workspace)
+    _hold_outputs(m, graph, copies, T)
+    # (5): every input present at each computation.
+    flags: dict[tuple[int, int, int, int], Any] = {}
+    if precedence == "reservoir":
+        _precedence_reservoir(m, graph, copies)
+    elif precedence == "flags":
+        flags = _precedence_flags(m, graph, copies, free)
+    if feeds_consumer and precedence != "reservoir":  # stated over the flags, which the reservoir has not
+        _feeds_some_consumer(m, graph, copies, flags)
+    # (4) or, without a budget, (13): memory.
+    capacity = _memory(m, held, demands, budget, units)
+    if free:  # (6); the stages of section 2.3 make it hold by construction
+        _distinct_compute_events(m, copies)
+    # (1): total duration.
+    objective = _objective(m, copies, units.duration)
+    if budget is not None and units.dur_scale == 1.0:  # not in the paper: the any-order bound
+        _duration_bound(m, objective, graph, budget, bounds)
+    stats = {
+        "intervals": sum(len(r) for r in copies),
+        "precedence_flags": len(flags),
+        "build_time_s": round(time.perf_counter() - t0, 3),
+        "memory_scale": units.scale,
+    }
+    return StagedModel(graph, m, copies, flags, T, capacity, units.scale, units.dur_scale, stats)
+
+
+def _free_copies(m: Any, n: int, max_intervals: int, T: int) -> list[list[Copy]]:
+    """The variables of the general formulation (section 2.1): every start and end among the T events, (9).
+
+    Copy j of v starts at event j or later and ends after it (its j earlier copies come first, (3));
+    copy 0 is present, (7); the others have a presence literal p_v^j.
+    """
     copies: list[list[Copy]] = []
     for v in range(n):
         row = []
         for j in range(max_intervals):
-            if free:
-                start = m.new_int_var(j, T - 1, f"s{v}_{j}")
-                end = m.new_int_var(j + 1, T, f"e{v}_{j}")
-                size = m.new_int_var(1, T, f"z{v}_{j}")
-                present = True if j == 0 else m.new_bool_var(f"p{v}_{j}")
-                row.append(Copy(v, j, start, end, size, present))
-            elif j == 0:
+            start = m.new_int_var(j, T - 1, f"s{v}_{j}")
+            end = m.new_int_var(j + 1, T, f"e{v}_{j}")
+            size = m.new_int_var(1, T, f"z{v}_{j}")
+            present = True if j == 0 else m.new_bool_var(f"p{v}_{j}")
+            row.append(Copy(v, j, start, end, size, present))
+        copies.append(row)
+    return copies
+
+
+def _staged_copies(m: Any, n: int, max_intervals: int) -> list[list[Copy]]:
+    """The variables of the input-order stages (section 2.3, domain (11)), n stages of n events.
+
+    Node v is computed only at position v of a stage. Its first copy starts at a fixed event,
+    v * n + v (section 2.3: "no longer a variable"), and is present, (7). Copy j >= 1 starts at
+    n * stage + v, with a stage variable in [v + j, n - 1]: its j earlier copies each take a
+    stage of their own from v on. Copies that no stage can hold are left out.
+    """
+    T = n * n
+    copies: list[list[Copy]] = []
+    for v in range(n):
+        row = []
+        for j in range(min(max_intervals, n - v)):
+            if j == 0:
                 start = v * n + v
                 end = m.new_int_var(start + 1, T, f"e{v}_0")
                 size = m.new_int_var(1, T - start, f"z{v}_0")
                 row.append(Copy(v, 0, start, end, size, True))
-            elif v + j <= n - 1:
+            else:
                 stage = m.new_int_var(v + j, n - 1, f"t{v}_{j}")
                 present = m.new_bool_var(f"p{v}_{j}")
-                start = stage * n + v
                 end = m.new_int_var(v * n + v + 1, T, f"e{v}_{j}")
                 size = m.new_int_var(1, T, f"z{v}_{j}")
-                row.append(Copy(v, j, start, end, size, present, stage, v + j))
+                row.append(Copy(v, j, stage * n + v, end, size, present, stage, v + j))
         copies.append(row)
+    return copies
+
+
+def _retention_intervals(m: Any, copies: list[list[Copy]], mem: np.ndarray,
+                         ws: np.ndarray) -> tuple[list[Any], list[int]]:
+    """The interval variables and the constraints between a node's copies; returns what memory (4) sums.
+
+    (2): end after start (an interval's size is at least one event). (7): copy j present implies
+    copy j - 1 present. (3): a node's present copies are ordered and disjoint; in stages, also in
+    increasing stages. Besides each retention interval (demand memory(v)), a unit interval at its
+    start holds v's workspace while v computes, so that the model's peak is the simulator's.
+    """
     intervals, demands, ws_intervals, ws_demands = [], [], [], []
-    for v in range(n):
-        for j, c in enumerate(copies[v]):
+    for v, row in enumerate(copies):
+        for j, c in enumerate(row):
             if j == 0:
                 intervals.append(m.new_interval_var(c.start, c.size, c.end, f"i{v}_0"))
                 if ws[v]:
@@ -315,17 +406,20 @@ def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
                 intervals.append(m.new_optional_interval_var(c.start, c.size, c.end, c.present, f"i{v}_{j}"))
                 if ws[v]:
                     ws_intervals.append(m.new_optional_fixed_size_interval_var(c.start, 1, c.present, f"w{v}_{j}"))
-                # (7) copy j present implies copy j-1 present; (3) ordered, disjoint.
-                prev = copies[v][j - 1]
-                if j > 1:
+                prev = row[j - 1]
+                if j > 1:  # copy 0 is always present
                     m.add_implication(c.present, prev.present)
                 m.add(prev.end <= c.start).only_enforce_if(c.present)
-                if j > 1 and not free:
+                if j > 1 and c.stage is not None:
                     m.add(prev.stage + 1 <= c.stage).only_enforce_if(c.present)
             demands.append(int(mem[v]))
             if ws[v]:
                 ws_demands.append(int(ws[v]))
-    # Outputs held to the end: the last present copy ends at T.
+    return intervals + ws_intervals, demands + ws_demands
+
+
+def _hold_outputs(m: Any, graph: Graph, copies: list[list[Copy]], T: int) -> None:
+    """Outputs are resident when the schedule ends (docs/design.md section 3): the last present copy ends at T."""
     for o in graph.output_indices:
         row = copies[o]
         for j, c in enumerate(row):
@@ -339,29 +433,18 @@ def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
                 enforce = [nxt.Not()] if c.present is True else [c.present, nxt.Not()]
                 m.add(c.end == T).only_enforce_if(enforce)
 
-    # Precedence (5): flags[(u, v, b, a)] -> copy a of u is present and covers the start of copy b of v.
+
+def _precedence_flags(m: Any, graph: Graph, copies: list[list[Copy]],
+                      free: bool) -> dict[tuple[int, int, int, int], Any]:
+    """Precedence (5), this implementation's encoding: for each edge (u, v) and copy b of v, some
+    present copy a of u covers its start, s_u^a < s_v^b < e_u^a.
+
+    One Boolean flags[(u, v, b, a)] per (edge, copy of v, copy of u) states "copy a of u is present
+    and covers the start of copy b of v"; at least one is true per present copy of v. Faster to
+    presolve than the reservoir (10), and it gives a lower bound where the reservoir gave none.
+    """
     flags: dict[tuple[int, int, int, int], Any] = {}
-    feeds: dict[tuple[int, int], list[Any]] = {}
-    if precedence == "reservoir":
-        # The paper's encoding (10): u's copies raise a level over their interval; each start of
-        # v lowers it for one event; the level may not go below zero.
-        true = m.new_constant(1)
-        for v in range(n):
-            for u in graph.inputs[v]:
-                times, changes, actives = [], [], []
-                for cu in copies[u]:
-                    lit = true if cu.present is True else cu.present
-                    times += [cu.start, cu.end]
-                    changes += [1, -1]
-                    actives += [lit, lit]
-                for cv in copies[v]:
-                    lit = true if cv.present is True else cv.present
-                    times += [cv.start, cv.start + 1]
-                    changes += [-1, 1]
-                    actives += [lit, lit]
-                m.add_reservoir_constraint_with_active(times, changes, actives, 0, len(copies[u]))
-        feeds_consumer = False  # it is stated over the flags, which this encoding has not
-    for v in range(n if precedence == "flags" else 0):
+    for v in range(graph.n):
         for u in graph.inputs[v]:
             for b, cv in enumerate(copies[v]):
                 options = []
@@ -380,60 +463,106 @@ def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
                     # ... and is held at v's start.
                     m.add(cu.end >= cv.start + 1).only_enforce_if(f)
                     options.append(f)
-                    feeds.setdefault((u, a), []).append(f)
                 if cv.present is True:
                     m.add_bool_or(options)
                 else:
                     m.add_bool_or(options).only_enforce_if(cv.present)
-    if feeds_consumer:
-        # A recomputation exists only to feed some consumer (outputs may also feed the end).
-        for v in range(n):
-            if graph.is_output[v]:
-                continue
-            for a, c in enumerate(copies[v]):
-                if a == 0:
-                    continue
-                options = feeds.get((v, a), [])
-                if options:
-                    m.add_bool_or(options).only_enforce_if(c.present)
-                else:
-                    m.add(c.present == 0)
+    return flags
 
+
+def _precedence_reservoir(m: Any, graph: Graph, copies: list[list[Copy]]) -> None:
+    """Precedence (5), the paper's encoding (10) (section 2.2), one reservoir per edge (u, v).
+
+    u's present copies raise a level over their interval; each present start of v lowers it
+    for one event; the level may not go below zero.
+    """
+    true = m.new_constant(1)
+    for v in range(graph.n):
+        for u in graph.inputs[v]:
+            times, changes, actives = [], [], []
+            for cu in copies[u]:
+                lit = true if cu.present is True else cu.present
+                times += [cu.start, cu.end]
+                changes += [1, -1]
+                actives += [lit, lit]
+            for cv in copies[v]:
+                lit = true if cv.present is True else cv.present
+                times += [cv.start, cv.start + 1]
+                changes += [-1, 1]
+                actives += [lit, lit]
+            m.add_reservoir_constraint_with_active(times, changes, actives, 0, len(copies[u]))
+
+
+def _feeds_some_consumer(m: Any, graph: Graph, copies: list[list[Copy]],
+                         flags: dict[tuple[int, int, int, int], Any]) -> None:
+    """A redundant constraint (not in the paper): a recomputation exists only to feed some consumer.
+
+    Stated over the precedence flags: a present copy a >= 1 of a non-output v covers the start
+    of some copy of a consumer. It shortens proofs about 4x on random_layered_n250 at 0.9.
+    Outputs are left out: they may be recomputed only to be held to the end.
+    """
+    feeds: dict[tuple[int, int], list[Any]] = {}
+    for (u, _, _, a), f in flags.items():
+        feeds.setdefault((u, a), []).append(f)
+    for v in range(graph.n):
+        if graph.is_output[v]:
+            continue
+        for a, c in enumerate(copies[v]):
+            if a == 0:
+                continue
+            options = feeds.get((v, a), [])
+            if options:
+                m.add_bool_or(options).only_enforce_if(c.present)
+            else:
+                m.add(c.present == 0)
+
+
+def _memory(m: Any, held: list[Any], demands: list[int], budget: Number | None, units: _Units) -> Any:
+    """Memory (4) as one cumulative constraint (section 2.2); returns its capacity.
+
+    With a budget, the capacity is the budget less the fixed memory, in memory units (rounded
+    down). Without one it is a variable, the peak of phase 1's memory constraint (13).
+    """
     if budget is None:
-        capacity = m.new_int_var(0, int(mem.sum() + ws.max(initial=0)), "peak")
+        capacity = m.new_int_var(0, int(units.memory.sum() + units.workspace.max(initial=0)), "peak")
     else:
-        capacity = max(0, math.floor(budget / q) - fixed)
-    m.add_cumulative(intervals + ws_intervals, demands + ws_demands, capacity)
-    if free:
-        # (6): compute events are pairwise distinct.
-        units = []
-        for row in copies:
-            for c in row:
-                if c.present is True:
-                    units.append(m.new_fixed_size_interval_var(c.start, 1, f"c{c.node}_{c.index}"))
-                else:
-                    units.append(m.new_optional_fixed_size_interval_var(c.start, 1, c.present,
-                                                                        f"c{c.node}_{c.index}"))
-        m.add_no_overlap(units)
+        capacity = max(0, math.floor(budget / units.scale) - units.fixed)
+    m.add_cumulative(held, demands, capacity)
+    return capacity
+
+
+def _distinct_compute_events(m: Any, copies: list[list[Copy]]) -> None:
+    """(6): compute events are pairwise distinct (the paper's alldifferent), as a no-overlap of unit intervals."""
+    units = []
+    for row in copies:
+        for c in row:
+            if c.present is True:
+                units.append(m.new_fixed_size_interval_var(c.start, 1, f"c{c.node}_{c.index}"))
+            else:
+                units.append(m.new_optional_fixed_size_interval_var(c.start, 1, c.present, f"c{c.node}_{c.index}"))
+    m.add_no_overlap(units)
+
+
+def _objective(m: Any, copies: list[list[Copy]], dur: np.ndarray) -> Any:
+    """The objective (1), total duration: sum over v and j of p_v^j duration(v); minimised."""
     objective = sum(int(dur[c.node]) * (1 if c.present is True else c.present)
                     for row in copies for c in row if dur[c.node])
     m.minimize(objective)
-    if budget is not None and dur_scale == 1.0:
-        # Every schedule, whatever its order, lasts at least the any-order cut bound
-        # (`remat_bench.toolkit.bound`): stated, it lets CP-SAT stop as soon as it reaches it.
-        # The pipeline's bound when it computed one; else a short one of moccasin's own (its time).
-        bounds = bounds if bounds is not None else BoundCache()
-        known = bounds.peek(graph, budget)
-        bound = (known if known is not None else bounds.get(graph, budget, 3.0)[0]).value
-        if bound is not None and bound > 0:
-            m.add(objective >= int(bound))
-    stats = {
-        "intervals": sum(len(r) for r in copies),
-        "precedence_flags": len(flags),
-        "build_time_s": round(time.perf_counter() - t0, 3),
-        "memory_scale": q,
-    }
-    return StagedModel(graph, m, copies, flags, T, capacity, q, dur_scale, stats)
+    return objective
+
+
+def _duration_bound(m: Any, objective: Any, graph: Graph, budget: Number, bounds: BoundCache | None) -> None:
+    """A redundant constraint (not in the paper): the duration is at least the any-order cut bound.
+
+    Every schedule, whatever its order, lasts at least that bound (`remat_bench.toolkit.bound`):
+    stated, it lets CP-SAT stop as soon as it reaches it. The pipeline's bound when it computed
+    one; else a short one of moccasin's own (its time).
+    """
+    bounds = bounds if bounds is not None else BoundCache()
+    known = bounds.peek(graph, budget)
+    bound = (known if known is not None else bounds.get(graph, budget, 3.0)[0]).value
+    if bound is not None and bound > 0:
+        m.add(objective >= int(bound))
 
 
 class _Recorder:
@@ -492,6 +621,26 @@ def staged_hint_candidates(graph: Graph, budget: Number | None, deadline: Deadli
     # A hint may be above the budget: phase 1 minimises max(peak, budget) from it.
     order = {c.source: c.schedule for c in found}
     return out + [(name, order[name]) for name in ("shaved", "greedy", "chen") if name in order]
+
+
+def _best_hint(sm: StagedModel, graph: Graph, candidates: list[tuple[str, Schedule]],
+               order: str) -> tuple[Intervals | None, Number | None, str | None, list[str]]:
+    """(intervals, peak, label, labels tried): the lowest-peak candidate the model can express.
+
+    Phase 1 starts from it (section 2.4: "any topological ordering ... provides a trivial
+    feasible solution" to phase 1; the lower its peak, the less phase 1 has to do).
+    """
+    best_hint, best_peak, hint_label = None, None, None
+    tried = []
+    for label, schedule in candidates:
+        intervals = sm.intervals_of(schedule) if order == "staged" else sm.free_intervals_of(schedule)
+        if intervals is None:
+            continue
+        peak = simulate(graph, schedule).peak
+        tried.append(label)
+        if best_peak is None or peak < best_peak:
+            best_hint, best_peak, hint_label = intervals, peak, label
+    return best_hint, best_peak, hint_label, tried
 
 
 class Moccasin(Method):
@@ -621,81 +770,95 @@ class Moccasin(Method):
             result.schedule = replace(result.schedule, nodes=back)
         return result
 
+    def _build(self, graph: Graph, budget: Number | None, C: int, order: str, events: int,
+               params: dict[str, Any]) -> StagedModel:
+        return build_staged(graph, budget, C, params["feeds_consumer"], params["precedence"], order=order,
+                            events=events, bounds=self.context.bounds)
+
     def _two_phase(self, graph: Graph, budget: Number | None, deadline: Deadline, params: dict[str, Any],
                    C: int, order: str, events: int, candidates: list[tuple[str, Schedule]],
                    stats: dict[str, Any]) -> MethodResult:
         """Phase 1 (reach the budget, or the lowest peak) then phase 2 (least duration), section 2.4."""
-        from ortools.sat.python import cp_model
-
         progress: list[tuple[str, float, float]] = []
-        build = lambda cap: build_staged(graph, cap, C, params["feeds_consumer"],  # noqa: E731
-                                         params["precedence"], order=order, events=events,
-                                         bounds=self.context.bounds)
-        p1 = build(None)
+        p1 = self._build(graph, None, C, order, events, params)
         stats.update({f"model_{k}": v for k, v in p1.stats.items()})
-        q = p1.scale
-        budget_units = None if budget is None else math.floor(budget / q) - math.ceil(graph.fixed_memory / q)
-        best_hint, best_peak, hint_label = None, None, None
-        hints_tried = []
-        for label, schedule in candidates:
-            intervals = p1.intervals_of(schedule) if order == "staged" else p1.free_intervals_of(schedule)
-            if intervals is None:
-                continue
-            peak = simulate(graph, schedule).peak
-            hints_tried.append(label)
-            if best_peak is None or peak < best_peak:
-                best_hint, best_peak, hint_label = intervals, peak, label
-        stats["hints"] = hints_tried
-        if best_hint is None:
+        hint, hint_peak, hint_label, tried = _best_hint(p1, graph, candidates, order)
+        stats["hints"] = tried
+        if hint is None:
             return MethodResult(Status.ERROR, stats=stats, message=(
                 f"could not express any starting schedule in the {order} model"))
         stats["phase1_hint"] = hint_label
-        if budget is not None and best_peak <= budget:
+        if budget is not None and hint_peak <= budget:
             # The hint already fits: phase 1 has nothing to do.
-            phase1_solution = best_hint
             stats["phase1_time_s"] = 0.0
+            phase1_solution = hint
         else:
-            p1.hint(best_hint)
-            z = p1.model.new_int_var(0, 1 << 60, "max_peak_budget")
-            p1.model.add(z >= p1.capacity)
-            if budget_units is not None:
-                p1.model.add(z >= budget_units)
-            p1.model.minimize(z)
-            share = min(max(params["phase1_share"], 0.0), 1.0)
-            t1 = deadline.elapsed()
-            solver1, status1, points1 = _solve(p1, deadline.remaining() * share, params, t1)
-            progress += [("phase1", t, v) for t, v in points1]
-            stats["phase1_time_s"] = round(deadline.elapsed() - t1, 3)
-            stats["phase1_status"] = solver1.status_name(status1)
-            if status1 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-                stats["progress"] = progress
-                if status1 == cp_model.INFEASIBLE:
-                    return MethodResult(Status.INFEASIBLE, stats=stats, solve_time_s=deadline.elapsed(),
-                                        message=f"CP-SAT proved that no {order} schedule exists")
-                return MethodResult(Status.NO_SOLUTION, stats=stats, solve_time_s=deadline.elapsed(),
-                                    message="phase 1 found no schedule within the time limit")
-            peak_units = solver1.value(p1.capacity)
-            if budget is None:
-                # Lowest peak: phase 2 keeps it while minimising duration.
-                budget_units = peak_units
-                budget = (peak_units + math.ceil(graph.fixed_memory / q)) * q
-                stats["lowest_peak_proven"] = status1 == cp_model.OPTIMAL
-            if peak_units > budget_units:
-                stats["progress"] = progress
-                proven = status1 == cp_model.OPTIMAL or solver1.best_objective_bound > budget_units
-                space = f"{order} schedule with at most {C} intervals per node"
-                # The lowest peak reached comes back too: it shows how close phase 1 got, and
-                # seeds the order-free model.
-                return MethodResult(
-                    Status.INFEASIBLE if proven else Status.NO_SOLUTION, p1.decode(solver1), stats=stats,
-                    solve_time_s=deadline.elapsed(),
-                    message=(f"CP-SAT proved that no {space} fits the budget" if proven else
-                             f"phase 1 reached a peak of {peak_units * q + graph.fixed_memory}, "
-                             f"not the budget {budget}, within its time"))
-            phase1_solution = self._intervals_from(p1, solver1)
+            reached = self._phase1(graph, budget, deadline, params, p1, hint, C, order, stats, progress)
+            if isinstance(reached, MethodResult):
+                return reached
+            phase1_solution, budget = reached
+        return self._phase2(graph, budget, deadline, params, C, order, events, phase1_solution, stats, progress)
 
-        # Phase 2: least duration within the budget, from phase 1's solution.
-        p2 = build(budget)
+    def _phase1(self, graph: Graph, budget: Number | None, deadline: Deadline, params: dict[str, Any],
+                p1: StagedModel, hint: Intervals, C: int, order: str, stats: dict[str, Any],
+                progress: list[tuple[str, float, float]]) -> MethodResult | tuple[Intervals, Number]:
+        """Phase 1 (section 2.4): from ``hint``, minimise max(peak, budget) (12) under memory (13).
+
+        ``p1`` is the model without a budget (its capacity the peak variable). Returns phase 1's
+        solution and the budget phase 2 keeps (without a budget: the lowest peak reached), or
+        the result to report when phase 1 found no schedule within the budget.
+        """
+        from ortools.sat.python import cp_model
+
+        q = p1.scale
+        budget_units = None if budget is None else math.floor(budget / q) - math.ceil(graph.fixed_memory / q)
+        p1.hint(hint)
+        # (12) linearised as in the paper: minimise z subject to z >= peak and z >= budget.
+        z = p1.model.new_int_var(0, 1 << 60, "max_peak_budget")
+        p1.model.add(z >= p1.capacity)
+        if budget_units is not None:
+            p1.model.add(z >= budget_units)
+        p1.model.minimize(z)
+        share = min(max(params["phase1_share"], 0.0), 1.0)
+        t1 = deadline.elapsed()
+        solver1, status1, points1 = _solve(p1, deadline.remaining() * share, params, t1)
+        progress += [("phase1", t, v) for t, v in points1]
+        stats["phase1_time_s"] = round(deadline.elapsed() - t1, 3)
+        stats["phase1_status"] = solver1.status_name(status1)
+        if status1 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            stats["progress"] = progress
+            if status1 == cp_model.INFEASIBLE:
+                return MethodResult(Status.INFEASIBLE, stats=stats, solve_time_s=deadline.elapsed(),
+                                    message=f"CP-SAT proved that no {order} schedule exists")
+            return MethodResult(Status.NO_SOLUTION, stats=stats, solve_time_s=deadline.elapsed(),
+                                message="phase 1 found no schedule within the time limit")
+        peak_units = solver1.value(p1.capacity)
+        if budget is None:
+            # Lowest peak: phase 2 keeps it while minimising duration.
+            budget_units = peak_units
+            budget = (peak_units + math.ceil(graph.fixed_memory / q)) * q
+            stats["lowest_peak_proven"] = status1 == cp_model.OPTIMAL
+        if peak_units > budget_units:
+            stats["progress"] = progress
+            proven = status1 == cp_model.OPTIMAL or solver1.best_objective_bound > budget_units
+            space = f"{order} schedule with at most {C} intervals per node"
+            # The lowest peak reached comes back too: it shows how close phase 1 got, and
+            # seeds the order-free model.
+            return MethodResult(
+                Status.INFEASIBLE if proven else Status.NO_SOLUTION, p1.decode(solver1), stats=stats,
+                solve_time_s=deadline.elapsed(),
+                message=(f"CP-SAT proved that no {space} fits the budget" if proven else
+                         f"phase 1 reached a peak of {peak_units * q + graph.fixed_memory}, "
+                         f"not the budget {budget}, within its time"))
+        return self._intervals_from(p1, solver1), budget
+
+    def _phase2(self, graph: Graph, budget: Number, deadline: Deadline, params: dict[str, Any], C: int,
+                order: str, events: int, phase1_solution: Intervals, stats: dict[str, Any],
+                progress: list[tuple[str, float, float]]) -> MethodResult:
+        """Phase 2 (section 2.4): least duration (1) within the budget, problem (1)-(8), from phase 1's solution."""
+        from ortools.sat.python import cp_model
+
+        p2 = self._build(graph, budget, C, order, events, params)
         p2.hint(phase1_solution)
         t2 = deadline.elapsed()
         solver2, status2, points2 = _solve(p2, deadline.remaining(), params, t2)
@@ -723,8 +886,8 @@ class Moccasin(Method):
                             solve_time_s=deadline.elapsed(), stats=stats)
 
     @staticmethod
-    def _intervals_from(sm: StagedModel, solver: Any) -> list[list[tuple[int, int]]]:
-        out: list[list[tuple[int, int]]] = [[] for _ in range(sm.n)]
+    def _intervals_from(sm: StagedModel, solver: Any) -> Intervals:
+        out: Intervals = [[] for _ in range(sm.n)]
         for v in range(sm.n):
             for c in sm.copies[v]:
                 if c.present is True or solver.boolean_value(c.present):
@@ -732,7 +895,7 @@ class Moccasin(Method):
         return out
 
     @staticmethod
-    def _schedule_from_intervals(graph: Graph, intervals: list[list[tuple[int, int]]], horizon: int) -> Schedule:
+    def _schedule_from_intervals(graph: Graph, intervals: Intervals, horizon: int) -> Schedule:
         events = []
         for v, row in enumerate(intervals):
             for s, e in row:
