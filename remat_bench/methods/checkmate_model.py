@@ -64,6 +64,189 @@ def check_fits(n: int, edges: int, what: str) -> dict[str, int]:
     return {"est_columns": cols, "est_rows": rows, "est_nonzeros": nnz, "est_bytes": need}
 
 
+@dataclass(frozen=True)
+class _Columns:
+    """Where the variables sit: the first column of R, S, U and FREE, and the (stage, edge) of each FREE."""
+
+    n: int
+    edges: np.ndarray  # (E, 2): (i, k) per edge
+    free_t: np.ndarray
+    free_e: np.ndarray
+    r0: int
+    s0: int
+    u0: int
+    f0: int
+
+    def r(self, t: Any, i: Any) -> Any:
+        return self.r0 + _tri(t, i)
+
+    def s(self, t: Any, i: Any) -> Any:
+        return self.s0 + _stri(t, i)
+
+    def u(self, t: Any, i: Any) -> Any:
+        return self.u0 + _tri(t, i)
+
+
+def _add_variables(b: ModelBuilder, graph: Graph, cap: float) -> _Columns:
+    """R[t,i] and U[t,i] for i <= t, S[t,i] for i < t, FREE[t,(i,k)] for each edge (i,k) and t >= k
+    (Jain et al. section 4). R[t,t] = 1 and U <= budget are bounds; costs are set by `_set_objective`."""
+    n = graph.n
+    edges = np.array([(u, v) for v in range(n) for u in graph.inputs[v]], dtype=np.int64).reshape(-1, 2)
+    tri = n * (n + 1) // 2
+    tt, ii = np.tril_indices(n)  # all (t, i) with i <= t, in _tri order
+    r0 = b.num_cols
+    b.add_vars(tri, lower=(tt == ii).astype(np.float64), upper=1.0)
+    s0 = b.num_cols
+    b.add_vars(n * (n - 1) // 2, lower=0.0, upper=1.0)
+    u0 = b.num_cols
+    b.add_vars(tri, lower=0.0, upper=cap, integer=False)
+    counts = n - edges[:, 1]
+    free_e = np.repeat(np.arange(len(edges)), counts)
+    offsets = np.arange(len(free_e)) - np.repeat(np.cumsum(counts) - counts, counts)
+    free_t = edges[free_e, 1] + offsets
+    f0 = b.num_cols
+    b.add_vars(len(free_e), lower=0.0, upper=1.0)
+    return _Columns(n, edges, free_t, free_e, r0, s0, u0, f0)
+
+
+def _add_1b(b: ModelBuilder, c: _Columns) -> None:
+    """(1b) a value is resident only if it was resident or computed in the stage before:
+    S[t+1,i] - S[t,i] - R[t,i] <= 0 for i < t <= n-2."""
+    st, si = np.tril_indices(c.n, -1)
+    inner = st <= c.n - 2
+    t, i = st[inner], si[inner]
+    k = np.arange(len(t))
+    b.add_rows(np.concatenate([k, k, k]), np.concatenate([c.s(t + 1, i), c.s(t, i), c.r(t, i)]),
+               np.concatenate([np.ones(len(k)), -np.ones(len(k)), -np.ones(len(k))]), -np.inf, 0.0, count=len(k))
+
+
+def _add_1c(b: ModelBuilder, c: _Columns) -> None:
+    """(1c) a computation reads resident inputs: R[t,v] - R[t,u] - S[t,u] <= 0 for each edge (u, v), t >= v."""
+    u, v, t = c.edges[c.free_e, 0], c.edges[c.free_e, 1], c.free_t
+    k = np.arange(len(t))
+    b.add_rows(np.concatenate([k, k, k]), np.concatenate([c.r(t, v), c.r(t, u), c.s(t, u)]),
+               np.concatenate([np.ones(len(k)), -np.ones(len(k)), -np.ones(len(k))]), -np.inf, 0.0, count=len(k))
+
+
+def _add_tightening(b: ModelBuilder, c: _Columns, graph: Graph) -> None:
+    """What this implementation adds (`remat_bench.methods.checkmate`): R + S <= 1, a value held
+    or recomputed only to be read or kept, and the outputs resident to the end."""
+    n = c.n
+    st, si = np.tril_indices(n, -1)
+    k = np.arange(len(st))
+    # R[t,i] + S[t,i] <= 1 for i < t.
+    b.add_rows(np.concatenate([k, k]), np.concatenate([c.r(st, si), c.s(st, si)]),
+               np.ones(2 * len(k)), -np.inf, 1.0, count=len(k))
+
+    # A value held or recomputed in stage t is read in stage t or held into t+1:
+    # R[t,i] + S[t,i] - S[t+1,i] - sum_{(i,j), j <= t} R[t,j] <= 0 for i < t. Dropping
+    # a value nobody reads only lowers memory, so no optimum is cut off; the LP bound
+    # tightens and the symmetric "compute, then drop unused" solutions go.
+    pu, pv, pt = c.edges[c.free_e, 0], c.edges[c.free_e, 1], c.free_t
+    inner_rows = st <= n - 2
+    e_rows = _stri(pt, pu)  # (stage t, input u) of every (edge, stage >= head) pair
+    out_const = np.where(inner_rows, 0.0, graph.is_output[si].astype(np.float64))
+    b.add_rows(np.concatenate([k, k, k[inner_rows], e_rows]),
+               np.concatenate([c.r(st, si), c.s(st, si), c.s(st[inner_rows] + 1, si[inner_rows]), c.r(pt, pv)]),
+               np.concatenate([np.ones(2 * len(k)), -np.ones(int(inner_rows.sum())), -np.ones(len(pt))]),
+               -np.inf, out_const, count=len(k))
+
+    # Outputs before the last node stay resident: S[n-1,o] + R[n-1,o] >= 1.
+    outs = np.array([o for o in graph.output_indices if o < n - 1], dtype=np.int64)
+    if len(outs):
+        k = np.arange(len(outs))
+        last = np.full(len(outs), n - 1)
+        b.add_rows(np.concatenate([k, k]), np.concatenate([c.s(last, outs), c.r(last, outs)]),
+                   np.ones(2 * len(k)), 1.0, np.inf, count=len(k))
+
+
+def _add_free_linearisation(b: ModelBuilder, c: _Columns, graph: Graph) -> None:
+    """FREE[t,(i,k)] = R[t,k] (1 - S[t+1,i]) prod_{j in users(i), k < j <= t} (1 - R[t,j]), linearised
+    (section 4) with the hazard count h = (1 - R[t,k]) + S[t+1,i] + sum_j R[t,j]:
+    1 - FREE <= h and h_max (1 - FREE) >= h. One row of each per FREE column."""
+    n, edges = c.n, c.edges
+    # Later users j of i (k < j <= t) enter each (t, e) row with R[t,j].
+    pair_e, pair_j = [], []
+    for e, (i, kk) in enumerate(edges.tolist()):
+        for j in graph.consumers[i]:
+            if j > kk:
+                pair_e.append(e)
+                pair_j.append(j)
+    pair_e_arr = np.asarray(pair_e, dtype=np.int64)
+    pair_j_arr = np.asarray(pair_j, dtype=np.int64)
+    # Row of (t, e) = position of the FREE column (first column of edge e is at stage k).
+    counts = n - edges[:, 1]
+    first_col = np.cumsum(counts) - counts
+    tcounts = n - pair_j_arr
+    trip_pair = np.repeat(np.arange(len(pair_e_arr)), tcounts)
+    trip_t = pair_j_arr[trip_pair] + (np.arange(len(trip_pair)) - np.repeat(np.cumsum(tcounts) - tcounts, tcounts))
+    trip_e = pair_e_arr[trip_pair]
+    trip_row = first_col[trip_e] + (trip_t - edges[trip_e, 1])
+    trip_col = c.r(trip_t, pair_j_arr[trip_pair])
+    later = np.bincount(trip_row, minlength=len(c.free_e)).astype(np.float64)
+    h_max = 2.0 + later
+    fi, fk, free_t = edges[c.free_e, 0], edges[c.free_e, 1], c.free_t
+    rows_f = np.arange(len(c.free_e))
+    inner = free_t < n - 1
+    const = np.where(inner, 0.0, graph.is_output[fi].astype(np.float64))  # S at virtual stage n
+    # (e1) FREE - R[t,k] + S[t+1,i] + sum R[t,j] >= 0 (constant S moved to the bound).
+    rr = [rows_f, rows_f, rows_f[inner], trip_row]
+    cc = [c.f0 + rows_f, c.r(free_t, fk), c.s(free_t[inner] + 1, fi[inner]), trip_col]
+    vv = [np.ones(len(rows_f)), -np.ones(len(rows_f)), np.ones(int(inner.sum())), np.ones(len(trip_row))]
+    b.add_rows(np.concatenate(rr), np.concatenate(cc), np.concatenate(vv), -const, np.inf, count=len(rows_f))
+    # (e2) -h_max FREE + R[t,k] - S[t+1,i] - sum R[t,j] >= 1 - h_max (+ constant S).
+    vv = [-h_max, np.ones(len(rows_f)), -np.ones(int(inner.sum())), -np.ones(len(trip_row))]
+    b.add_rows(np.concatenate(rr), np.concatenate(cc), np.concatenate(vv), 1.0 - h_max + const, np.inf,
+               count=len(rows_f))
+
+
+def _add_memory(b: ModelBuilder, c: _Columns, mem: np.ndarray, fixed: float) -> None:
+    """U, the memory right after each computation (section 4), with the fixed memory:
+    U[t,0] = fixed + sum_i mem_i S[t,i] + mem_0 R[t,0];
+    U[t,k] = U[t,k-1] + mem_k R[t,k] - sum_{(i,k-1)} mem_i FREE[t,(i,k-1)]."""
+    n = c.n
+    tt, ii = np.tril_indices(n)
+    st, si = np.tril_indices(n, -1)
+    t_all = np.arange(n)
+    zero = np.zeros(n, dtype=np.int64)
+    k = np.arange(n)
+    b.add_rows(np.concatenate([k, k, st]), np.concatenate([c.u(t_all, zero), c.r(t_all, zero), c.s(st, si)]),
+               np.concatenate([np.ones(n), -np.full(n, mem[0]), -mem[si]]), fixed, fixed, count=n)
+    # U[t,k] - U[t,k-1] - mem_k R[t,k] + sum_{(i,k-1)} mem_i FREE[t,(i,k-1)] = 0, 1 <= k <= t.
+    mt, mk = tt[ii >= 1], ii[ii >= 1]
+    k = np.arange(len(mt))
+    row_of = np.full((n, n), -1, dtype=np.int64)  # (t, k) -> local row, for the FREE terms
+    row_of[mt, mk] = k
+    fi, fk, free_t = c.edges[c.free_e, 0], c.edges[c.free_e, 1], c.free_t
+    has = fk + 1 <= free_t
+    fr = row_of[free_t[has], fk[has] + 1]
+    b.add_rows(np.concatenate([k, k, k, fr]),
+               np.concatenate([c.u(mt, mk), c.u(mt, mk - 1), c.r(mt, mk), c.f0 + np.flatnonzero(has)]),
+               np.concatenate([np.ones(len(k)), -np.ones(len(k)), -mem[mk], mem[fi[has]]]), 0.0, 0.0, count=len(k))
+
+
+def _add_budget(b: ModelBuilder, c: _Columns, ws: np.ndarray, cap: float) -> None:
+    """U[t,k] + ws_k R[t,k] <= budget where ws_k > 0 (section 4; U <= budget is U's bound)."""
+    tt, ii = np.tril_indices(c.n)
+    wm = ws[ii] > 0
+    if wm.any():
+        k = np.arange(int(wm.sum()))
+        b.add_rows(np.concatenate([k, k]), np.concatenate([c.u(tt[wm], ii[wm]), c.r(tt[wm], ii[wm])]),
+                   np.concatenate([np.ones(len(k)), ws[ii[wm]]]), -np.inf, cap, count=len(k))
+
+
+def _set_objective(model: SparseModel, c: _Columns, graph: Graph) -> float:
+    """Minimise sum_{t,i} R[t,i] duration_i (section 4), durations divided by their mean; returns that mean."""
+    dur = np.asarray(graph.duration, dtype=np.float64)
+    # Costs of order one: with durations divided by their total, the costs are so small that
+    # HiGHS's dual tolerances let the LP stop above its true optimum (measured on fcn8).
+    positive = dur[dur > 0]
+    dur_scale = float(positive.mean()) if len(positive) else 1.0
+    tt, ii = np.tril_indices(c.n)
+    model.cost[c.r(tt, ii)] = dur[ii] / dur_scale
+    return dur_scale
+
+
 @dataclass
 class CheckmateModel:
     """The Checkmate MILP of one graph and budget, with the maps to decode its solutions."""
@@ -86,152 +269,26 @@ class CheckmateModel:
 
     @classmethod
     def build(cls, graph: Graph, budget: Number) -> CheckmateModel:
+        """The model of ``graph`` within ``budget``: variables, constraints family by family, objective."""
         start = time.perf_counter()
-        n = graph.n
+        # Memory in units of its gcd, the budget rounded down to whole units: the same feasible set in
+        # smaller numbers.
         scale = memory_scale(graph)
         mem = np.asarray(graph.memory, dtype=np.float64) / scale
         ws = np.asarray(graph.workspace, dtype=np.float64) / scale
         fixed = float(graph.fixed_memory) / scale
         cap = math.floor(budget / scale) if scale > 1 else float(budget)
-        dur = np.asarray(graph.duration, dtype=np.float64)
-        # Costs of order one: with durations divided by their total, the costs are so small that
-        # HiGHS's dual tolerances let the LP stop above its true optimum (measured on fcn8).
-        positive = dur[dur > 0]
-        dur_scale = float(positive.mean()) if len(positive) else 1.0
-        is_output = graph.is_output
-
-        edges = np.array([(u, v) for v in range(n) for u in graph.inputs[v]], dtype=np.int64).reshape(-1, 2)
-        E = len(edges)
-        tri = n * (n + 1) // 2
         b = ModelBuilder()
-
-        # Variables. R[t,t] = 1 by bounds.
-        tt, ii = np.tril_indices(n)  # all (t, i) with i <= t, in _tri order
-        r_lower = (tt == ii).astype(np.float64)
-        r0 = b.num_cols
-        b.add_vars(tri, lower=r_lower, upper=1.0, cost=dur[ii] / dur_scale)
-        st, si = np.tril_indices(n, -1)  # (t, i) with i < t, in _stri order
-        s0 = b.num_cols
-        b.add_vars(len(st), lower=0.0, upper=1.0)
-        u0 = b.num_cols
-        b.add_vars(tri, lower=0.0, upper=cap, integer=False)
-        # FREE[t, e] for every edge e = (i, k) and every stage t >= k.
-        counts = n - edges[:, 1]
-        free_e = np.repeat(np.arange(E), counts)
-        offsets = np.arange(len(free_e)) - np.repeat(np.cumsum(counts) - counts, counts)
-        free_t = edges[free_e, 1] + offsets
-        f0 = b.num_cols
-        b.add_vars(len(free_e), lower=0.0, upper=1.0)
-        r_idx = lambda t, i: r0 + _tri(t, i)  # noqa: E731
-        s_idx = lambda t, i: s0 + _stri(t, i)  # noqa: E731
-        u_idx = lambda t, i: u0 + _tri(t, i)  # noqa: E731
-
-        # (1b) S[t+1,i] - S[t,i] - R[t,i] <= 0 for i < t <= n-2.
-        m = (st <= n - 2)
-        t1, i1 = st[m], si[m]
-        k = np.arange(len(t1))
-        b.add_rows(np.concatenate([k, k, k]),
-                   np.concatenate([s_idx(t1 + 1, i1), s_idx(t1, i1), r_idx(t1, i1)]),
-                   np.concatenate([np.ones(len(k)), -np.ones(len(k)), -np.ones(len(k))]),
-                   -np.inf, 0.0, count=len(k))
-
-        # (1c) R[t,v] - R[t,u] - S[t,u] <= 0 for each edge (u, v) and t >= v.
-        pu, pv, pt = edges[free_e, 0], edges[free_e, 1], free_t
-        k = np.arange(len(pt))
-        b.add_rows(np.concatenate([k, k, k]),
-                   np.concatenate([r_idx(pt, pv), r_idx(pt, pu), s_idx(pt, pu)]),
-                   np.concatenate([np.ones(len(k)), -np.ones(len(k)), -np.ones(len(k))]),
-                   -np.inf, 0.0, count=len(k))
-
-        # R[t,i] + S[t,i] <= 1 for i < t.
-        k = np.arange(len(st))
-        b.add_rows(np.concatenate([k, k]), np.concatenate([r_idx(st, si), s_idx(st, si)]),
-                   np.ones(2 * len(k)), -np.inf, 1.0, count=len(k))
-
-        # A value held or recomputed in stage t is read in stage t or held into t+1:
-        # R[t,i] + S[t,i] - S[t+1,i] - sum_{(i,j), j <= t} R[t,j] <= 0 for i < t. Dropping
-        # a value nobody reads only lowers memory, so no optimum is cut off; the LP bound
-        # tightens and the symmetric "compute, then drop unused" solutions go.
-        k = np.arange(len(st))
-        inner_rows = st <= n - 2
-        e_rows = _stri(pt, pu)  # (stage t, input u) of every (edge, stage >= head) pair
-        out_const = np.where(inner_rows, 0.0, graph.is_output[si].astype(np.float64))
-        b.add_rows(np.concatenate([k, k, k[inner_rows], e_rows]),
-                   np.concatenate([r_idx(st, si), s_idx(st, si), s_idx(st[inner_rows] + 1, si[inner_rows]),
-                                   r_idx(pt, pv)]),
-                   np.concatenate([np.ones(2 * len(k)), -np.ones(int(inner_rows.sum())), -np.ones(len(pt))]),
-                   -np.inf, out_const, count=len(k))
-
-        # Outputs before the last node stay resident: S[n-1,o] + R[n-1,o] >= 1.
-        outs = np.array([o for o in graph.output_indices if o < n - 1], dtype=np.int64)
-        if len(outs):
-            k = np.arange(len(outs))
-            last = np.full(len(outs), n - 1)
-            b.add_rows(np.concatenate([k, k]), np.concatenate([s_idx(last, outs), r_idx(last, outs)]),
-                       np.ones(2 * len(k)), 1.0, np.inf, count=len(k))
-
-        # FREE linearisation. Later users j of i (k < j <= t) enter each (t, e) row with R[t,j].
-        users = graph.consumers
-        pair_e, pair_j = [], []
-        for e, (i, kk) in enumerate(edges.tolist()):
-            for j in users[i]:
-                if j > kk:
-                    pair_e.append(e)
-                    pair_j.append(j)
-        pair_e_arr = np.asarray(pair_e, dtype=np.int64)
-        pair_j_arr = np.asarray(pair_j, dtype=np.int64)
-        # Row of (t, e) = position of the FREE column (first column of edge e is at stage k).
-        first_col = np.cumsum(counts) - counts
-        tcounts = n - pair_j_arr
-        trip_pair = np.repeat(np.arange(len(pair_e_arr)), tcounts)
-        trip_t = pair_j_arr[trip_pair] + (np.arange(len(trip_pair)) - np.repeat(np.cumsum(tcounts) - tcounts, tcounts))
-        trip_e = pair_e_arr[trip_pair]
-        trip_row = first_col[trip_e] + (trip_t - edges[trip_e, 1])
-        trip_col = r_idx(trip_t, pair_j_arr[trip_pair])
-        later = np.bincount(trip_row, minlength=len(free_e)).astype(np.float64)
-        h_max = 2.0 + later
-        fi, fk = edges[free_e, 0], edges[free_e, 1]
-        rows_f = np.arange(len(free_e))
-        inner = free_t < n - 1
-        const = np.where(inner, 0.0, is_output[fi].astype(np.float64))  # S at virtual stage n
-        # (e1) FREE - R[t,k] + S[t+1,i] + sum R[t,j] >= 0 (constant S moved to the bound).
-        rr = [rows_f, rows_f, rows_f[inner], trip_row]
-        cc = [f0 + rows_f, r_idx(free_t, fk), s_idx(free_t[inner] + 1, fi[inner]), trip_col]
-        vv = [np.ones(len(rows_f)), -np.ones(len(rows_f)), np.ones(int(inner.sum())), np.ones(len(trip_row))]
-        b.add_rows(np.concatenate(rr), np.concatenate(cc), np.concatenate(vv), -const, np.inf, count=len(rows_f))
-        # (e2) -h_max FREE + R[t,k] - S[t+1,i] - sum R[t,j] >= 1 - h_max (+ constant S).
-        vv = [-h_max, np.ones(len(rows_f)), -np.ones(int(inner.sum())), -np.ones(len(trip_row))]
-        b.add_rows(np.concatenate(rr), np.concatenate(cc), np.concatenate(vv), 1.0 - h_max + const, np.inf,
-                   count=len(rows_f))
-
-        # Memory. U[t,0] - sum_i mem_i S[t,i] - mem_0 R[t,0] = fixed.
-        t_all = np.arange(n)
-        k = np.arange(n)
-        b.add_rows(np.concatenate([k, k, st]),
-                   np.concatenate([u_idx(t_all, np.zeros(n, dtype=np.int64)), r_idx(t_all, np.zeros(n, dtype=np.int64)),
-                                   s_idx(st, si)]),
-                   np.concatenate([np.ones(n), -np.full(n, mem[0]), -mem[si]]),
-                   fixed, fixed, count=n)
-        # U[t,k] - U[t,k-1] - mem_k R[t,k] + sum_{(i,k-1)} mem_i FREE[t,(i,k-1)] = 0, 1 <= k <= t.
-        mt, mk = tt[ii >= 1], ii[ii >= 1]
-        k = np.arange(len(mt))
-        row_of = np.full((n, n), -1, dtype=np.int64)  # (t, k) -> local row, for the FREE terms
-        row_of[mt, mk] = k
-        has = fk + 1 <= free_t
-        fr = row_of[free_t[has], fk[has] + 1]
-        b.add_rows(np.concatenate([k, k, k, fr]),
-                   np.concatenate([u_idx(mt, mk), u_idx(mt, mk - 1), r_idx(mt, mk), f0 + rows_f[has]]),
-                   np.concatenate([np.ones(len(k)), -np.ones(len(k)), -mem[mk], mem[fi[has]]]),
-                   0.0, 0.0, count=len(k))
-        # Workspace: U[t,k] + ws_k R[t,k] <= budget where ws_k > 0.
-        wm = ws[ii] > 0
-        if wm.any():
-            k = np.arange(int(wm.sum()))
-            b.add_rows(np.concatenate([k, k]), np.concatenate([u_idx(tt[wm], ii[wm]), r_idx(tt[wm], ii[wm])]),
-                       np.concatenate([np.ones(len(k)), ws[ii[wm]]]), -np.inf, cap, count=len(k))
-
+        c = _add_variables(b, graph, cap)
+        _add_1b(b, c)
+        _add_1c(b, c)
+        _add_tightening(b, c, graph)
+        _add_free_linearisation(b, c, graph)
+        _add_memory(b, c, mem, fixed)
+        _add_budget(b, c, ws, cap)
         model = b.build()
-        return cls(graph, model, n, edges, free_t, free_e, r0, s0, u0, f0, scale, dur_scale,
+        dur_scale = _set_objective(model, c, graph)
+        return cls(graph, model, c.n, c.edges, c.free_t, c.free_e, c.r0, c.s0, c.u0, c.f0, scale, dur_scale,
                    time.perf_counter() - start)
 
     # ------------------------------------------------------------------ decode / encode

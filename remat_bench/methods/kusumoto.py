@@ -477,91 +477,122 @@ def solve_dp(fam: LowerSetFamily, budget: Number | None, objective: str,
     if objective not in ("tc", "mc", "peak"):
         raise ValueError(f"unknown DP objective {objective!r}")
     started = time.perf_counter()
-    count = fam.count
-    dtype = np.result_type(fam.mem.dtype, fam.dur.dtype)
-    # Bounds are floats: compare with a little slack so that rounding never prunes the optimum.
-    slack = 0.0 if dtype.kind in "iu" else 1e-9
-
-    def loosen(limit: float) -> float:
-        return limit + slack * (1 + abs(limit)) if slack and math.isfinite(limit) else limit
-    states = _Buffer(dtype)
-    front_start = np.zeros(count, dtype=np.int64)
-    front_len = np.zeros(count, dtype=np.int64)
-    reached = np.zeros(count, dtype=np.int64)  # the sets with a state, in order: reached[:n_reached]
-    states.append(np.zeros(1, dtype), np.zeros(1, dtype), np.full(1, -1), 0)
-    front_len[0] = 1
-    n_reached = int(room is None or room[0] >= 0)
-    transitions = 0
-
+    table = _ParetoTable(fam, budget, objective, room, to_go, bound)
     try:
-        for target in range(1, count):
+        for target in range(1, fam.count):
             if deadline is not None and deadline.expired():
                 raise DPTimeout
             if room is not None and room[target] < 0:
                 continue
-            sources = subsets_among(fam, target, reached[:n_reached])
-            if not len(sources):
-                continue
-            added_time, added_kept, working = step_terms(fam, target, sources)
-            step = added_time if objective == "tc" else -added_time  # mc: minimise minus the overhead
-            # Each front runs by increasing kept memory and decreasing key, so the states of a source
-            # that may step to L' form one range: a prefix by memory (eq. 2 within the budget, V still
-            # reachable), a suffix by key (within the bound).
-            starts, end = front_start[sources], front_len[sources]
-            kept_limit = np.full(len(sources), np.inf)
-            if budget is not None:
-                kept_limit = np.minimum(kept_limit, budget - working)
-            if room is not None:
-                kept_limit = np.minimum(kept_limit, loosen(float(room[target])) - added_kept)
-            if budget is not None or room is not None:
-                end = leading(states.kept, starts, end, kept_limit, above=False)
-            begin = np.zeros_like(end)
-            if bound is not None and to_go is not None and objective != "peak":
-                key_limit = loosen(bound) - to_go[target] - step
-                begin = leading(states.key, starts, end, key_limit, above=True)
-            usable = end > begin
-            if not usable.any():
-                continue
-            if not usable.all():
-                starts, begin, end, step, added_kept, working = (
-                    starts[usable], begin[usable], end[usable], step[usable], added_kept[usable], working[usable])
-            # The usable states of every source, flattened: `which` is the source of each.
-            lengths = end - begin
-            which = np.repeat(np.arange(len(lengths)), lengths)
-            index = np.repeat(starts + begin - (np.cumsum(lengths) - lengths), lengths) + np.arange(len(which))
-            transitions += len(index)
-            kept = states.kept[index]
-            key = states.key[index]
-            if objective == "peak":
-                key = np.maximum(key, kept + working[which])  # eq. 2's bracket for block V'
-            else:
-                key = key + step[which]
-            kept = kept + added_kept[which]
-            chosen = pareto_front(kept, key)
-            front_start[target] = states.append(key[chosen], kept[chosen], index[chosen], target)
-            if state_limit is not None and states.size > state_limit:
+            table.extend(target)
+            if state_limit is not None and table.states.size > state_limit:
                 raise _StateLimit
-            front_len[target] = len(chosen)
-            reached[n_reached] = target
-            n_reached += 1
     finally:  # aborted runs count too
         if stats is not None:
             stats.runs += 1
-            stats.states += states.size
-            stats.transitions += transitions
+            stats.states += table.states.size
+            stats.transitions += table.transitions
             stats.time_s += time.perf_counter() - started
-    last = count - 1
-    if not n_reached or reached[n_reached - 1] != last:
+    chain = table.best_chain()
+    if chain is None:
         return None
-    front = slice(front_start[last], front_start[last] + front_len[last])
-    best = int(front_start[last] + np.argmin(states.key[front]))
-    chain = []
-    while best >= 0:
-        chain.append(int(states.owner[best]))
-        best = int(states.prev[best])
-    chain.reverse()
     overhead, peak = evaluate_chain(fam, chain)
     return Strategy(tuple(chain), overhead, peak)
+
+
+class _ParetoTable:
+    """Algorithm 1's table: for each lower set reached, the Pareto front of its states (key, kept
+    memory), each state with its predecessor, in one `_Buffer`. Starts with the state of {}:
+    nothing spent, nothing kept."""
+
+    def __init__(self, fam: LowerSetFamily, budget: Number | None, objective: str, room: np.ndarray | None,
+                 to_go: np.ndarray | None, bound: float | None) -> None:
+        self.fam, self.budget, self.objective = fam, budget, objective
+        self.room, self.to_go, self.bound = room, to_go, bound
+        dtype = np.result_type(fam.mem.dtype, fam.dur.dtype)
+        # Bounds are floats: compare with a little slack so that rounding never prunes the optimum.
+        self.slack = 0.0 if dtype.kind in "iu" else 1e-9
+        self.states = _Buffer(dtype)
+        self.front_start = np.zeros(fam.count, dtype=np.int64)
+        self.front_len = np.zeros(fam.count, dtype=np.int64)
+        self.reached = np.zeros(fam.count, dtype=np.int64)  # the sets with a state, in order: reached[:n_reached]
+        self.states.append(np.zeros(1, dtype), np.zeros(1, dtype), np.full(1, -1), 0)
+        self.front_len[0] = 1
+        self.n_reached = int(room is None or room[0] >= 0)
+        self.transitions = 0
+
+    def loosen(self, limit: float) -> float:
+        slack = self.slack
+        return limit + slack * (1 + abs(limit)) if slack and math.isfinite(limit) else limit
+
+    def extend(self, target: int) -> None:
+        """The recurrence for L' = ``target``: every usable state of every subset L reached steps to L'
+        (adding eq. 1's overhead and the kept memory of the step), and L' keeps their Pareto front."""
+        fam, states = self.fam, self.states
+        sources = subsets_among(fam, target, self.reached[:self.n_reached])
+        if not len(sources):
+            return
+        added_time, added_kept, working = step_terms(fam, target, sources)
+        step = added_time if self.objective == "tc" else -added_time  # mc: minimise minus the overhead
+        starts = self.front_start[sources]
+        begin, end = self.usable(target, starts, self.front_len[sources], step, added_kept, working)
+        usable = end > begin
+        if not usable.any():
+            return
+        if not usable.all():
+            starts, begin, end, step, added_kept, working = (
+                starts[usable], begin[usable], end[usable], step[usable], added_kept[usable], working[usable])
+        # The usable states of every source, flattened: `which` is the source of each.
+        lengths = end - begin
+        which = np.repeat(np.arange(len(lengths)), lengths)
+        index = np.repeat(starts + begin - (np.cumsum(lengths) - lengths), lengths) + np.arange(len(which))
+        self.transitions += len(index)
+        kept = states.kept[index]
+        key = states.key[index]
+        if self.objective == "peak":
+            key = np.maximum(key, kept + working[which])  # eq. 2's bracket for block V'
+        else:
+            key = key + step[which]
+        kept = kept + added_kept[which]
+        chosen = pareto_front(kept, key)
+        self.front_start[target] = states.append(key[chosen], kept[chosen], index[chosen], target)
+        self.front_len[target] = len(chosen)
+        self.reached[self.n_reached] = target
+        self.n_reached += 1
+
+    def usable(self, target: int, starts: np.ndarray, end: np.ndarray, step: np.ndarray, added_kept: np.ndarray,
+               working: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The range [begin, end) of each source's front that may step to L'. Each front runs by
+        increasing kept memory and decreasing key, so the range is a prefix by memory (eq. 2 within
+        the budget, V still reachable) and a suffix by key (within the bound)."""
+        budget, room = self.budget, self.room
+        kept_limit = np.full(len(starts), np.inf)
+        if budget is not None:
+            kept_limit = np.minimum(kept_limit, budget - working)
+        if room is not None:
+            kept_limit = np.minimum(kept_limit, self.loosen(float(room[target])) - added_kept)
+        if budget is not None or room is not None:
+            end = leading(self.states.kept, starts, end, kept_limit, above=False)
+        begin = np.zeros_like(end)
+        if self.bound is not None and self.to_go is not None and self.objective != "peak":
+            key_limit = self.loosen(self.bound) - self.to_go[target] - step
+            begin = leading(self.states.key, starts, end, key_limit, above=True)
+        return begin, end
+
+    def best_chain(self) -> list[int] | None:
+        """Reconstruction: the best state of V followed back to {}, as family indices; None if V was
+        not reached."""
+        last = self.fam.count - 1
+        if not self.n_reached or self.reached[self.n_reached - 1] != last:
+            return None
+        start = self.front_start[last]
+        best = int(start + np.argmin(self.states.key[start:start + self.front_len[last]]))
+        chain = []
+        while best >= 0:
+            chain.append(int(self.states.owner[best]))
+            best = int(self.states.prev[best])
+        chain.reverse()
+        return chain
 
 
 def least_peak(fam: LowerSetFamily, budget: Number | None = None, deadline: Deadline | None = None,
@@ -732,8 +763,46 @@ class Kusumoto(Method):
         started = time.perf_counter()
         deadline = Deadline(time_limit)
         fg = forward_graph(graph)
+        variant = params["variant"]
+        family = self._lower_sets(graph, fg, variant, params["max_lower_sets"], started)
+        if isinstance(family, MethodResult):
+            return family
+        sets, available = family
+        enumerated = time.perf_counter()
+        try:
+            if deadline.expired():
+                raise DPTimeout
+            fam = lower_set_family(fg, sets, deadline)
+        except DPTimeout:
+            return MethodResult(
+                Status.NO_SOLUTION, solve_time_s=time.perf_counter() - started,
+                stats={"variant": variant, "lower_sets": len(sets), "forward_nodes": fg.n},
+                message=(f"the time limit ({time_limit:.3g} s) ran out while tabulating {len(sets):,} lower sets "
+                         f"over {fg.n:,} forward nodes"))
+        search = _Search(graph, fg, fam, params["strategy"], deadline)
+        stats: dict[str, Any] = {
+            "variant": variant,
+            "strategy": params["strategy"],
+            "forward_nodes": fg.n,
+            "lower_sets": fam.count,
+            **({"lower_sets_before_thinning": available} if available > fam.count else {}),
+            "enumeration_s": round(enumerated - started, 4),
+            "family_s": round(time.perf_counter() - enumerated, 4),
+        }
+        try:
+            best, note = self._search(search, budget, graph.fixed_memory)
+        except DPTimeout:
+            best, note = None, f"the time limit ({time_limit:.3g} s) ran out inside the DP over {fam.count} lower sets"
+        except LoweringError as exc:
+            return MethodResult(Status.UNSUPPORTED, message=str(exc))
+        return self._answer(search, best, note, stats, available, started)
 
-        variant, cap = params["variant"], params["max_lower_sets"]
+    @staticmethod
+    def _lower_sets(graph: Graph, fg: ForwardGraph, variant: str, cap: int,
+                    started: float) -> tuple[list[int], int] | MethodResult:
+        """The family the DP walks, every lower set (section 4.2) or the ancestor sets (section 4.3),
+        thinned when its tables would not fit, with the count before thinning; or the ``no_solution``
+        answer when there are too many lower sets to enumerate or to tabulate."""
         if variant == "exact":
             sets = enumerate_lower_sets(fg, cap)
             if sets is None:
@@ -758,34 +827,14 @@ class Kusumoto(Method):
                          f"({MAX_TABLE_CELLS:,} set-node cells); the family grows with the square of the "
                          "forward graph" + ("; use variant=approx, which thins its family to fit"
                                             if variant == "exact" else "")))
-        enumerated = time.perf_counter()
-        try:
-            if deadline.expired():
-                raise DPTimeout
-            fam = lower_set_family(fg, sets, deadline)
-        except DPTimeout:
-            return MethodResult(
-                Status.NO_SOLUTION, solve_time_s=time.perf_counter() - started,
-                stats={"variant": variant, "lower_sets": len(sets), "forward_nodes": fg.n},
-                message=(f"the time limit ({time_limit:.3g} s) ran out while tabulating {len(sets):,} lower sets "
-                         f"over {fg.n:,} forward nodes"))
-        search = _Search(graph, fg, fam, params["strategy"], deadline)
-        stats: dict[str, Any] = {
-            "variant": variant,
-            "strategy": params["strategy"],
-            "forward_nodes": fg.n,
-            "lower_sets": fam.count,
-            **({"lower_sets_before_thinning": available} if available > fam.count else {}),
-            "enumeration_s": round(enumerated - started, 4),
-            "family_s": round(time.perf_counter() - enumerated, 4),
-        }
-        fixed = graph.fixed_memory
-        try:
-            best, note = self._search(search, budget, fixed)
-        except DPTimeout:
-            best, note = None, f"the time limit ({time_limit:.3g} s) ran out inside the DP over {fam.count} lower sets"
-        except LoweringError as exc:
-            return MethodResult(Status.UNSUPPORTED, message=str(exc))
+        return sets, available
+
+    @staticmethod
+    def _answer(search: _Search, best: _Attempt | None, note: str, stats: dict[str, Any], available: int,
+                started: float) -> MethodResult:
+        """The run's result: the chosen attempt's schedule, with the DP's work and how far the paper's
+        memory model (eq. 2) was from the simulator."""
+        fam, fixed = search.fam, search.graph.fixed_memory
         stats.update({
             "dp_runs": search.dp.runs,
             "dp_states": search.dp.states,
@@ -808,7 +857,7 @@ class Kusumoto(Method):
         model_peak = _item(best.strategy.peak + fixed)
         stats.update({
             "blocks": len(best.strategy.chain) - 1,
-            "kept": len(chain_plan(fg, fam, best.strategy.chain).kept),
+            "kept": len(chain_plan(search.fg, fam, best.strategy.chain).kept),
             "dp_overhead": best.strategy.overhead,  # eq. 1, in duration units
             "internal_budget": _item(best.internal_budget + fixed),
             "model_peak": model_peak,  # eq. 2 plus the fixed memory

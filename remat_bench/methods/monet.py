@@ -72,7 +72,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -90,6 +90,7 @@ from remat_bench.methods.base import (
 )
 from remat_bench.methods.candidates import Source, candidate_schedules
 from remat_bench.toolkit.milp import (
+    CONSTANT,
     ModelBuilder,
     SparseModel,
     available_memory_bytes,
@@ -101,62 +102,6 @@ from remat_bench.toolkit.milp import (
 
 class OutOfTime(Exception):
     """The time limit passed before the model was built."""
-
-
-@dataclass
-class Lin:
-    """A linear expression: sum of vals[k] * x[cols[k]] plus const."""
-
-    cols: list[int] = field(default_factory=list)
-    vals: list[float] = field(default_factory=list)
-    const: float = 0.0
-
-    def add(self, other: Lin, coef: float = 1.0) -> Lin:
-        self.cols.extend(other.cols)
-        self.vals.extend(v * coef for v in other.vals)
-        self.const += coef * other.const
-        return self
-
-    def value(self, x: np.ndarray) -> float:
-        return self.const + float(np.dot(x[self.cols], self.vals)) if self.cols else self.const
-
-
-def const(value: float) -> Lin:
-    return Lin([], [], float(value))
-
-
-def var(col: int, coef: float = 1.0) -> Lin:
-    return Lin([col], [coef], 0.0)
-
-
-class _Rows:
-    """Rows ``lower <= expr <= upper`` collected as COO triplets, handed to ModelBuilder at once."""
-
-    def __init__(self) -> None:
-        self.rows: list[int] = []
-        self.cols: list[int] = []
-        self.vals: list[float] = []
-        self.lower: list[float] = []
-        self.upper: list[float] = []
-        self.violated: list[str] = []
-
-    def add(self, expr: Lin, lower: float, upper: float, what: str = "") -> None:
-        if not expr.cols:
-            # A row of constants: the schedule shape is impossible whatever the variables.
-            if expr.const < lower - 1e-9 or expr.const > upper + 1e-9:
-                self.violated.append(what)
-            return
-        k = len(self.lower)
-        self.rows.extend([k] * len(expr.cols))
-        self.cols.extend(expr.cols)
-        self.vals.extend(expr.vals)
-        self.lower.append(lower - expr.const)
-        self.upper.append(upper - expr.const)
-
-    def flush(self, builder: ModelBuilder) -> None:
-        builder.add_rows(np.asarray(self.rows, dtype=np.int64), np.asarray(self.cols, dtype=np.int64),
-                         np.asarray(self.vals, dtype=np.float64), np.asarray(self.lower),
-                         np.asarray(self.upper), count=len(self.lower))
 
 
 @dataclass
@@ -306,30 +251,168 @@ def check_fits(st: Stages) -> dict[str, int]:
     return {**size, "est_bytes": need}
 
 
+Terms = tuple[np.ndarray, np.ndarray, np.ndarray]
+# (row, column, value) triplets: of a block of rows, or of one expression per item (its row is the
+# item's index). MONeT's variables exist only for some (stage, value) pairs and are constants
+# elsewhere, so a term's column may be `CONSTANT`; `ModelBuilder.add_affine_rows` moves those into
+# the bounds.
+
+
+def _ranges(starts: Any, counts: Any) -> np.ndarray:
+    """The concatenation of ``range(s, s + c)`` over ``starts`` and ``counts``."""
+    starts = np.asarray(starts, dtype=np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
+    return np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()), dtype=np.int64)
+
+
+def _flat(t: Any, index: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Stages and indices of items as two flat integer arrays (one stage may serve every item)."""
+    t_arr, index_arr = np.broadcast_arrays(np.asarray(t, dtype=np.int64), np.asarray(index, dtype=np.int64))
+    return t_arr.reshape(-1), index_arr.reshape(-1)
+
+
+def _placed(rows: np.ndarray, terms: Terms, coef: Any = 1.0) -> Terms:
+    """``coef`` times the terms of some items, item i's on row ``rows[i]``."""
+    item, col, val = terms
+    return rows[item], col, val * coef
+
+
+def _gather(terms: Terms, owners: int, items: np.ndarray) -> Terms:
+    """The terms of owner ``items[i]`` as item i's, for each item (an owner may recur)."""
+    owner, col, val = terms
+    order = np.argsort(owner, kind="stable")
+    counts = np.bincount(owner, minlength=owners)
+    per_item = counts[items]
+    picked = order[_ranges((np.cumsum(counts) - counts)[items], per_item)]
+    return np.repeat(np.arange(len(items)), per_item), col[picked], val[picked]
+
+
+def _at(terms: Terms, x: np.ndarray, count: int) -> np.ndarray:
+    """The value of each of ``count`` items' expression at the point ``x``."""
+    item, col, val = terms
+    known = col != CONSTANT
+    return np.bincount(item, weights=val * np.where(known, x[np.where(known, col, 0)], 1.0), minlength=count)
+
+
+@dataclass(frozen=True)
+class _Reads:
+    """The read edges (c, u) between forward positions: c reads u with some implementation, sorted
+    by c, then u. Per edge, the implementations of c that read u (eq. 7 asks u of those), and
+    whether all of them do."""
+
+    c: np.ndarray
+    u: np.ndarray
+    every: np.ndarray
+    impl_start: np.ndarray  # the edge's implementations: impls[impl_start:impl_start + impl_count]
+    impl_count: np.ndarray
+    impls: np.ndarray
+    start: np.ndarray  # the edges of position c: start[c] .. start[c + 1]
+    by_u: np.ndarray  # edge ids sorted by u (then c): the readers of u are by_u[by_u_start[u]:by_u_start[u + 1]]
+    by_u_start: np.ndarray
+
+    @classmethod
+    def of(cls, st: Stages) -> _Reads:
+        c_of, u_of, every, count, impls = [], [], [], [], []
+        for c, reads in enumerate(st.op_inputs):
+            for u in sorted(frozenset().union(*reads)):
+                chosen = [im for im, ins in enumerate(reads) if u in ins]
+                c_of.append(c)
+                u_of.append(u)
+                every.append(len(chosen) == len(reads))
+                count.append(len(chosen))
+                impls.extend(chosen)
+        c_arr, u_arr = np.asarray(c_of, dtype=np.int64), np.asarray(u_of, dtype=np.int64)
+        count_arr = np.asarray(count, dtype=np.int64)
+        by_u = np.argsort(u_arr, kind="stable")
+        positions = np.arange(st.F + 1)
+        return cls(c_arr, u_arr, np.asarray(every, dtype=bool), np.cumsum(count_arr) - count_arr, count_arr,
+                   np.asarray(impls, dtype=np.int64), np.searchsorted(c_arr, positions), by_u,
+                   np.searchsorted(u_arr[by_u], positions))
+
+    def find(self, c: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """The edge (c, u) of each item, -1 where c does not read u."""
+        F = len(self.start) - 1
+        keys = self.c * F + self.u  # sorted
+        at = np.searchsorted(keys, c * F + u)
+        found = at < len(keys)
+        found[found] = keys[at[found]] == (c * F + u)[found]
+        return np.where(found, at, -1)
+
+
+@dataclass(frozen=True)
+class _Dependencies:
+    """Backward node t's dependencies D^l_t, per stage t (index 0, the forward pass, empty): the
+    positions every implementation reads, those some read, and for the positions only some read,
+    each (position, implementation) that reads it, by position then implementation."""
+
+    read_by_all: list[np.ndarray]
+    read_by_any: list[np.ndarray]
+    partial_p: list[np.ndarray]
+    partial_im: list[np.ndarray]
+
+    @classmethod
+    def of(cls, st: Stages) -> _Dependencies:
+        empty = np.zeros(0, dtype=np.int64)
+        every, some, partial_p, partial_im = [empty], [empty], [empty], [empty]
+        for t in range(1, st.K + 1):
+            d = st.deps[t]
+            union, common = frozenset().union(*d), frozenset.intersection(*d)
+            every.append(np.asarray(sorted(common), dtype=np.int64))
+            some.append(np.asarray(sorted(union), dtype=np.int64))
+            pairs = [(p, im) for p in sorted(union - common) for im, dl in enumerate(d) if p in dl]
+            partial_p.append(np.asarray([p for p, _ in pairs], dtype=np.int64))
+            partial_im.append(np.asarray([im for _, im in pairs], dtype=np.int64))
+        return cls(every, some, partial_p, partial_im)
+
+
 class MonetModel:
-    """The MONeT 0-1 program of one graph and budget (None: the least peak), with its decoder."""
+    """The MONeT 0-1 program of one graph and budget (None: the least peak), with its decoder.
+
+    Built in blocks with `ModelBuilder`, in the paper's order (section 4, appendix C): the
+    variables, the products of C.4, one implementation per computation, the checkpointing
+    constraints (eq. 7, 8) with the rows this implementation adds, the memory constraints stage by
+    stage (eq. 1, 5, 6, 12; C.1, C.2), then the objective (eq. 9).
+    """
 
     def __init__(self, st: Stages, budget: Number | None, deadline: Deadline | None = None) -> None:
         """Raises `OutOfTime` if ``deadline`` passes while building."""
         start = time.perf_counter()
         self.st = st
         graph = st.graph
-        F, K = st.F, st.K
         scale = memory_scale(graph)
         self.mem_scale = scale
-        mem = np.asarray(graph.memory, dtype=np.float64) / scale
-        self.fmem = mem[st.fwd]
-        ws = np.asarray(graph.op_workspace, dtype=np.float64) / scale
-        dur = np.asarray(graph.op_duration, dtype=np.float64)
-        positive = dur[dur > 0]
-        self.dur_scale = float(positive.mean()) if len(positive) else 1.0
-        cost = dur / self.dur_scale
-        fixed = float(graph.fixed_memory) / scale
+        self.mem = np.asarray(graph.memory, dtype=np.float64) / scale
+        self.fmem = self.mem[st.fwd]
+        self.ws = np.asarray(graph.op_workspace, dtype=np.float64) / scale
         self.cap = None if budget is None else (math.floor(budget / scale) if scale > 1 else float(budget))
+        self.reads = _Reads.of(st)
+        self.deps = _Dependencies.of(st)
+        # Rows no variable enters whose constants break them: the budget is too small whatever is
+        # stored or recomputed (what each one is, in words).
+        self.violated: list[str] = []
         b = ModelBuilder()
-        self.builder = b
+        self._add_variables(b, least_peak=budget is None)
+        self._add_products(b)
+        self._add_implementation_choice(b)
+        self._add_storage(b)
+        self._add_recomputation_inputs(b)
+        self._add_usefulness(b)
+        self._add_backward_dependencies(b)
+        self._add_memory(b, deadline)
+        self.model: SparseModel = b.build()
+        self._set_objective()
+        self.build_time_s = time.perf_counter() - start
 
-        # -- variables: s, r per (stage, position) pair with 1 <= t <= last[p].
+    # ------------------------------------------------------------------ variables
+
+    def _add_variables(self, b: ModelBuilder, least_peak: bool) -> None:
+        """s[t,p] and r[t,p] for the pairs 1 <= t <= last[p], stage-major; delta[p,l] of the forward
+        pass for each forward node with several implementations, then delta[t,p,l] for each such
+        pair; delta^[t,l] of each backward node with several; the budget B for the least peak. There
+        are no columns for s and r in the forward pass (0 and 1) nor past last[p] (0, or 1 for a
+        forward output at the end): there they are constants. Costs are set by `_set_objective`."""
+        st = self.st
+        F, K = st.F, st.K
         self.pair = np.full((K + 2, F), -1, dtype=np.int64)
         tt = np.concatenate([np.arange(1, int(st.last[p]) + 1) for p in range(F)]) if F else np.zeros(0, np.int64)
         pp = np.repeat(np.arange(F), st.last) if F else np.zeros(0, np.int64)
@@ -338,246 +421,345 @@ class MonetModel:
         self.pair[tt, pp] = np.arange(len(tt))
         self.pair_t, self.pair_p = tt, pp
         self.s0 = int(b.add_vars(len(tt))[0]) if len(tt) else b.num_cols
-        single = np.array([len(o) == 1 for o in st.ops], dtype=bool)
-        r_cost = np.where(single[pp], cost[[st.ops[p][0] for p in pp.tolist()]] if len(pp) else 0.0, 0.0)
-        self.r0 = int(b.add_vars(len(tt), cost=r_cost)[0]) if len(tt) else b.num_cols
-        # delta for forward nodes with several implementations: stage 0, then every pair.
-        self.delta0: dict[int, int] = {}
-        self.delta: dict[int, int] = {}  # pair -> first column
-        self.offset = 0.0  # duration of the fixed choices (forward nodes and backward nodes with one op)
-        for p in range(F):
-            ops = st.ops[p]
-            if len(ops) == 1:
-                self.offset += cost[ops[0]]
-            else:
-                self.delta0[p] = int(b.add_vars(len(ops), cost=cost[ops])[0])
-        for k in np.flatnonzero(~single[pp]).tolist():
-            ops = st.ops[int(pp[k])]
-            self.delta[k] = int(b.add_vars(len(ops), cost=cost[ops])[0])
-        self.dhat: dict[int, int] = {}
-        for t in range(1, K + 1):
-            ops = st.bops[t]
-            if len(ops) == 1:
-                self.offset += cost[ops[0]]
-            else:
-                self.dhat[t] = int(b.add_vars(len(ops), cost=cost[ops])[0])
-        self.budget_col = None if budget is not None else int(b.add_vars(1, lower=0.0, upper=np.inf, cost=1.0,
-                                                                         integer=False)[0])
-        rows = _Rows()
-        self.rows = rows
+        self.r0 = int(b.add_vars(len(tt))[0]) if len(tt) else b.num_cols
+        self.delta0 = {p: int(b.add_vars(len(ops))[0]) for p, ops in enumerate(st.ops) if len(ops) > 1}
+        self.delta = {k: int(b.add_vars(len(st.ops[p]))[0]) for k, p in enumerate(pp.tolist()) if len(st.ops[p]) > 1}
+        self.dhat = {t: int(b.add_vars(len(st.bops[t]))[0]) for t in range(1, K + 1) if len(st.bops[t]) > 1}
+        self.budget_col = int(b.add_vars(1, lower=0.0, upper=np.inf, integer=False)[0]) if least_peak else None
+        # The first delta column of each position's forward pass and of each pair, -1 with one
+        # implementation; the last entry, -1, answers the pair -1 (no columns).
+        self._delta0_first = np.full(F, -1, dtype=np.int64)
+        self._delta0_first[list(self.delta0)] = list(self.delta0.values())
+        self._delta_first = np.full(len(tt) + 1, -1, dtype=np.int64)
+        self._delta_first[list(self.delta)] = list(self.delta.values())
+        self._op_first = np.asarray([ops[0] for ops in st.ops], dtype=np.int64)
+        self._op_count = np.asarray([len(ops) for ops in st.ops], dtype=np.int64)
 
-        # sm[t,p,l] = delta^[t,l] * s[t+1,p] (C.4), for p read by some but not all implementations.
+    # ------------------------------------------------------------------ the variables as terms, per item
+
+    def _s(self, t: Any, p: Any) -> Terms:
+        """s[t,p] per item: p resident entering stage t; outside its columns the constant 0, or 1 for a
+        forward output past the last stage."""
+        t, p = _flat(t, p)
+        k = self.pair[t, p]
+        has = k >= 0
+        outside = ((t == self.st.K + 1) & self.st.out[p]).astype(np.float64)
+        return np.arange(len(k)), np.where(has, self.s0 + k, CONSTANT), np.where(has, 1.0, outside)
+
+    def _r(self, t: Any, p: Any) -> Terms:
+        """r[t,p] per item: p computed in stage t; the constant 1 in the forward pass, 0 past last[p]."""
+        t, p = _flat(t, p)
+        k = self.pair[t, p]
+        has = k >= 0
+        return np.arange(len(k)), np.where(has, self.r0 + k, CONSTANT), np.where(has, 1.0, (t == 0).astype(np.float64))
+
+    def _sel(self, t: Any, e: Any) -> Terms:
+        """Per read edge e = (c, u): sum_l delta[t,c,l] over the implementations l of c that read u,
+        r[t,c] when all of them do."""
+        t, e = _flat(t, e)
+        reads = self.reads
+        c = reads.c[e]
+        item = np.arange(len(e))
+        every = reads.every[e]
+        r_item, r_col, r_val = self._r(t[every], c[every])
+        first = np.where(t == 0, self._delta0_first[c], self._delta_first[self.pair[t, c]])
+        some = np.flatnonzero(~every & (first >= 0))  # first -1: c has no columns in stage t
+        count = reads.impl_count[e[some]]
+        cols = np.repeat(first[some], count) + reads.impls[_ranges(reads.impl_start[e[some]], count)]
+        return (np.concatenate([item[every][r_item], np.repeat(item[some], count)]),
+                np.concatenate([r_col, cols]), np.concatenate([r_val, np.ones(len(cols))]))
+
+    def _partial(self, t: int, ps: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For each position of ``ps[mask]`` (``ps`` sorted) that only some implementations of backward
+        node t read, each implementation l that does: (index in ``ps``, delta^[t,l], sm[t,p,l] or -1)."""
+        p, im, sm = self.deps.partial_p[t], self.deps.partial_im[t], self._sm_col[t]
+        if not len(p) or not len(ps):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        at = np.minimum(np.searchsorted(ps, p), len(ps) - 1)
+        hit = (ps[at] == p) & mask[at]
+        return at[hit], self.dhat[t] + im[hit], sm[hit]
+
+    def _bsel(self, t: int, ps: np.ndarray) -> Terms:
+        """Per position of ``ps`` (sorted): sum_l delta^[t,l] over the implementations of backward node
+        t that read it, the constant 1 when all of them do."""
+        item = np.arange(len(ps))
+        every = np.isin(ps, self.deps.read_by_all[t])
+        owner, col, _ = self._partial(t, ps, ~every)
+        return (np.concatenate([item[every], owner]), np.concatenate([np.full(int(every.sum()), CONSTANT), col]),
+                np.ones(int(every.sum()) + len(owner)))
+
+    def _a(self, t: int, ps: np.ndarray) -> Terms:
+        """a[t,p] per position of ``ps`` (sorted): p resident behind the sweep of stage t, because it is
+        kept (s[t+1,p]) or the backward node reads it: s OR dep = s + sum_l delta^_l - sum_l sm[t,p,l]
+        (C.4), or one of them alone when the other is a constant."""
+        item, s_col, s_val = self._s(t + 1, ps)
+        if t == 0:
+            return item, s_col, s_val
+        every = np.isin(ps, self.deps.read_by_all[t])
+        some = np.isin(ps, self.deps.read_by_any[t])
+        s_var = s_col != CONSTANT
+        one = every | (~s_var & (s_val == 1.0))  # a dependency of every implementation, or kept to the end
+        with_s = ~one & s_var
+        owner, hat, sm = self._partial(t, ps, ~one & some & ~every)
+        and_sm = with_s[owner]
+        ones = int(one.sum())
+        return (np.concatenate([item[one], item[with_s], owner, owner[and_sm]]),
+                np.concatenate([np.full(ones, CONSTANT), s_col[with_s], hat, sm[and_sm]]),
+                np.concatenate([np.ones(ones + int(with_s.sum()) + len(owner)), -np.ones(int(and_sm.sum()))]))
+
+    # ------------------------------------------------------------------ constraints
+
+    def _add_products(self, b: ModelBuilder) -> None:
+        """sm[t,p,l] = delta^[t,l] * s[t+1,p] (C.4) where only some implementations of backward node t
+        read p and s[t+1,p] is a variable: sm >= delta^ + s - 1, sm <= delta^, sm <= s (continuous:
+        the binaries fix it)."""
+        st, deps = self.st, self.deps
+        first = b.num_cols
+        self._sm_col = [np.zeros(0, dtype=np.int64)]
         self.sm: dict[tuple[int, int, int], int] = {}
-        for t in range(1, K + 1):
-            d = st.deps[t]
-            if len(d) < 2:
-                continue
-            some, every = frozenset().union(*d), frozenset.intersection(*d)
-            for p in sorted(some - every):
-                s_next = self.S(t + 1, p)
-                if not s_next.cols:
-                    continue
-                for im, dl in enumerate(d):
-                    if p in dl:
-                        col = int(b.add_vars(1, integer=False)[0])
-                        self.sm[(t, p, im)] = col
-                        hat = var(self.dhat[t] + im)
-                        rows.add(Lin().add(var(col)).add(hat, -1).add(s_next, -1), -1.0, np.inf)
-                        rows.add(Lin().add(var(col)).add(hat, -1), -np.inf, 0.0)
-                        rows.add(Lin().add(var(col)).add(s_next, -1), -np.inf, 0.0)
+        for t in range(1, st.K + 1):
+            p, im = deps.partial_p[t], deps.partial_im[t]
+            col = np.full(len(p), -1, dtype=np.int64)
+            kept = np.flatnonzero(self.pair[t + 1, p] >= 0)
+            col[kept] = first + len(self.sm) + np.arange(len(kept))
+            self._sm_col.append(col)
+            self.sm.update(zip(zip([t] * len(kept), p[kept].tolist(), im[kept].tolist()), col[kept].tolist()))
+        sm = b.add_vars(len(self.sm), integer=False)
+        t_of, p_of, im_of = (np.asarray([key[i] for key in self.sm], dtype=np.int64) for i in range(3))
+        hat = np.asarray([self.dhat[t] for t in t_of.tolist()], dtype=np.int64) + im_of
+        s_next = self.s0 + self.pair[t_of + 1, p_of]
+        k, one = 3 * np.arange(len(sm)), np.ones(len(sm))
+        b.add_rows(np.concatenate([k, k, k, k + 1, k + 1, k + 2, k + 2]),
+                   np.concatenate([sm, hat, s_next, sm, hat, sm, s_next]),
+                   np.concatenate([one, -one, -one, one, -one, one, -one]),
+                   np.tile([-1.0, -np.inf, -np.inf], len(sm)), np.tile([np.inf, 0.0, 0.0], len(sm)), count=3 * len(sm))
 
-        # Implementation choices: sum_l delta = r (1 in the forward pass), sum_l delta^ = 1.
-        for p, c0 in self.delta0.items():
-            rows.add(Lin(list(range(c0, c0 + len(st.ops[p]))), [1.0] * len(st.ops[p])), 1.0, 1.0)
-        for k, c0 in self.delta.items():
-            n_ops = len(st.ops[int(pp[k])])
-            rows.add(Lin(list(range(c0, c0 + n_ops)), [1.0] * n_ops).add(var(self.r0 + k), -1), 0.0, 0.0)
-        for t, c0 in self.dhat.items():
-            n_ops = len(st.bops[t])
-            rows.add(Lin(list(range(c0, c0 + n_ops)), [1.0] * n_ops), 1.0, 1.0)
+    def _add_implementation_choice(self, b: ModelBuilder) -> None:
+        """One implementation per computation (section 4): sum_l delta[p,l] = 1 in the forward pass,
+        sum_l delta[t,p,l] = r[t,p] in a recomputation, sum_l delta^[t,l] = 1 for backward node t."""
+        st = self.st
 
-        # Checkpointing constraints (eq. 7, 8) and the dominance rows, per stage t >= 1.
-        for k in range(len(tt)):
-            t, p = int(tt[k]), int(pp[k])
-            s_here, r_here = var(self.s0 + k), var(self.r0 + k)
-            # r + s <= 1: a resident value cannot be computed again.
-            rows.add(Lin().add(s_here).add(r_here), -np.inf, 1.0)
-            # s[t+1,p] <= s[t,p] + r[t,p].
-            s_next = self.S(t + 1, p)
-            if s_next.cols or s_next.const:
-                rows.add(Lin().add(s_next).add(s_here, -1).add(r_here, -1), -np.inf, 0.0,
-                         f"forward output '{graph.ids[int(st.fwd[p])]}' kept to the end")
-            # Recomputation needs its inputs: delta[t,p,l] <= s[t,u] + r[t,u].
-            for u in frozenset().union(*st.op_inputs[p]):
-                rows.add(Lin().add(self.sel(t, p, u)).add(self.S(t, u), -1).add(self.R(t, u), -1), -np.inf, 0.0)
-            # A value held or recomputed in stage t is read there or kept: s + r <= a + readers.
-            useful = self.a(t, p)
-            for c in st.consumers[p]:
-                useful.add(self.sel(t, c, p))
-            rows.add(Lin().add(s_here).add(r_here).add(useful, -1), -np.inf, 0.0)
-        # A chosen backward implementation needs its dependencies: delta^[t,l] <= s[t,p] + r[t,p].
-        for t in range(1, K + 1):
-            for p in sorted(frozenset().union(*st.deps[t])):
-                rows.add(Lin().add(self.bsel(t, p)).add(self.S(t, p), -1).add(self.R(t, p), -1), -np.inf, 0.0,
-                         f"backward node '{graph.ids[int(st.bwd[t - 1])]}' reads a value it cannot have")
+        def choices(first: dict[int, int], sizes: list[int]) -> tuple[np.ndarray, np.ndarray]:
+            counts = np.asarray(sizes, dtype=np.int64)
+            return np.repeat(np.arange(len(counts)), counts), _ranges(list(first.values()), counts)
 
-        # Memory (eq. 1, 5, 6, 12), with the running total v[t,k] of the resident forward values
-        # around position k of stage t's sweep: sum_{j<k} a[t,j] m_j + sum_{j>k} s[t,j] m_j.
+        rows, cols = choices(self.delta0, [len(st.ops[p]) for p in self.delta0])
+        b.add_rows(rows, cols, np.ones(len(cols)), 1.0, 1.0, count=len(self.delta0))
+        pairs = np.asarray(list(self.delta), dtype=np.int64)
+        rows, cols = choices(self.delta, [len(st.ops[p]) for p in self.pair_p[pairs].tolist()])
+        b.add_rows(np.concatenate([rows, np.arange(len(pairs))]), np.concatenate([cols, self.r0 + pairs]),
+                   np.concatenate([np.ones(len(cols)), -np.ones(len(pairs))]), 0.0, 0.0, count=len(pairs))
+        rows, cols = choices(self.dhat, [len(st.bops[t]) for t in self.dhat])
+        b.add_rows(rows, cols, np.ones(len(cols)), 1.0, 1.0, count=len(self.dhat))
+
+    def _add_storage(self, b: ModelBuilder) -> None:
+        """Per pair (t, p): r + s <= 1, a resident value is not computed again (the simulator forbids
+        it); and eq. 8, only a stored or recomputed value is kept: s[t+1,p] - s[t,p] - r[t,p] <= 0."""
+        st = self.st
+        pairs = np.arange(len(self.pair_t))
+        b.add_rows(np.concatenate([pairs, pairs]), np.concatenate([self.s0 + pairs, self.r0 + pairs]),
+                   np.ones(2 * len(pairs)), -np.inf, 1.0, count=len(pairs))
+        _, col, val = self._s(self.pair_t + 1, self.pair_p)
+        k = np.flatnonzero((col != CONSTANT) | (val != 0.0))  # nothing to keep when s[t+1,p] is 0
+        rows, minus = np.arange(len(k)), -np.ones(len(k))
+        violated = b.add_affine_rows([(rows, col[k], val[k]), (rows, self.s0 + k, minus), (rows, self.r0 + k, minus)],
+                                     -np.inf, 0.0, count=len(k))
+        self.violated += [f"forward output '{st.graph.ids[int(st.fwd[self.pair_p[k[i]]])]}' kept to the end"
+                          for i in violated.tolist()]
+
+    def _add_recomputation_inputs(self, b: ModelBuilder) -> None:
+        """eq. 7: a recomputation reads stored or recomputed inputs, delta[t,p,l] <= s[t,u] + r[t,u] for
+        each input u of implementation l, summed over the implementations that read u."""
+        reads = self.reads
+        count = reads.start[self.pair_p + 1] - reads.start[self.pair_p]
+        e = _ranges(reads.start[self.pair_p], count)
+        t, u = np.repeat(self.pair_t, count), reads.u[e]
+        rows = np.arange(len(e))
+        b.add_affine_rows([self._sel(t, e), _placed(rows, self._s(t, u), -1.0), _placed(rows, self._r(t, u), -1.0)],
+                          -np.inf, 0.0, count=len(e))
+
+    def _add_usefulness(self, b: ModelBuilder) -> None:
+        """A value held or recomputed in stage t is read there or kept: s[t,p] + r[t,p] <= a[t,p] +
+        sum_c delta[t,c,reads p] over the recomputations c that may read it. (Added here: with it and
+        r + s <= 1 the model is exact for MONeT's schedule space.)"""
+        st, reads = self.st, self.reads
+        pairs = np.arange(len(self.pair_t))
+        ones = np.ones(len(pairs))
+        parts = [(pairs, self.s0 + pairs, ones), (pairs, self.r0 + pairs, ones)]
+        for t in range(1, st.K + 1):
+            alive = st.alive(t)  # the pairs of stage t, in order
+            parts.append(_placed(self.pair[t, alive], self._a(t, alive), -1.0))
+        count = reads.by_u_start[self.pair_p + 1] - reads.by_u_start[self.pair_p]
+        readers = reads.by_u[_ranges(reads.by_u_start[self.pair_p], count)]
+        parts.append(_placed(np.repeat(pairs, count), self._sel(np.repeat(self.pair_t, count), readers), -1.0))
+        b.add_affine_rows(parts, -np.inf, 0.0, count=len(pairs))
+
+    def _add_backward_dependencies(self, b: ModelBuilder) -> None:
+        """eq. 7's backward part: the chosen implementation of backward node t has what it reads,
+        delta^[t,l] <= s[t,p] + r[t,p] for each p in D^l_t, summed over the implementations that read p."""
+        st = self.st
+        parts: list[Terms] = []
+        stage_of: list[int] = []
+        for t in range(1, st.K + 1):
+            ps = self.deps.read_by_any[t]
+            rows = len(stage_of) + np.arange(len(ps))
+            parts += [_placed(rows, self._bsel(t, ps)), _placed(rows, self._s(t, ps), -1.0),
+                      _placed(rows, self._r(t, ps), -1.0)]
+            stage_of += [t] * len(ps)
+        violated = b.add_affine_rows(parts, -np.inf, 0.0, count=len(stage_of))
+        self.violated += [f"backward node '{st.graph.ids[int(st.bwd[stage_of[i] - 1])]}' reads a value it cannot have"
+                          for i in violated.tolist()]
+
+    # ------------------------------------------------------------------ memory
+
+    def _add_memory(self, b: ModelBuilder, deadline: Deadline | None) -> None:
+        """The memory constraints (eq. 1, 5, 6, 12; C.1, C.2), stage by stage: the running total v of
+        the resident forward values along the stage's sweep, the local memory z, then one row per
+        compute step within the budget, less the fixed memory and the gradients held through the stage."""
+        st = self.st
+        fixed = float(st.graph.fixed_memory) / self.mem_scale
         self.v_cols: list[np.ndarray] = []
-        self.z_info: list[list[tuple[int, int, int, list[int]]]] = []  # per stage: (col, p, k, chain next)
-        for t in range(K + 1):
+        self.z_info: list[np.ndarray] = []  # per stage, one (column, value j, position k, chain next) per z
+        for t in range(st.K + 1):
             if deadline is not None and deadline.expired():
-                raise OutOfTime(f"the time limit ended while building the model ({t} of {K + 1} stages built)")
-            self._stage_memory(t, fixed, mem, ws)
+                raise OutOfTime(f"the time limit ended while building the model ({t} of {st.K + 1} stages built)")
+            alive = st.alive(t)
+            self.v_cols.append(self._add_running_total(b, t, alive))
+            self.z_info.append(self._add_local_memory(b, t, alive))
+            limit = (self.cap if self.cap is not None else 0.0) - fixed - float(st.grads[t]) / self.mem_scale
+            self._add_step_memory(b, t, alive, limit)
 
-        rows.flush(b)
-        self.model: SparseModel = b.build()
-        if self.budget_col is not None:
-            # Least peak: the budget alone is minimised (the duration is phase 2's objective).
-            self.model.cost[:] = 0.0
-            self.model.cost[self.budget_col] = 1.0
-        self.build_time_s = time.perf_counter() - start
-
-    # ------------------------------------------------------------------ expressions
-
-    def S(self, t: int, p: int) -> Lin:
-        """s[t,p]: p resident entering stage t (a constant outside its columns)."""
-        st = self.st
-        if 1 <= t <= st.last[p]:
-            return var(self.s0 + int(self.pair[t, p]))
-        return const(1.0 if (t == st.K + 1 and st.out[p]) else 0.0)
-
-    def R(self, t: int, p: int) -> Lin:
-        """r[t,p]: p computed in stage t (always in the forward pass)."""
-        if t == 0:
-            return const(1.0)
-        if 1 <= t <= self.st.last[p]:
-            return var(self.r0 + int(self.pair[t, p]))
-        return const(0.0)
-
-    def sel(self, t: int, p: int, reads: int | None = None) -> Lin:
-        """Sum of delta[t,p,l] over the implementations l of p that read position ``reads`` (all: None)."""
-        st = self.st
-        ops = st.ops[p]
-        chosen = [im for im in range(len(ops)) if reads is None or reads in st.op_inputs[p][im]]
-        if len(chosen) == len(ops):
-            return self.R(t, p)
-        if t == 0:
-            c0 = self.delta0[p]
-        else:
-            k = int(self.pair[t, p]) if 1 <= t <= st.last[p] else -1
-            if k < 0:
-                return const(0.0)
-            c0 = self.delta[k]
-        return Lin([c0 + im for im in chosen], [1.0] * len(chosen))
-
-    def bsel(self, t: int, p: int) -> Lin:
-        """Sum of delta^[t,l] over the implementations of backward node t that read position p."""
-        d = self.st.deps[t]
-        chosen = [im for im, dl in enumerate(d) if p in dl]
-        if len(chosen) == len(d):
-            return const(1.0)
-        return Lin([self.dhat[t] + im for im in chosen], [1.0] * len(chosen))
-
-    def a(self, t: int, p: int) -> Lin:
-        """a[t,p]: p resident behind the sweep of stage t, kept (s[t+1]) or read by the backward node."""
-        s_next = self.S(t + 1, p)
-        if t == 0:
-            return s_next
-        d = self.st.deps[t]
-        hat = self.bsel(t, p) if any(p in dl for dl in d) else const(0.0)
-        if not hat.cols:
-            return const(1.0) if (hat.const or s_next.const) else s_next
-        if not s_next.cols:
-            return const(1.0) if s_next.const else hat
-        # s OR dep = s + sum_l delta^_l - sum_l delta^_l * s (C.4).
-        out = Lin().add(s_next).add(hat)
-        for im, dl in enumerate(d):
-            if p in dl:
-                out.add(var(self.sm[(t, p, im)]), -1)
-        return out
-
-    # ------------------------------------------------------------------ memory rows
-
-    def _stage_memory(self, t: int, fixed: float, mem: np.ndarray, ws: np.ndarray) -> None:
-        st, b, rows = self.st, self.builder, self.rows
-        graph = st.graph
-        alive = st.alive(t)
+    def _add_running_total(self, b: ModelBuilder, t: int, alive: np.ndarray) -> np.ndarray:
+        """v[t,k]: the resident forward values around position k of stage t's sweep, sum_{j<k} a[t,j]
+        m_j + sum_{j>k} s[t,j] m_j (C.1, C.2), summed along the sweep, one short row per step rather
+        than a dense one: v[t,0] = sum_{k>=1} s[t,alive[k]] m; v[t,k+1] = v[t,k] + a[t,alive[k]] m -
+        s[t,alive[k+1]] m. Returns the columns."""
         n = len(alive)
         fm = self.fmem
-        limit = (self.cap if self.cap is not None else 0.0) - fixed - float(st.grads[t]) / self.mem_scale
-        budget_term = var(self.budget_col, -1.0) if self.budget_col is not None else Lin()
         v = b.add_vars(n + 1, lower=0.0, upper=np.inf, integer=False)
-        self.v_cols.append(v)
-        if n:
-            # v[t,0] = sum_{k>=1} s[t,alive[k]] m; v[t,k+1] = v[t,k] + a[t,alive[k]] m - s[t,alive[k+1]] m.
-            init = var(int(v[0]))
-            for q in alive[1:].tolist():
-                init.add(self.S(t, q), -fm[q])
-            rows.add(init, 0.0, 0.0)
-            for k in range(n):
-                p = int(alive[k])
-                step = Lin().add(var(int(v[k + 1]))).add(var(int(v[k])), -1).add(self.a(t, p), -fm[p])
-                if k + 1 < n:
-                    step.add(self.S(t, int(alive[k + 1])), fm[int(alive[k + 1])])
-                rows.add(step, 0.0, 0.0)
+        rows = np.arange(n + 1)
+        next_mem = fm[alive[1:]]
+        s_next = self._s(t, alive[1:])
+        a = self._a(t, alive)
+        b.add_affine_rows([(rows, v, np.ones(n + 1)),  # v[t,0], and v[t,k+1] in row k+1
+                           _placed(np.zeros(len(next_mem), dtype=np.int64), s_next, -next_mem),  # row 0
+                           (rows[1:], v[:-1], -np.ones(n)),
+                           _placed(rows[1:], a, -fm[alive][a[0]]),
+                           _placed(rows[1:], s_next, next_mem)],
+                          0.0, 0.0, count=n + 1)
+        return v
+
+    def _add_local_memory(self, b: ModelBuilder, t: int, alive: np.ndarray) -> np.ndarray:
+        """z[t,j,k]: j, behind position k of stage t's sweep, is still read by a recomputation at or
+        after k and is neither kept nor a dependency (the local memory L^k_i of eq. 12, counted
+        exactly). One column per position of j's range (up to its last reader), chained downwards,
+        z[k] >= z[k+1]; at each reader c, z >= (s + r)[t,j] * delta[t,c,reads j] - a[t,j], linearised as
+        in C.4: z >= s + r + delta - 1 - a (s + r <= 1). Returns (column, j, k, next column) per z."""
+        reads = self.reads
+        n = len(alive)
+        live = np.flatnonzero(self.st.last[reads.c] >= t) if t else np.arange(len(reads.c))
+        top = np.full(n, -1, dtype=np.int64)  # index of the last reader of alive[k] in the stage
+        np.maximum.at(top, np.searchsorted(alive, reads.u[live]), np.searchsorted(alive, reads.c[live]))
+        kj = np.flatnonzero(top >= 0)
+        count = top[kj] - kj
+        cols = b.add_vars(int(count.sum()), lower=0.0, upper=1.0, integer=False)
+        owner = np.repeat(np.arange(len(kj)), count)
+        k = _ranges(kj + 1, count)
+        j = alive[kj][owner]
+        chained = k < top[kj][owner]
+        nxt = np.where(chained, cols + 1, -1)
+        e = reads.find(alive[k], j)
+        read = e >= 0
+        # Rows in order of z: its chain row, then its row as a reader's.
+        per_z = chained.astype(np.int64) + read
+        base = np.cumsum(per_z) - per_z
+        chain_row, read_row = base[chained], (base + chained)[read]
+        lower = np.zeros(int(per_z.sum()))
+        lower[read_row] = -1.0
+        js = alive[kj]
+        b.add_affine_rows([(chain_row, cols[chained], np.ones(len(chain_row))),
+                           (chain_row, nxt[chained], -np.ones(len(chain_row))),
+                           (read_row, cols[read], np.ones(len(read_row))),
+                           _placed(read_row, self._s(t, j[read]), -1.0), _placed(read_row, self._r(t, j[read]), -1.0),
+                           _placed(read_row, self._sel(t, e[read]), -1.0),
+                           _placed(read_row, _gather(self._a(t, js), len(js), owner[read]))],
+                          lower, np.inf, count=len(lower))
+        return np.stack([cols, j, k, nxt], axis=1)
+
+    def _add_step_memory(self, b: ModelBuilder, t: int, alive: np.ndarray, limit: float) -> None:
+        """One memory row per compute step of stage t (eq. 1 in the forward pass, C.2's m_R for a
+        recomputation, eq. 5 for the backward node): v + sum_j m_j z[t,j,k] + the computed value and
+        its workspace, sum_l c_l delta[t,p,l] (eq. 12), within ``limit`` (less B for the least peak)."""
+        st = self.st
+        graph = st.graph
+        n = len(alive)
+        v, z = self.v_cols[t], self.z_info[t]
+        rows = np.arange(n)
+        op_first, op_count = self._op_first[alive], self._op_count[alive]
+        single, many = np.flatnonzero(op_count == 1), np.flatnonzero(op_count > 1)
+        first = self._delta0_first[alive] if t == 0 else self._delta_first[self.pair[t, alive]]
+        parts = [(rows, v[:n], np.ones(n)),
+                 (z[:, 2], z[:, 0], self.fmem[z[:, 1]]),
+                 _placed(rows, self._r(t, alive), self.fmem[alive]),  # the computed value
+                 # Its workspace: c r[t,p] with one implementation, sum_l c_l delta[t,p,l] with several.
+                 _placed(single, self._r(t, alive[single]), self.ws[op_first[single]]),
+                 (np.repeat(many, op_count[many]), _ranges(first[many], op_count[many]),
+                  self.ws[_ranges(op_first[many], op_count[many])])]
+        if self.budget_col is not None:
+            parts.append((rows, np.full(n, self.budget_col), -np.ones(n)))
+        violated = b.add_affine_rows(parts, -np.inf, limit, count=n)
+        self.violated += [f"forward node '{graph.ids[int(st.fwd[alive[i]])]}' at stage {t}" for i in violated.tolist()]
+        if t == 0:
+            return
+        # Backward node t: its value, and its workspace (a constant with one implementation).
+        bnode, ops = int(st.bwd[t - 1]), st.bops[t]
+        cols: list[int] = [int(v[n]), CONSTANT]
+        vals: list[float] = [1.0, float(self.mem[bnode])]
+        if len(ops) == 1:
+            cols.append(CONSTANT)
+            vals.append(float(self.ws[ops[0]]))
         else:
-            rows.add(var(int(v[0])), 0.0, 0.0)
+            cols.extend(self.dhat[t] + im for im in range(len(ops)))
+            vals.extend(self.ws[ops].tolist())
+        if self.budget_col is not None:
+            cols.append(self.budget_col)
+            vals.append(-1.0)
+        if len(b.add_affine_rows([(np.zeros(len(cols), dtype=np.int64), cols, vals)], -np.inf, limit, count=1)):
+            self.violated.append(f"backward node '{graph.ids[bnode]}'")
 
-        # z[t,j,k]: j (behind position k) is still read by a recomputation at or after k and is
-        # neither kept nor a dependency. One column per position in j's range, chained downwards.
-        z_at: list[list[tuple[int, int]]] = [[] for _ in range(n)]  # per position: (column, value position j)
-        info = []
-        if n:
-            index_of = np.full(st.F, -1, dtype=np.int64)
-            index_of[alive] = np.arange(n)
-            for kj, j in enumerate(alive.tolist()):
-                readers = [c for c in st.consumers[j] if index_of[c] >= 0]
-                if not readers:
-                    continue
-                top = int(index_of[max(readers)])
-                cols = b.add_vars(top - kj, lower=0.0, upper=1.0, integer=False)
-                exists = Lin().add(self.S(t, j)).add(self.R(t, j))
-                a_j = self.a(t, j)
-                for off, k in enumerate(range(kj + 1, top + 1)):
-                    col = int(cols[off])
-                    z_at[k].append((col, j))
-                    nxt = int(cols[off + 1]) if k < top else -1
-                    if nxt >= 0:
-                        rows.add(Lin().add(var(col)).add(var(nxt), -1), 0.0, np.inf)
-                    c = int(alive[k])
-                    if c in readers:
-                        # z >= (s + r) * delta[t,c,reads j] - a, with s + r <= 1 binary: >= s + r + delta - 1 - a.
-                        rows.add(Lin().add(var(col)).add(exists, -1).add(self.sel(t, c, j), -1).add(a_j),
-                                 -1.0, np.inf)
-                    info.append((col, j, k, nxt))
-        self.z_info.append(info)
+    # ------------------------------------------------------------------ objective
 
-        # One row per compute step of the stage: v + z + the computed value and its workspace.
-        for k in range(n):
-            p = int(alive[k])
-            row = Lin().add(var(int(v[k])))
-            for col, j in z_at[k]:
-                row.add(var(col), fm[j])
-            row.add(self.R(t, p), fm[p])
-            ops = st.ops[p]
+    def _set_objective(self) -> None:
+        """eq. 9: the durations of the forward pass, the recomputations and the backward nodes, each its
+        chosen implementation's, divided by their mean. A node with one implementation costs r's cost
+        in a recomputation and the constant ``offset`` in the forward pass and as a backward node. For
+        the least peak, the budget B alone is minimised (the duration is phase 2's objective)."""
+        st = self.st
+        dur = np.asarray(st.graph.op_duration, dtype=np.float64)
+        positive = dur[dur > 0]
+        self.dur_scale = float(positive.mean()) if len(positive) else 1.0
+        cost = dur / self.dur_scale
+        col_cost = self.model.cost
+        self.offset = 0.0
+        for p, ops in enumerate(st.ops):
             if len(ops) == 1:
-                row.add(self.R(t, p), ws[ops[0]])
+                self.offset += cost[ops[0]]
             else:
-                c0 = self.delta0[p] if t == 0 else self.delta[int(self.pair[t, p])]
-                row.add(Lin([c0 + im for im in range(len(ops))], [float(ws[op]) for op in ops]))
-            row.add(budget_term)
-            rows.add(row, -np.inf, limit, f"forward node '{graph.ids[int(st.fwd[p])]}' at stage {t}")
-        if t >= 1:
-            bnode = int(st.bwd[t - 1])
+                col_cost[self.delta0[p]:self.delta0[p] + len(ops)] = cost[ops]
+        single = np.flatnonzero(self._op_count[self.pair_p] == 1)
+        col_cost[self.r0 + single] = cost[self._op_first[self.pair_p[single]]]
+        for k, c0 in self.delta.items():
+            ops = st.ops[int(self.pair_p[k])]
+            col_cost[c0:c0 + len(ops)] = cost[ops]
+        for t in range(1, st.K + 1):
             ops = st.bops[t]
-            row = var(int(v[n])).add(const(mem[bnode]))
             if len(ops) == 1:
-                row.add(const(ws[ops[0]]))
+                self.offset += cost[ops[0]]
             else:
-                row.add(Lin([self.dhat[t] + im for im in range(len(ops))], [float(ws[op]) for op in ops]))
-            row.add(budget_term)
-            rows.add(row, -np.inf, limit, f"backward node '{graph.ids[bnode]}'")
+                col_cost[self.dhat[t]:self.dhat[t] + len(ops)] = cost[ops]
+        if self.budget_col is not None:
+            col_cost[:] = 0.0
+            col_cost[self.budget_col] = 1.0
 
     # ------------------------------------------------------------------ decode / encode
 
@@ -642,11 +824,32 @@ class MonetModel:
         dropped, as the model forbids them.
         """
         st = self.st
-        F, K = st.F, st.K
-        fwd_list = st.fwd.tolist()
-        if len(nodes) < F or nodes[:F].tolist() != fwd_list:
+        stages = self._read_sequence(nodes, impls)
+        if stages is None:
             return None
+        R, op, bop = stages
+        S = self._minimal_storage(R, op, bop)
+        if any((R[t] | S[t])[st.last < t].any() for t in range(1, st.K + 1)):
+            return None  # held or recomputed in a stage where the model has no column for it
         x = np.zeros(self.model.num_cols)
+        self._put_choices(x, R, S, op, bop)
+        self._put_local_memory(x, R, S, op)
+        self._put_running_totals(x)
+        if self.budget_col is not None:
+            # The least budget the point needs: the largest excess of a memory row (the rows with -B).
+            memory_rows = self.model.A[:, self.budget_col].nonzero()[0]
+            act = self.model.A[memory_rows] @ x
+            x[self.budget_col] = max(0.0, float(np.max(act - self.model.row_upper[memory_rows], initial=0.0)))
+        return x
+
+    def _read_sequence(self, nodes: np.ndarray, impls: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """A sequence's stages: R[t,p] (p computed in stage t), the implementation op[t,p] of each
+        computation and bop[t] of each backward node; None for a sequence of another shape."""
+        st = self.st
+        F, K = st.F, st.K
+        if len(nodes) < F or nodes[:F].tolist() != st.fwd.tolist():
+            return None
         R = np.zeros((K + 1, F), dtype=bool)
         R[0] = True
         op = np.zeros((K + 1, F), dtype=np.int64)
@@ -667,9 +870,14 @@ class MonetModel:
                 t += 1
             else:
                 return None
-        if t != K + 1:
-            return None
-        # Minimal storage, and no recomputation without a reader: s[t,p] = not r and (read or kept).
+        return (R, op, bop) if t == K + 1 else None
+
+    def _minimal_storage(self, R: np.ndarray, op: np.ndarray, bop: np.ndarray) -> np.ndarray:
+        """Minimal storage, and no recomputation without a reader: s[t,p] = not r and (read or kept),
+        the recomputations that nothing reads or keeps dropped from ``R`` (in place) until none is left.
+        Returns S, by stage 0..K+1."""
+        st = self.st
+        F, K = st.F, st.K
         while True:
             used = np.zeros((K + 2, F), dtype=bool)
             for t in range(K + 1):
@@ -685,51 +893,56 @@ class MonetModel:
                 S[t] = ~R[t] & (used[t] | S[t + 1])
             idle = R[1:K + 1] & ~used[1:K + 1] & ~S[2:K + 2]
             if not idle.any():
-                break
+                return S
             R[1:K + 1] &= ~idle
-        for t in range(1, K + 1):
-            if (R[t] | S[t])[st.last < t].any():
-                return None
-        for k in range(len(self.pair_t)):
+
+    def _put_choices(self, x: np.ndarray, R: np.ndarray, S: np.ndarray, op: np.ndarray, bop: np.ndarray) -> None:
+        """s, r, the implementations chosen (delta, delta^) and the products sm, into ``x``."""
+        pairs = np.arange(len(self.pair_t))
+        x[self.s0 + pairs] = S[self.pair_t, self.pair_p]
+        x[self.r0 + pairs] = R[self.pair_t, self.pair_p]
+        for k, c0 in self.delta.items():
             t, p = int(self.pair_t[k]), int(self.pair_p[k])
-            x[self.s0 + k] = S[t, p]
-            x[self.r0 + k] = R[t, p]
-            if k in self.delta and R[t, p]:
-                x[self.delta[k] + op[t, p]] = 1.0
+            if R[t, p]:
+                x[c0 + op[t, p]] = 1.0
         for p, c0 in self.delta0.items():
             x[c0 + op[0, p]] = 1.0
         for t, c0 in self.dhat.items():
             x[c0 + bop[t]] = 1.0
         for (t, p, im), col in self.sm.items():
             x[col] = float(im == bop[t] and S[t + 1, p])
-        # z by its chain from the top of each range, then the running totals.
-        for t in range(K + 1):
+
+    def _put_local_memory(self, x: np.ndarray, R: np.ndarray, S: np.ndarray, op: np.ndarray) -> None:
+        """z by its chain, from the top of each range down: j held, read by the recomputation at k,
+        and neither kept nor a dependency (eq. 12), or so further up the range."""
+        st = self.st
+        for t in range(st.K + 1):
             alive = st.alive(t)
-            for col, j, k, nxt in reversed(self.z_info[t]):
+            z = self.z_info[t]
+            a = _at(self._a(t, alive), x, len(alive))[np.searchsorted(alive, z[:, 1])]
+            for (col, j, k, nxt), a_j in zip(reversed(z.tolist()), reversed(a.tolist())):
                 c = int(alive[k])
                 need = 0.0
                 if R[t, c] and j in st.op_inputs[c][op[t, c]]:
                     exists = 1.0 if t == 0 else float(S[t, j] or R[t, j])
-                    need = exists - self.a(t, j).value(x)
+                    need = exists - a_j
                 x[col] = max(0.0, need, x[nxt] if nxt >= 0 else 0.0)
-        if self.budget_col is not None:
-            x[self.budget_col] = 0.0
-        for t in range(K + 1):
+
+    def _put_running_totals(self, x: np.ndarray) -> None:
+        """v by its rows, stage by stage, summed in the rows' order."""
+        st = self.st
+        for t in range(st.K + 1):
             alive = st.alive(t)
             v = self.v_cols[t]
-            total = sum(self.S(t, q).value(x) * self.fmem[q] for q in alive[1:].tolist())
+            s = (_at(self._s(t, alive), x, len(alive)) * self.fmem[alive]).tolist()
+            a = (_at(self._a(t, alive), x, len(alive)) * self.fmem[alive]).tolist()
+            total = sum(s[1:])
             x[v[0]] = total
-            for k, p in enumerate(alive.tolist()):
-                total += self.a(t, p).value(x) * self.fmem[p]
+            for k in range(len(alive)):
+                total += a[k]
                 if k + 1 < len(alive):
-                    total -= self.S(t, int(alive[k + 1])).value(x) * self.fmem[int(alive[k + 1])]
+                    total -= s[k + 1]
                 x[v[k + 1]] = total
-        if self.budget_col is not None:
-            # The least budget the point needs: the largest excess of a memory row (the rows with -B).
-            memory_rows = self.model.A[:, self.budget_col].nonzero()[0]
-            act = self.model.A[memory_rows] @ x
-            x[self.budget_col] = max(0.0, float(np.max(act - self.model.row_upper[memory_rows], initial=0.0)))
-        return x
 
 
 # ---------------------------------------------------------------------- the method
@@ -883,9 +1096,9 @@ class Monet(Method):
             except OutOfTime as exc:
                 return fallback(candidates, str(exc), deadline, stats)
         stats.update(model_stats(mm))
-        if mm.rows.violated:
+        if mm.violated:
             return MethodResult(Status.INFEASIBLE, solve_time_s=deadline.elapsed(), stats=stats, message=(
-                f"no MONeT schedule fits the budget: {mm.rows.violated[0]} needs more than {budget} "
+                f"no MONeT schedule fits the budget: {mm.violated[0]} needs more than {budget} "
                 "whatever is stored or recomputed"))
         if start is None and candidates:
             start, start_from = warm_start(mm, candidates)

@@ -432,64 +432,46 @@ def twremat_schedule(graph: Graph, tree: SeparatorTree, k: int = 1,
     The build is abandoned, and None returned, when ``should_stop`` (polled
     now and then) answers True or the schedule passes ``max_steps`` steps.
     """
-    inputs = dependencies(graph)
-    home = tree.home
-    region_at = tree.region_at
-    base = [not tree.children[r] or tree.size[r] < k for r in range(len(tree.size))]
-    # One flat array of steps, 8 bytes each: v >= 0 computes v, ~v (negative) frees v.
-    steps = array("q")
-    emit = steps.append
-
-    def call(region: int, targets: tuple[int, ...]) -> Iterator[tuple[int, tuple[int, ...]]]:
-        """One call TWRemat(V'(region), targets); yields the sub-calls it makes, in order."""
-        d = tree.depth[region]
-        needed = _need(inputs, region_at[d], region, targets)
-        keep = set(targets)
-        if base[region]:
-            row = region_at[d]
-            last_use: dict[int, int] = {}
-            for i, u in enumerate(needed):
-                for w in inputs[u]:
-                    if row[w] == region:  # inputs outside the region belong to callers
-                        last_use[w] = i
-            frees_after: dict[int, list[int]] = {}
-            for w in needed:  # in topological order, as the baseline frees
-                if w in last_use and w not in keep:
-                    frees_after.setdefault(last_use[w], []).append(w)
-            for i, u in enumerate(needed):
-                emit(u)
-                for w in frees_after.get(i, ()):
-                    emit(~w)
-            return
-        below = region_at[d + 1]  # a node's component (child region), -1 if in a separator
-        separator = [v for v in needed if home[v] == region]
-        for v in separator:
-            parts: dict[int, list[int]] = {}
-            for u in inputs[v]:
-                if below[u] >= 0:
-                    parts.setdefault(below[u], []).append(u)
-            for child, part in parts.items():
-                yield child, tuple(sorted(part))
-            emit(v)
-            for part in parts.values():
-                for u in part:
-                    emit(~u)
-        parts = {}
-        for u in targets:
-            if below[u] >= 0:
-                parts.setdefault(below[u], []).append(u)
-        for child, part in parts.items():
-            yield child, tuple(part)  # targets are sorted, so each part is too
-        for v in separator:
-            if v not in keep:
-                emit(~v)
-
-    done: dict[tuple[int, tuple[int, ...]], tuple[int, int]] = {}  # call -> its steps' slice
-
+    algorithm = _Algorithm1(graph, tree, k)
     limit = max_steps if max_steps is not None else float("inf")
+    # Nodes no output depends on: sinks that are not outputs head them (sinks of the first
+    # implementations' inputs, which may read less than the node lists). Run them first and
+    # drop them, so the main pass never meets a resident value it wants to compute.
+    read = np.zeros(graph.n, dtype=bool)
+    for ins in algorithm.inputs:
+        read[list(ins)] = True
+    unread = tuple(np.flatnonzero(~read & ~graph.is_output).tolist())
+    if unread:
+        if not algorithm.run(unread, should_stop, limit):
+            return None
+        for v in unread:
+            algorithm.steps.append(~v)
+    if not algorithm.run(tuple(sorted(graph.output_indices)), should_stop, limit):
+        return None
+    encoded = np.frombuffer(algorithm.steps, dtype=np.int64)
+    is_free = encoded < 0
+    return Schedule(np.where(is_free, FREE, COMPUTE).astype(np.int8),
+                    np.where(is_free, ~encoded, encoded), np.zeros(len(encoded), dtype=np.int64))
 
-    def run(targets: tuple[int, ...]) -> bool:
-        stack = [(call(0, targets), (0, targets), len(steps))]
+
+class _Algorithm1:
+    """The steps of TWRemat(k) on one separator tree, in one flat array of 8 bytes a step: v >= 0
+    computes v, ~v (negative) frees v. A call TWRemat(V', S) is a generator that emits its own
+    steps and yields the sub-calls it makes, in order; `run` drives them on an explicit stack, and
+    a call made again (same region, same S) copies the steps the first one emitted."""
+
+    def __init__(self, graph: Graph, tree: SeparatorTree, k: int) -> None:
+        self.inputs = dependencies(graph)
+        self.tree = tree
+        # A region of a single bag, or of fewer than k bags, is a base case (TWRemat(k), Section 4.3).
+        self.base = [not tree.children[r] or tree.size[r] < k for r in range(len(tree.size))]
+        self.steps = array("q")
+        self.done: dict[tuple[int, tuple[int, ...]], tuple[int, int]] = {}  # call -> its steps' slice
+
+    def run(self, targets: tuple[int, ...], should_stop: Callable[[], bool] | None, limit: float) -> bool:
+        """TWRemat(V, targets); False when ``should_stop`` answers True or past ``limit`` steps."""
+        steps, done = self.steps, self.done
+        stack = [(self.call(0, targets), (0, targets), len(steps))]
         polls = 0
         while stack:
             if len(steps) > limit:
@@ -504,31 +486,68 @@ def twremat_schedule(graph: Graph, tree: SeparatorTree, k: int = 1,
             if seen is not None:
                 steps.extend(steps[seen[0]:seen[1]])
                 continue
-            stack.append((call(*request), request, len(steps)))
+            stack.append((self.call(*request), request, len(steps)))
             polls += 1
             if should_stop is not None and polls % 4096 == 0 and should_stop():
                 return False
         return len(steps) <= limit
 
-    outputs = tuple(sorted(graph.output_indices))
-    # Nodes no output depends on: sinks that are not outputs head them (sinks of the first
-    # implementations' inputs, which may read less than the node lists). Run them first and
-    # drop them, so the main pass never meets a resident value it wants to compute.
-    read = np.zeros(graph.n, dtype=bool)
-    for ins in inputs:
-        read[list(ins)] = True
-    unread = tuple(np.flatnonzero(~read & ~graph.is_output).tolist())
-    if unread:
-        if not run(unread):
-            return None
-        for v in unread:
-            emit(~v)
-    if not run(outputs):
-        return None
-    encoded = np.frombuffer(steps, dtype=np.int64)
-    is_free = encoded < 0
-    return Schedule(np.where(is_free, FREE, COMPUTE).astype(np.int8),
-                    np.where(is_free, ~encoded, encoded), np.zeros(len(encoded), dtype=np.int64))
+    def call(self, region: int, targets: tuple[int, ...]) -> Iterator[tuple[int, tuple[int, ...]]]:
+        """One call TWRemat(V'(region), targets); yields the sub-calls it makes, in order."""
+        tree = self.tree
+        d = tree.depth[region]
+        needed = _need(self.inputs, tree.region_at[d], region, targets)
+        if self.base[region]:
+            self._base_case(tree.region_at[d], region, needed, set(targets))
+            return
+        below = tree.region_at[d + 1]  # a node's component (child region), -1 if in a separator
+        separator = [v for v in needed if tree.home[v] == region]
+        yield from self._separator(separator, below)
+        # Then each component computes its part of S, which stays resident; X* \ S is freed.
+        parts: dict[int, list[int]] = {}
+        for u in targets:
+            if below[u] >= 0:
+                parts.setdefault(below[u], []).append(u)
+        for child, part in parts.items():
+            yield child, tuple(part)  # targets are sorted, so each part is too
+        keep = set(targets)
+        emit = self.steps.append
+        for v in separator:
+            if v not in keep:
+                emit(~v)
+
+    def _separator(self, separator: list[int], below: list[int]) -> Iterator[tuple[int, tuple[int, ...]]]:
+        """For each v of X* that S needs, in topological order: each component computes v's inputs
+        in it, v is computed, and those inputs are freed."""
+        inputs, emit = self.inputs, self.steps.append
+        for v in separator:
+            parts: dict[int, list[int]] = {}
+            for u in inputs[v]:
+                if below[u] >= 0:
+                    parts.setdefault(below[u], []).append(u)
+            for child, part in parts.items():
+                yield child, tuple(sorted(part))
+            emit(v)
+            for part in parts.values():
+                for u in part:
+                    emit(~u)
+
+    def _base_case(self, row: list[int], region: int, needed: list[int], keep: set[int]) -> None:
+        """need(V', S) in topological order, each value freed after its last use in the region."""
+        inputs, emit = self.inputs, self.steps.append
+        last_use: dict[int, int] = {}
+        for i, u in enumerate(needed):
+            for w in inputs[u]:
+                if row[w] == region:  # inputs outside the region belong to callers
+                    last_use[w] = i
+        frees_after: dict[int, list[int]] = {}
+        for w in needed:  # in topological order, as the baseline frees
+            if w in last_use and w not in keep:
+                frees_after.setdefault(last_use[w], []).append(w)
+        for i, u in enumerate(needed):
+            emit(u)
+            for w in frees_after.get(i, ()):
+                emit(~w)
 
 
 # ---------------------------------------------------------------------- the method

@@ -2,10 +2,12 @@
 
 Formulations (checkmate, checkmate-lp, monet) build their models as numpy
 arrays in blocks, never term by term in Python objects: a `ModelBuilder`
-collects variable blocks and COO constraint blocks, and `build` turns them
-into one CSR matrix. `solve_milp` passes it to HiGHS in one call
-(``Highs.passModel``), or, with ``backend="pulp:NAME"``, writes the same model
-through PuLP for CBC, Gurobi, CPLEX or any other solver PuLP finds.
+collects variable blocks and COO constraint blocks (`add_affine_rows` also
+takes constant terms, for a formulation whose variables exist only for some
+indices, as MONeT's), and `build` turns them into one CSR matrix. `solve_milp`
+passes it to HiGHS in one call (``Highs.passModel``), or, with
+``backend="pulp:NAME"``, writes the same model through PuLP for CBC, Gurobi,
+CPLEX or any other solver PuLP finds.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any
@@ -57,6 +60,10 @@ class SparseModel:
         ))
 
 
+CONSTANT = -1
+"""The column of a constant term in `ModelBuilder.add_affine_rows`."""
+
+
 class ModelBuilder:
     """Collects variable blocks and constraint blocks, then builds one `SparseModel`."""
 
@@ -98,6 +105,35 @@ class ModelBuilder:
         self._row_lower.append(np.broadcast_to(np.asarray(lower, dtype=np.float64), (count,)).copy())
         self._row_upper.append(np.broadcast_to(np.asarray(upper, dtype=np.float64), (count,)).copy())
         self.num_rows += count
+
+    def add_affine_rows(self, parts: Sequence[tuple[Any, Any, Any]], lower: Any, upper: Any,
+                        count: int) -> np.ndarray:
+        """Add ``count`` rows ``lower <= sum of terms <= upper`` whose terms may be constants.
+
+        ``parts`` are blocks of COO triplets (local row ids, columns, values), in the order their
+        terms are summed. An entry whose column is `CONSTANT` is a constant term: a formulation whose
+        variables exist only for some indices (and are constants elsewhere) writes each term the same
+        way. Constants are moved into the bounds. A row left with no column is not added, since no
+        variable can change it: returns the local ids of those whose constant lies outside their
+        bounds, for the caller to report.
+        """
+        def cat(k: int, dtype: Any) -> np.ndarray:
+            arrays = [np.asarray(part[k], dtype=dtype).reshape(-1) for part in parts]
+            return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
+
+        rows, cols, vals = cat(0, np.int64), cat(1, np.int64), cat(2, np.float64)
+        lower = np.broadcast_to(np.asarray(lower, dtype=np.float64), (count,))
+        upper = np.broadcast_to(np.asarray(upper, dtype=np.float64), (count,))
+        constant = cols == CONSTANT
+        offset = np.bincount(rows[constant], weights=vals[constant], minlength=count)  # summed in order
+        has_column = np.zeros(count, dtype=bool)
+        has_column[rows[~constant]] = True
+        empty = ~has_column
+        violated = np.flatnonzero(empty & ((offset < lower - 1e-9) | (offset > upper + 1e-9)))
+        renumbered = np.cumsum(has_column) - 1
+        self.add_rows(renumbered[rows[~constant]], cols[~constant], vals[~constant],
+                      (lower - offset)[has_column], (upper - offset)[has_column], count=int(has_column.sum()))
+        return violated
 
     def build(self) -> SparseModel:
         def cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
@@ -250,6 +286,22 @@ def _solve_highs(model: SparseModel, time_limit: float | None, threads: int | No
 
     h = highspy.Highs()
     h.silent()
+    h.passModel(_highs_lp(model, relax))
+    _set_highs_options(h, time_limit, threads, mip_gap, seed, relax, options)
+    if start is not None and not relax:
+        sol = highspy.HighsSolution()
+        sol.col_value = np.asarray(start, dtype=np.float64)
+        sol.value_valid = True
+        h.setSolution(sol)
+    t0 = time.perf_counter()
+    incumbents = _run_highs(h, t0, relax, keep_incumbents, on_incumbent)
+    return _highs_answer(h, model, relax, time.perf_counter() - t0, incumbents)
+
+
+def _highs_lp(model: SparseModel, relax: bool) -> Any:
+    """``model`` as a ``highspy.HighsLp`` (rowwise matrix; infinite row bounds as HiGHS's own infinity)."""
+    import highspy
+
     lp = highspy.HighsLp()
     lp.num_col_ = model.num_cols
     lp.num_row_ = model.num_rows
@@ -265,7 +317,12 @@ def _solve_highs(model: SparseModel, time_limit: float | None, threads: int | No
     if not relax and model.integer.any():
         kinds = np.where(model.integer, int(highspy.HighsVarType.kInteger), int(highspy.HighsVarType.kContinuous))
         lp.integrality_ = [highspy.HighsVarType(int(k)) for k in kinds]
-    h.passModel(lp)
+    return lp
+
+
+def _set_highs_options(h: Any, time_limit: float | None, threads: int | None, mip_gap: float | None,
+                       seed: int | None, relax: bool, options: dict[str, Any]) -> None:
+    """The shared settings in HiGHS's names, then the caller's ``options`` as they are (they win)."""
     if time_limit is not None:
         h.setOptionValue("time_limit", max(float(time_limit), 0.01))
     if threads:
@@ -281,15 +338,12 @@ def _solve_highs(model: SparseModel, time_limit: float | None, threads: int | No
         h.setOptionValue("presolve", "off")
     for key, value in options.items():
         h.setOptionValue(key, value)
-    if start is not None and not relax:
-        sol = highspy.HighsSolution()
-        sol.col_value = np.asarray(start, dtype=np.float64)
-        sol.value_valid = True
-        h.setSolution(sol)
 
+
+def _run_highs(h: Any, t0: float, relax: bool, keep_incumbents: bool, on_incumbent: Any) -> list[Incumbent]:
+    """Run the solver; returns the incumbents of a MIP as they improved (times from ``t0``)."""
     incumbents: list[Incumbent] = []
     lock = threading.Lock()
-    t0 = time.perf_counter()
 
     def on_improving(event: Any) -> None:
         data = event.data_out
@@ -311,7 +365,14 @@ def _solve_highs(model: SparseModel, time_limit: float | None, threads: int | No
     # Ctrl-C cancels the search and keeps the incumbent (see `run_interruptibly`).
     h.HandleUserInterrupt = True
     run_interruptibly(h.run, h.cancelSolve)
-    elapsed = time.perf_counter() - t0
+    return incumbents
+
+
+def _highs_answer(h: Any, model: SparseModel, relax: bool, elapsed: float,
+                  incumbents: list[Incumbent]) -> MilpSolution:
+    """What HiGHS found, after `_run_highs`: status, solution, objective and bound."""
+    import highspy
+
     status = h.getModelStatus()
     info = h.getInfo()
     solution = h.getSolution()
