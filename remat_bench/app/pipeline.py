@@ -194,8 +194,28 @@ def run(
     bounds = bounds if bounds is not None else BoundCache(default_cache_folder())
     if not isinstance(budget, Budget):
         budget = parse_budget(str(budget), graph)
+    result = _new_result(graph, method, cls, parsed, budget)
+    if _refused(graph, cls, budget, result):
+        return result
+    if bound:
+        time_limit = _bound(graph, budget, time_limit, bounds, result)
+    start = time.perf_counter()
+    answer = _solve(graph, method, cls, parsed, budget, time_limit, bounds)
+    wall = time.perf_counter() - start
+    result.termination = termination_of(answer, wall, time_limit)
+    result.solve_time_s = answer.solve_time_s or wall
+    result.objective = answer.objective
+    result.lower_bound = answer.lower_bound
+    result.stats = {**answer.stats, "bound_any_order": result.stats_bound}
+    result.status = answer.status
+    result.message = answer.message
+    return _score(graph, budget, answer, result)
+
+
+def _new_result(graph: Graph, method: str, cls: type[Method], parsed: dict[str, Any], budget: Budget) -> RunResult:
+    """The run's record before anything is decided: status error until something better is known."""
     base = baseline(graph)
-    result = RunResult(
+    return RunResult(
         graph=graph.name,
         graph_sha256=graph.sha256,
         method=method,
@@ -209,30 +229,45 @@ def run(
         space=cls.space(parsed),
     )
 
+
+def _refused(graph: Graph, cls: type[Method], budget: Budget, result: RunResult) -> bool:
+    """Answer without running the method, when the budget is below the memory floor or the method
+    does not apply (`Method.skip`); True when ``result`` is then final."""
     floor = memory_floor(graph)
     if budget.amount is not None and budget.amount < floor.amount:
         result.status = Status.INFEASIBLE
         result.message = floor.message(budget.amount)
         result.below_floor = True
         result.termination = Termination.CONVERGED  # proven at once by the memory floor
-        return result
+        return True
     reason = cls.skip(graph, budget.amount)
     if reason is not None:
         result.status, result.message = Status.UNSUPPORTED, reason
         result.termination = Termination.NOT_APPLICABLE
-        return result
-    if bound:
-        # The bound is part of the run's time: at most a tenth of the limit, and the method gets the rest.
-        bound_start = time.perf_counter()
-        effort = 30.0 if time_limit is None else max(0.5, min(30.0, time_limit / 10))
-        any_order, from_cache = bounds.get(graph, budget.amount, effort)
-        result.bound_time_s = time.perf_counter() - bound_start
-        result.lower_bound_any_order = any_order.value
-        result.stats_bound = {**any_order.as_dict(), "from_cache": from_cache}
-        if time_limit is not None:
-            time_limit = max(time_limit - result.bound_time_s, 0.1 * time_limit)
+        return True
+    return False
 
-    start = time.perf_counter()
+
+def _bound(graph: Graph, budget: Budget, time_limit: float | None, bounds: BoundCache,
+           result: RunResult) -> float | None:
+    """The any-order lower bound, recorded in ``result``; returns the time limit left for the method.
+
+    The bound is part of the run's time: at most a tenth of the limit, and the method gets the rest.
+    """
+    bound_start = time.perf_counter()
+    effort = 30.0 if time_limit is None else max(0.5, min(30.0, time_limit / 10))
+    any_order, from_cache = bounds.get(graph, budget.amount, effort)
+    result.bound_time_s = time.perf_counter() - bound_start
+    result.lower_bound_any_order = any_order.value
+    result.stats_bound = {**any_order.as_dict(), "from_cache": from_cache}
+    if time_limit is not None:
+        time_limit = max(time_limit - result.bound_time_s, 0.1 * time_limit)
+    return time_limit
+
+
+def _solve(graph: Graph, method: str, cls: type[Method], parsed: dict[str, Any], budget: Budget,
+           time_limit: float | None, bounds: BoundCache) -> MethodResult:
+    """The method's answer; its failures (out of memory, a model too large, a bug) are answers too."""
     try:
         method_params = {k: v for k, v in parsed.items() if k not in PIPELINE_PARAMS}
         solver = cls()
@@ -258,15 +293,7 @@ def run(
         answer.message = ("interrupted: the best schedule found before Ctrl-C" if answer.schedule is not None
                           else "interrupted before a schedule was found") + (
                               f"; {answer.message}" if answer.message else "")
-    wall = time.perf_counter() - start
-    result.termination = termination_of(answer, wall, time_limit)
-    result.solve_time_s = answer.solve_time_s or wall
-    result.objective = answer.objective
-    result.lower_bound = answer.lower_bound
-    result.stats = {**answer.stats, "bound_any_order": result.stats_bound}
-    result.status = answer.status
-    result.message = answer.message
-    return _score(graph, budget, answer, result)
+    return answer
 
 
 def _score(graph: Graph, budget: Budget, answer: MethodResult, result: RunResult) -> RunResult:

@@ -117,20 +117,40 @@ class Graph:
         return GraphError(f"{self.source}: {message}")
 
     def _build_index(self, outputs: Sequence[str] | None) -> None:
-        nodes = self.nodes
-        if not nodes:
+        """Check the nodes and build the integer-indexed tables the simulator and the methods read.
+
+        Each step refuses what it checks in one sentence; a graph with several faults gets the
+        first step's, so the order of the steps is part of what users see.
+        """
+        self._index_ids()
+        self._check_node_values()
+        self.inputs: list[tuple[int, ...]] = [self._resolve(node, node.inputs, "input") for node in self.nodes]
+        self._check_acyclic_and_ordered()
+        self._build_ops()
+        self._build_sizes()
+        self._check_totals()
+        self._build_consumers()
+        self._build_outputs(outputs)
+        self.is_forward = np.array([node.kind == "forward" for node in self.nodes], dtype=bool)
+        self._check_grad_of()
+
+    def _index_ids(self) -> None:
+        """``ids`` and ``index`` (id -> position); refuses an empty graph and a repeated id."""
+        if not self.nodes:
             raise self._fail("the graph has no nodes")
-        self.ids: list[str] = [node.id for node in nodes]
+        self.ids: list[str] = [node.id for node in self.nodes]
         self.index: dict[str, int] = {}
-        for i, node in enumerate(nodes):
+        for i, node in enumerate(self.nodes):
             if node.id in self.index:
                 raise self._fail(
                     f"node id '{node.id}' appears twice (nodes[{self.index[node.id]}] and nodes[{i}])"
                 )
             self.index[node.id] = i
-        self.n = len(nodes)
+        self.n = len(self.nodes)
 
-        for node in nodes:
+    def _check_node_values(self) -> None:
+        """Every size and cost a finite number >= 0, every kind known, and the fixed memory too."""
+        for node in self.nodes:
             for label, value in (
                 ("memory", node.memory),
                 ("duration", node.duration),
@@ -145,27 +165,25 @@ class Graph:
         if not math.isfinite(self.fixed_memory) or self.fixed_memory < 0:
             raise self._fail(f"fixed_memory is {self.fixed_memory}; it must be a non-negative finite number")
 
-        # Inputs: every id must exist; duplicates are read once (a value is resident or not).
-        def resolve(node: Node, names: Sequence[str], what: str) -> tuple[int, ...]:
-            seen: dict[int, None] = {}
-            for name in names:
-                j = self.index.get(name)
-                if j is None:
-                    raise self._fail(f"node '{node.id}' lists {what} '{name}', which is not a node of the graph")
-                seen[j] = None
-            return tuple(seen)
+    def _resolve(self, node: Node, names: Sequence[str], what: str) -> tuple[int, ...]:
+        """Indices of the nodes ``names`` lists, each once (a value is resident or not); refuses an unknown id."""
+        seen: dict[int, None] = {}
+        for name in names:
+            j = self.index.get(name)
+            if j is None:
+                raise self._fail(f"node '{node.id}' lists {what} '{name}', which is not a node of the graph")
+            seen[j] = None
+        return tuple(seen)
 
-        self.inputs: list[tuple[int, ...]] = [resolve(node, node.inputs, "input") for node in nodes]
-        self._check_acyclic_and_ordered()
-
-        # Ops: one per implementation, or one for a node without implementations.
+    def _build_ops(self) -> None:
+        """The op tables: one op per implementation, or one for a node without implementations."""
         op_start = [0]
         op_node: list[int] = []
         op_names: list[str] = []
         op_duration: list[Number] = []
         op_workspace: list[Number] = []
         op_inputs: list[tuple[int, ...]] = []
-        for i, node in enumerate(nodes):
+        for i, node in enumerate(self.nodes):
             if node.implementations:
                 names = [impl.name for impl in node.implementations]
                 if len(set(names)) != len(names):
@@ -175,18 +193,7 @@ class Graph:
                     op_names.append(impl.name)
                     op_duration.append(_as_number(impl.duration))
                     op_workspace.append(_as_number(impl.workspace))
-                    if impl.inputs is None:
-                        op_inputs.append(self.inputs[i])
-                    else:
-                        ins = resolve(node, impl.inputs, f"input of implementation '{impl.name}'")
-                        for j in ins:
-                            if j >= i:
-                                raise self._fail(
-                                    f"implementation '{impl.name}' of node '{node.id}' uses "
-                                    f"'{self.ids[j]}', which is not listed before it; nodes must "
-                                    "appear in a topological order"
-                                )
-                        op_inputs.append(ins)
+                    op_inputs.append(self._implementation_inputs(i, impl))
             else:
                 op_node.append(i)
                 op_names.append("default")
@@ -204,21 +211,40 @@ class Graph:
         self.op_in_idx = np.fromiter(
             (j for ins in op_inputs for j in ins), dtype=np.int64, count=int(self.op_in_ptr[-1])
         )
-
-        self.memory = _number_array([_as_number(node.memory) for node in nodes])
         self.op_duration = _number_array(op_duration)
         self.op_workspace = _number_array(op_workspace)
-        # A node's own duration and workspace are those of its first op.
+
+    def _implementation_inputs(self, i: int, impl: Implementation) -> tuple[int, ...]:
+        """What implementation ``impl`` of node i reads: its own inputs, else the node's."""
+        if impl.inputs is None:
+            return self.inputs[i]
+        node = self.nodes[i]
+        ins = self._resolve(node, impl.inputs, f"input of implementation '{impl.name}'")
+        for j in ins:
+            if j >= i:
+                raise self._fail(
+                    f"implementation '{impl.name}' of node '{node.id}' uses "
+                    f"'{self.ids[j]}', which is not listed before it; nodes must "
+                    "appear in a topological order"
+                )
+        return ins
+
+    def _build_sizes(self) -> None:
+        """Node sizes as arrays: memory, and a node's own duration and workspace (those of its first op)."""
+        self.memory = _number_array([_as_number(node.memory) for node in self.nodes])
         self.duration = self.op_duration[self.op_start[:-1]]
         self.workspace = self.op_workspace[self.op_start[:-1]]
-        self._check_totals()
 
-        consumers: list[list[int]] = [[] for _ in nodes]
+    def _build_consumers(self) -> None:
+        """``consumers[v]``: the nodes that read v, in node order."""
+        consumers: list[list[int]] = [[] for _ in self.nodes]
         for v, ins in enumerate(self.inputs):
             for u in ins:
                 consumers[u].append(v)
         self.consumers: list[tuple[int, ...]] = [tuple(c) for c in consumers]
 
+    def _build_outputs(self, outputs: Sequence[str] | None) -> None:
+        """The outputs named (each once), or by default every node nothing consumes."""
         if outputs is None:
             self.output_indices: tuple[int, ...] = tuple(
                 v for v in range(self.n) if not self.consumers[v]
@@ -235,8 +261,9 @@ class Graph:
         self.is_output = np.zeros(self.n, dtype=bool)
         self.is_output[list(self.output_indices)] = True
 
-        self.is_forward = np.array([node.kind == "forward" for node in nodes], dtype=bool)
-        for node in nodes:
+    def _check_grad_of(self) -> None:
+        """Every ``grad_of`` names a node of the graph."""
+        for node in self.nodes:
             if node.grad_of is not None and node.grad_of not in self.index:
                 raise self._fail(
                     f"node '{node.id}' has grad_of '{node.grad_of}', which is not a node of the graph"

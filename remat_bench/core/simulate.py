@@ -15,7 +15,7 @@ and every input at once. It handles millions of steps per second.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -83,38 +83,68 @@ def _item(x: Any) -> Number:
 def simulate(graph: Graph, schedule: Schedule) -> Simulation:
     """Walk ``schedule`` over ``graph`` under the memory and time model of docs/design.md section 3."""
     kinds, nodes, impls = schedule.kinds, schedule.nodes, schedule.impls
-    S = len(kinds)
-    n = graph.n
     is_compute = kinds == COMPUTE
-    violations: list[tuple[int, str, str]] = []  # (step, node id, message) candidates
+    unscorable = _index_violation(graph, nodes, impls, is_compute)
+    if unscorable is not None:
+        return _invalid_at_start(graph, schedule, unscorable)
+    ops = np.where(is_compute, graph.op_start[nodes] + impls, -1)
+    events = _events_by_node(kinds, nodes)
+    violation = _first_violation(graph, nodes, is_compute, ops, events)
+    return _measure(graph, nodes, is_compute, ops, violation)
 
-    # Indices out of range cannot be scored at all: report the first one.
-    bad = np.flatnonzero((nodes < 0) | (nodes >= n))
+
+def _index_violation(graph: Graph, nodes: np.ndarray, impls: np.ndarray, is_compute: np.ndarray
+                     ) -> Violation | None:
+    """The first node or implementation index out of range: such a schedule cannot be scored at all."""
+    bad = np.flatnonzero((nodes < 0) | (nodes >= graph.n))
     if len(bad):
         s = int(bad[0])
         why = f"step {s} names node index {nodes[s]}, which is not in the graph"
-        return _invalid_at_start(graph, schedule, Violation(s, str(nodes[s]), why))
+        return Violation(s, str(nodes[s]), why)
     n_impl = graph.op_start[1:] - graph.op_start[:-1]
     bad = np.flatnonzero(is_compute & ((impls < 0) | (impls >= n_impl[nodes])))
     if len(bad):
         s = int(bad[0])
         v = int(nodes[s])
         why = f"step {s} computes '{graph.ids[v]}' with implementation {impls[s]}, which it does not have"
-        return _invalid_at_start(graph, schedule, Violation(s, graph.ids[v], why))
-    ops = np.where(is_compute, graph.op_start[nodes] + impls, -1)
+        return Violation(s, graph.ids[v], why)
+    return None
 
-    # Events of each node in step order: sort by (node, step).
+
+class _EventsByNode(NamedTuple):
+    """The steps sorted by (node, step): each node's events in step order, one node after another."""
+
+    order: np.ndarray  # step of each sorted event
+    nodes: np.ndarray
+    kinds: np.ndarray
+
+
+def _events_by_node(kinds: np.ndarray, nodes: np.ndarray) -> _EventsByNode:
     order = np.argsort(nodes, kind="stable")
-    sorted_nodes = nodes[order]
-    sorted_kinds = kinds[order]
+    return _EventsByNode(order, nodes[order], kinds[order])
+
+
+def _first_violation(graph: Graph, nodes: np.ndarray, is_compute: np.ndarray, ops: np.ndarray,
+                     events: _EventsByNode) -> Violation | None:
+    """The earliest step that breaks the model; failing none, the first end-of-schedule check that fails."""
+    violations = _residency_violations(graph, nodes, events)
+    violations += _input_violations(graph, nodes, is_compute, ops, events)
+    if violations:
+        return Violation(*min(violations))
+    return _end_violation(graph, nodes, is_compute, events)
+
+
+def _residency_violations(graph: Graph, nodes: np.ndarray, events: _EventsByNode) -> list[tuple[int, str, str]]:
+    """The first compute of a resident node and the first free of a non-resident one."""
+    S = len(nodes)
     first_of_node = np.ones(S, dtype=bool)
-    first_of_node[1:S] = sorted_nodes[1:] != sorted_nodes[:-1]
+    first_of_node[1:S] = events.nodes[1:] != events.nodes[:-1]
     prev_kind = np.full(S, FREE, dtype=np.int8)
-    prev_kind[1:] = sorted_kinds[:-1]
+    prev_kind[1:] = events.kinds[:-1]
     resident_before = ~first_of_node & (prev_kind == COMPUTE)
-    # compute v with v resident; free v with v not resident.
-    bad_compute = order[(sorted_kinds == COMPUTE) & resident_before]
-    bad_free = order[(sorted_kinds == FREE) & ~resident_before]
+    bad_compute = events.order[(events.kinds == COMPUTE) & resident_before]
+    bad_free = events.order[(events.kinds == FREE) & ~resident_before]
+    violations: list[tuple[int, str, str]] = []  # (step, node id, message)
     if len(bad_compute):
         s = int(bad_compute.min())
         v = graph.ids[int(nodes[s])]
@@ -124,55 +154,64 @@ def simulate(graph: Graph, schedule: Schedule) -> Simulation:
         s = int(bad_free.min())
         v = graph.ids[int(nodes[s])]
         violations.append((s, v, f"step {s} (free '{v}'): '{v}' is not resident"))
+    return violations
 
-    # Inputs: for every (compute step s, input u), the last event of u before s must be a compute.
+
+def _input_violations(graph: Graph, nodes: np.ndarray, is_compute: np.ndarray, ops: np.ndarray,
+                      events: _EventsByNode) -> list[tuple[int, str, str]]:
+    """The first compute that reads a value not resident: for every (compute step s, input u), the
+    last event of u before s must be a compute."""
+    S = len(nodes)
     comp_steps = np.flatnonzero(is_compute)
     comp_ops = ops[comp_steps]
     starts = graph.op_in_ptr[comp_ops]
     counts = graph.op_in_ptr[comp_ops + 1] - starts
     total = int(counts.sum())
-    if total:
-        pair_step = np.repeat(comp_steps, counts)
-        offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-        pair_input = graph.op_in_idx[np.repeat(starts, counts) + offsets]
-        sorted_keys = sorted_nodes * (S + 1) + order
-        pos = np.searchsorted(sorted_keys, pair_input * (S + 1) + pair_step) - 1
-        pos_clipped = np.maximum(pos, 0)
-        ok = (pos >= 0) & (sorted_nodes[pos_clipped] == pair_input) & (sorted_kinds[pos_clipped] == COMPUTE)
-        missing = np.flatnonzero(~ok)
-        if len(missing):
-            k = int(missing[np.argmin(pair_step[missing])])
-            s = int(pair_step[k])
-            v, u = graph.ids[int(nodes[s])], graph.ids[int(pair_input[k])]
-            violations.append((s, v, f"step {s} (compute '{v}'): input '{u}' is not resident"))
+    if not total:
+        return []
+    pair_step = np.repeat(comp_steps, counts)
+    offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+    pair_input = graph.op_in_idx[np.repeat(starts, counts) + offsets]
+    sorted_keys = events.nodes * (S + 1) + events.order
+    pos = np.searchsorted(sorted_keys, pair_input * (S + 1) + pair_step) - 1
+    pos_clipped = np.maximum(pos, 0)
+    ok = (pos >= 0) & (events.nodes[pos_clipped] == pair_input) & (events.kinds[pos_clipped] == COMPUTE)
+    missing = np.flatnonzero(~ok)
+    if not len(missing):
+        return []
+    k = int(missing[np.argmin(pair_step[missing])])
+    s = int(pair_step[k])
+    v, u = graph.ids[int(nodes[s])], graph.ids[int(pair_input[k])]
+    return [(s, v, f"step {s} (compute '{v}'): input '{u}' is not resident")]
 
-    # End of schedule: every node computed, every output resident.
-    end: list[tuple[int, str, str]] = []
+
+def _end_violation(graph: Graph, nodes: np.ndarray, is_compute: np.ndarray, events: _EventsByNode
+                   ) -> Violation | None:
+    """End of schedule: every node computed, then every output resident."""
+    S, n = len(nodes), graph.n
     computed = np.bincount(nodes[is_compute], minlength=n)
     never = np.flatnonzero(computed == 0)
     if len(never):
         v = graph.ids[int(never[0])]
         more = f" (and {len(never) - 1} other nodes)" if len(never) > 1 else ""
-        end.append((S, v, f"node '{v}'{more} is never computed; every node must be computed at least once"))
+        return Violation(S, v, f"node '{v}'{more} is never computed; every node must be computed at least once")
     last_event_kind = np.full(n, FREE, dtype=np.int8)
     last_of_node = np.ones(S, dtype=bool)
-    last_of_node[:-1] = sorted_nodes[:-1] != sorted_nodes[1:]
-    last_event_kind[sorted_nodes[last_of_node]] = sorted_kinds[last_of_node]
+    last_of_node[:-1] = events.nodes[:-1] != events.nodes[1:]
+    last_event_kind[events.nodes[last_of_node]] = events.kinds[last_of_node]
     outs = np.asarray(graph.output_indices, dtype=np.int64)
     gone = outs[last_event_kind[outs] != COMPUTE]
-    if len(gone) and not len(never):
+    if len(gone):
         v = graph.ids[int(gone[0])]
-        end.append((S, v, f"output '{v}' is not resident when the schedule ends"))
+        return Violation(S, v, f"output '{v}' is not resident when the schedule ends")
+    return None
 
-    violation = None
-    if violations:
-        s, v, msg = min(violations)
-        violation = Violation(s, v, msg)
-    elif end:
-        s, v, msg = end[0]
-        violation = Violation(s, v, msg)
+
+def _measure(graph: Graph, nodes: np.ndarray, is_compute: np.ndarray, ops: np.ndarray,
+             violation: Violation | None) -> Simulation:
+    """Peak, duration and counts of the valid prefix (the whole schedule when valid)."""
+    S, n = len(nodes), graph.n
     limit = violation.step if violation is not None and violation.step < S else S
-
     # Memory: resident total after each step, plus the computed value's workspace on compute steps.
     mem = graph.memory
     delta = np.where(is_compute, mem[nodes], -mem[nodes])

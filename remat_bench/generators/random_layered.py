@@ -104,82 +104,18 @@ def random_layered(
     layer sizes. Same arguments, same graph (``numpy.random.default_rng(seed)``).
     Every node is kind ``forward``: these are inference-like graphs.
     """
-    if isinstance(n_nodes, bool) or not isinstance(n_nodes, int | np.integer) or n_nodes < 3:
-        raise GraphError(f"random-layered: n_nodes must be a whole number of at least 3, not {n_nodes!r}")
-    if width is not None and not (isinstance(width, int | float) and width >= 1):
-        raise GraphError(f"random-layered: width must be a number of at least 1, not {width!r}")
-    if not 0 <= skip_fraction < 1:
-        raise GraphError(f"random-layered: skip_fraction must be in [0, 1), not {skip_fraction!r}")
-    if not 0 <= edge_density <= 1:
-        raise GraphError(f"random-layered: edge_density must be in [0, 1], not {edge_density!r}")
-    if not 0 <= layer_variation < 1:
-        raise GraphError(f"random-layered: layer_variation must be in [0, 1), not {layer_variation!r}")
+    _check_arguments(n_nodes, width, skip_fraction, edge_density, layer_variation)
     n = int(n_nodes)
+    # Every draw comes from this one generator, in a fixed order (layer sizes, edges, skips, durations,
+    # memory): reordering the steps below would change every seed's graph.
     rng = np.random.default_rng(seed)
     if width is None:
         width = max(1.0, WIDTH_PER_SQRT_N * math.sqrt(n))
-
     sizes = [1, *_layer_sizes(n - 2, width, layer_variation, rng), 1]
-    starts = np.concatenate([[0], np.cumsum(sizes)])
-    layer_of = np.repeat(np.arange(len(sizes)), sizes)
-    last_inner = len(sizes) - 2
-    edges: set[tuple[int, int]] = set()
-
-    # Consecutive layers. The source and the sink join their whole neighbouring layer.
-    for layer in range(len(sizes) - 1):
-        a0, a1, b0, b1 = starts[layer], starts[layer + 1], starts[layer + 1], starts[layer + 2]
-        if layer == 0 or layer == last_inner:
-            joined = np.ones((a1 - a0, b1 - b0), dtype=bool)
-        else:
-            joined = rng.random((a1 - a0, b1 - b0)) < edge_density
-            for col in np.flatnonzero(~joined.any(axis=0)):
-                joined[rng.integers(a1 - a0), col] = True
-            for row in np.flatnonzero(~joined.any(axis=1)):
-                joined[row, rng.integers(b1 - b0)] = True
-        us, vs = np.nonzero(joined)
-        edges.update(zip((us + a0).tolist(), (vs + b0).tolist()))
-
-    # Skip edges: from an inner node to a uniformly drawn inner layer at least two further on.
-    n_skip = round(len(edges) * skip_fraction / (1 - skip_fraction))
-    can_skip = np.flatnonzero((layer_of >= 1) & (layer_of <= last_inner - 2))
-    if n_skip and can_skip.size:
-        skips: set[tuple[int, int]] = set()
-        # Short graphs may not hold that many distinct skips; stop after a fair number of tries.
-        for _ in range(20):
-            want = n_skip - len(skips)
-            if want <= 0:
-                break
-            us = rng.choice(can_skip, size=2 * want)
-            lo = layer_of[us] + 2
-            layers = lo + np.floor(rng.random(2 * want) * (last_inner + 1 - lo)).astype(np.int64)
-            sizes_arr = np.asarray(sizes)[layers]
-            vs = starts[layers] + np.floor(rng.random(2 * want) * sizes_arr).astype(np.int64)
-            for u, v in zip(us.tolist(), vs.tolist()):
-                if len(skips) == n_skip:
-                    break
-                skips.add((u, v))
-        edges |= skips
-
-    inputs: list[list[int]] = [[] for _ in range(n)]
-    for u, v in sorted(edges):
-        inputs[v].append(u)
-
-    durations = rng.integers(0, MAX_DURATION, size=n)
-    durations[0] = durations[n - 1] = 0
-    memory = _memory(n, rng)
-    nodes = [
-        Node(
-            id=str(v),
-            inputs=tuple(str(u) for u in inputs[v]),
-            memory=int(memory[v]),
-            duration=int(durations[v]),
-            op="op",
-            kind="forward",
-        )
-        for v in range(n)
-    ]
+    edges = _consecutive_edges(sizes, edge_density, rng)
+    edges |= _skip_edges(sizes, round(len(edges) * skip_fraction / (1 - skip_fraction)), rng)
     return Graph(
-        nodes,
+        _nodes(n, edges, rng),
         name=f"random-layered-n{n}-seed{seed}",
         outputs=None,
         fixed_memory=0,
@@ -196,3 +132,86 @@ def random_layered(
         },
         source=f"random-layered-n{n}",
     )
+
+
+def _check_arguments(n_nodes: int, width: float | None, skip_fraction: float, edge_density: float,
+                     layer_variation: float) -> None:
+    if isinstance(n_nodes, bool) or not isinstance(n_nodes, int | np.integer) or n_nodes < 3:
+        raise GraphError(f"random-layered: n_nodes must be a whole number of at least 3, not {n_nodes!r}")
+    if width is not None and not (isinstance(width, int | float) and width >= 1):
+        raise GraphError(f"random-layered: width must be a number of at least 1, not {width!r}")
+    if not 0 <= skip_fraction < 1:
+        raise GraphError(f"random-layered: skip_fraction must be in [0, 1), not {skip_fraction!r}")
+    if not 0 <= edge_density <= 1:
+        raise GraphError(f"random-layered: edge_density must be in [0, 1], not {edge_density!r}")
+    if not 0 <= layer_variation < 1:
+        raise GraphError(f"random-layered: layer_variation must be in [0, 1), not {layer_variation!r}")
+
+
+def _consecutive_edges(sizes: list[int], edge_density: float, rng: np.random.Generator) -> set[tuple[int, int]]:
+    """Edges between consecutive layers; the source and the sink join their whole neighbouring layer."""
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    last_inner = len(sizes) - 2
+    edges: set[tuple[int, int]] = set()
+    for layer in range(len(sizes) - 1):
+        a0, a1, b0, b1 = starts[layer], starts[layer + 1], starts[layer + 1], starts[layer + 2]
+        if layer == 0 or layer == last_inner:
+            joined = np.ones((a1 - a0, b1 - b0), dtype=bool)
+        else:
+            joined = rng.random((a1 - a0, b1 - b0)) < edge_density
+            for col in np.flatnonzero(~joined.any(axis=0)):
+                joined[rng.integers(a1 - a0), col] = True
+            for row in np.flatnonzero(~joined.any(axis=1)):
+                joined[row, rng.integers(b1 - b0)] = True
+        us, vs = np.nonzero(joined)
+        edges.update(zip((us + a0).tolist(), (vs + b0).tolist()))
+    return edges
+
+
+def _skip_edges(sizes: list[int], n_skip: int, rng: np.random.Generator) -> set[tuple[int, int]]:
+    """Up to ``n_skip`` distinct edges, each from an inner node to a node of a uniformly drawn inner
+    layer at least two further on."""
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    layer_of = np.repeat(np.arange(len(sizes)), sizes)
+    last_inner = len(sizes) - 2
+    can_skip = np.flatnonzero((layer_of >= 1) & (layer_of <= last_inner - 2))
+    skips: set[tuple[int, int]] = set()
+    if not (n_skip and can_skip.size):
+        return skips
+    # Short graphs may not hold that many distinct skips; stop after a fair number of tries.
+    for _ in range(20):
+        want = n_skip - len(skips)
+        if want <= 0:
+            break
+        us = rng.choice(can_skip, size=2 * want)
+        lo = layer_of[us] + 2
+        layers = lo + np.floor(rng.random(2 * want) * (last_inner + 1 - lo)).astype(np.int64)
+        sizes_arr = np.asarray(sizes)[layers]
+        vs = starts[layers] + np.floor(rng.random(2 * want) * sizes_arr).astype(np.int64)
+        for u, v in zip(us.tolist(), vs.tolist()):
+            if len(skips) == n_skip:
+                break
+            skips.add((u, v))
+    return skips
+
+
+def _nodes(n: int, edges: set[tuple[int, int]], rng: np.random.Generator) -> list[Node]:
+    """The nodes "0".."n-1", inputs in increasing order; durations uniform (0 for the source and the
+    sink), memory from `_memory`."""
+    inputs: list[list[int]] = [[] for _ in range(n)]
+    for u, v in sorted(edges):
+        inputs[v].append(u)
+    durations = rng.integers(0, MAX_DURATION, size=n)
+    durations[0] = durations[n - 1] = 0
+    memory = _memory(n, rng)
+    return [
+        Node(
+            id=str(v),
+            inputs=tuple(str(u) for u in inputs[v]),
+            memory=int(memory[v]),
+            duration=int(durations[v]),
+            op="op",
+            kind="forward",
+        )
+        for v in range(n)
+    ]

@@ -89,50 +89,10 @@ def training_graph(
     `GraphError` if the forward ops do not form a valid graph.
     """
     forward = list(forward)
-    if not forward:
-        raise GraphError(f"{name}: a training graph needs at least one forward operator")
-    ids = [op.id for op in forward]
-    reserved = {LOSS_ID} | {i + GRAD_SUFFIX for i in ids}
-    for op in forward:
-        if op.id in reserved:
-            raise GraphError(
-                f"{name}: forward operator id '{op.id}' collides with a node the training graph adds; "
-                f"rename it (ids '{LOSS_ID}' and '<id>{GRAD_SUFFIX}' are taken)"
-            )
-
-    consumers: dict[str, list[str]] = {i: [] for i in ids}
-    for op in forward:
-        for u in dict.fromkeys(op.inputs):
-            if u not in consumers:
-                # Let Graph name the problem (unknown id or bad order) in its own words.
-                continue
-            consumers[u].append(op.id)
-    sinks = [i for i in ids if not consumers[i]]
-
-    n = len(forward)
-    position = {i: k for k, i in enumerate(ids)}
-    position[LOSS_ID] = n
-    for k, i in enumerate(reversed(ids)):
-        position[i + GRAD_SUFFIX] = n + 1 + k
-
-    nodes: list[Node] = []
-    for op in forward:
-        duration, workspace = op.duration, op.workspace
-        if op.implementations:
-            duration, workspace = op.implementations[0].duration, op.implementations[0].workspace
-        nodes.append(
-            Node(
-                id=op.id,
-                inputs=op.inputs,
-                memory=_integral(op.memory),
-                duration=_integral(duration),
-                workspace=_integral(workspace),
-                op=op.op,
-                kind="forward",
-                implementations=op.implementations,
-                metadata=op.metadata,
-            )
-        )
+    _check_ids(forward, name)
+    consumers = _forward_consumers(forward)
+    sinks = [op.id for op in forward if not consumers[op.id]]
+    nodes = [_forward_node(op) for op in forward]
     nodes.append(
         Node(
             id=LOSS_ID,
@@ -143,11 +103,76 @@ def training_graph(
             kind="backward",
         )
     )
-    is_sink = set(sinks)
+    nodes += _gradient_nodes(forward, consumers, set(sinks), backward_factor)
+    return Graph(
+        nodes,
+        name=name,
+        outputs=None,
+        fixed_memory=_integral(fixed_memory),
+        units=units or {"memory": "bytes", "duration": "flops"},
+        metadata=metadata,
+        source=name or "generated graph",
+    )
+
+
+def _check_ids(forward: list[ForwardOp], name: str) -> None:
+    """At least one forward operator, and none whose id the training graph takes for its own nodes."""
+    if not forward:
+        raise GraphError(f"{name}: a training graph needs at least one forward operator")
+    reserved = {LOSS_ID} | {op.id + GRAD_SUFFIX for op in forward}
+    for op in forward:
+        if op.id in reserved:
+            raise GraphError(
+                f"{name}: forward operator id '{op.id}' collides with a node the training graph adds; "
+                f"rename it (ids '{LOSS_ID}' and '<id>{GRAD_SUFFIX}' are taken)"
+            )
+
+
+def _forward_consumers(forward: list[ForwardOp]) -> dict[str, list[str]]:
+    """The forward operators reading each forward value (each once, in graph order)."""
+    consumers: dict[str, list[str]] = {op.id: [] for op in forward}
+    for op in forward:
+        for u in dict.fromkeys(op.inputs):
+            if u not in consumers:
+                # Let Graph name the problem (unknown id or bad order) in its own words.
+                continue
+            consumers[u].append(op.id)
+    return consumers
+
+
+def _forward_node(op: ForwardOp) -> Node:
+    """The node of a forward operator; its own duration and workspace are its first implementation's."""
+    duration, workspace = op.duration, op.workspace
+    if op.implementations:
+        duration, workspace = op.implementations[0].duration, op.implementations[0].workspace
+    return Node(
+        id=op.id,
+        inputs=op.inputs,
+        memory=_integral(op.memory),
+        duration=_integral(duration),
+        workspace=_integral(workspace),
+        op=op.op,
+        kind="forward",
+        implementations=op.implementations,
+        metadata=op.metadata,
+    )
+
+
+def _gradient_nodes(forward: list[ForwardOp], consumers: dict[str, list[str]], sinks: set[str],
+                    backward_factor: float) -> list[Node]:
+    """``<id>_grad`` for every forward operator, in reverse order, reading what the module docstring's
+    rule says, in graph order."""
+    ids = [op.id for op in forward]
+    n = len(forward)
+    position = {i: k for k, i in enumerate(ids)}
+    position[LOSS_ID] = n
+    for k, i in enumerate(reversed(ids)):
+        position[i + GRAD_SUFFIX] = n + 1 + k
+    nodes = []
     for op in reversed(forward):
         cons = consumers[op.id]
         reads = [op.id, *cons, *(c + GRAD_SUFFIX for c in cons)]
-        if op.id in is_sink:
+        if op.id in sinks:
             reads.append(LOSS_ID)
         reads.sort(key=position.__getitem__)
         grad_duration = op.grad_duration
@@ -166,12 +191,4 @@ def training_graph(
                 grad_of=op.id,
             )
         )
-    return Graph(
-        nodes,
-        name=name,
-        outputs=None,
-        fixed_memory=_integral(fixed_memory),
-        units=units or {"memory": "bytes", "duration": "flops"},
-        metadata=metadata,
-        source=name or "generated graph",
-    )
+    return nodes

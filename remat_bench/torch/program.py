@@ -555,8 +555,45 @@ def _is_random(node: fx.Node) -> bool:
 
 def build_program(spec: ModelSpec) -> Program:
     """Trace the training step of ``spec`` and lower it to remat-bench nodes."""
+    gm, param_names, buffer_names = _trace(spec)
+    graph = gm.graph
+    storages = _Storages()
+    placeholders = _placeholders(spec, graph, param_names, buffer_names, storages)
+    output_node = next(n for n in graph.nodes if n.op == "output")
+    flat_out = pytree.tree_leaves(output_node.args[0])
+    loss_fx, grad_values = flat_out[0], flat_out[1:]
+    if len(grad_values) != len(param_names):
+        raise RuntimeError(f"traced {len(grad_values)} gradients for {len(param_names)} parameters")
+    values = _sort_fx_nodes(spec, gm, storages)
+    needed = _needed(loss_fx, grad_values, values.updates)
+    loss_base = values.base[loss_fx]
+    if loss_base is None:
+        raise ModelSpecError(f"model '{spec.model}': the loss does not depend on any computation")
+    steal, tail = _gradient_homes(param_names, grad_values, values)
+    builder = _ProgramBuilder(values, tail)
+    builder.add_all(graph, needed)
+    nodes, index = builder.nodes, builder.index
+    loss, loss_pos = index[loss_base], values.order[loss_base]
+    _mark_forward(nodes, values.order, loss_pos)
+    _link_gradients(graph, nodes, index, values, loss, loss_pos)
+
+    gradients = {name: index[b] for name, b in steal.items()}
+    gradients.update({node.parameter: i for i, node in enumerate(nodes) if node.role == GRADIENT})
+    base = {n: (index[b] if b is not None else None) for n, b in values.base.items() if b is None or b in index}
+    return Program(
+        spec=spec, gm=gm, nodes=nodes, placeholders=placeholders, loss=loss,
+        loss_read=(loss_fx, values.alias_closure([loss_fx])),
+        gradients=gradients,
+        gradient_reads={name: (g, values.alias_closure([g])) if isinstance(g, fx.Node) else (None, ())
+                        for name, g in zip(param_names, grad_values)},
+        base=base, fixed_bytes=storages.fixed_bytes,
+    )
+
+
+def _trace(spec: ModelSpec) -> tuple[fx.GraphModule, list[str], list[str]]:
+    """`trace_step`, its failures said in one sentence naming the model."""
     try:
-        gm, param_names, buffer_names = trace_step(spec)
+        return trace_step(spec)
     except ModelSpecError:
         raise
     except Exception as exc:  # the model's own error, or an operator tracing cannot handle
@@ -564,10 +601,37 @@ def build_program(spec: ModelSpec) -> Program:
             f"the training step of model '{spec.model}' could not be traced: {type(exc).__name__}: "
             f"{_first_line(exc)}"
         ) from exc
-    graph = gm.graph
-    order = {n: i for i, n in enumerate(graph.nodes)}
 
-    # Placeholders: parameters, buffers, inputs, labels (the flattened arguments of train_step).
+
+class _Storages:
+    """Which FX node allocated each storage (None: a placeholder or constant, i.e. fixed memory),
+    and the fixed memory by account (parameters, buffers, inputs, constants), in bytes."""
+
+    def __init__(self) -> None:
+        self.owner: dict[StorageWeakRef, fx.Node | None] = {}
+        self.fixed_bytes = {"parameters": 0, "buffers": 0, "inputs": 0, "constants": 0}
+
+    def claim(self, value: Any, by: fx.Node | None, account: str | None = None) -> int:
+        """Give ``by`` the storages of ``value`` nobody owns yet; returns their bytes (added to ``account``)."""
+        fresh = 0
+        for t in _tensors(value):
+            ref = StorageWeakRef(t.untyped_storage())
+            if ref not in self.owner:
+                self.owner[ref] = by
+                fresh += _nbytes(t)
+        if account is not None:
+            self.fixed_bytes[account] += fresh
+        return fresh
+
+    def owners(self, value: Any) -> set[fx.Node | None]:
+        owner = self.owner
+        return {owner[r] for r in (StorageWeakRef(t.untyped_storage()) for t in _tensors(value)) if r in owner}
+
+
+def _placeholders(spec: ModelSpec, graph: fx.Graph, param_names: list[str], buffer_names: list[str],
+                  storages: _Storages) -> dict[str, tuple[str, str]]:
+    """FX name -> role of the placeholders: parameters, buffers, inputs, labels (the flattened
+    arguments of train_step); their storages are claimed as fixed memory."""
     placeholder_nodes = [n for n in graph.nodes if n.op == "placeholder"]
     roles = ([("parameter", k) for k in param_names] + [("buffer", k) for k in buffer_names]
              + [("input", "inputs"), ("input", "labels")])
@@ -576,39 +640,42 @@ def build_program(spec: ModelSpec) -> Program:
     placeholders = {n.name: role for n, role in zip(placeholder_nodes, roles)}
     if spec.input_range is not None:
         _check_id_range(spec, graph, placeholder_nodes[-2])
-    fixed_bytes = {"parameters": 0, "buffers": 0, "inputs": 0, "constants": 0}
-    # Storage -> the FX node that allocated it (None: a placeholder or constant, i.e. fixed memory).
-    owner: dict[StorageWeakRef, fx.Node | None] = {}
-
-    def claim(value: Any, by: fx.Node | None, account: str | None = None) -> int:
-        fresh = 0
-        for t in _tensors(value):
-            ref = StorageWeakRef(t.untyped_storage())
-            if ref not in owner:
-                owner[ref] = by
-                fresh += _nbytes(t)
-        if account is not None:
-            fixed_bytes[account] += fresh
-        return fresh
-
-    def owners(value: Any) -> set[fx.Node | None]:
-        return {owner[r] for r in (StorageWeakRef(t.untyped_storage()) for t in _tensors(value)) if r in owner}
-
     for n, (kind, _) in zip(placeholder_nodes, roles):
-        claim(n.meta["val"], None, "inputs" if kind == "input" else f"{kind}s")
-    output_node = next(n for n in graph.nodes if n.op == "output")
-    flat_out = pytree.tree_leaves(output_node.args[0])
-    loss_fx, grad_values = flat_out[0], flat_out[1:]
-    if len(grad_values) != len(param_names):
-        raise RuntimeError(f"traced {len(grad_values)} gradients for {len(param_names)} parameters")
+        storages.claim(n.meta["val"], None, "inputs" if kind == "input" else f"{kind}s")
+    return placeholders
 
-    # Sort FX nodes: allocating (op), writing into a buffer only (update), or aliasing (folded).
-    allocates: dict[fx.Node, int] = {}
-    updates: list[fx.Node] = []
-    base_fx: dict[fx.Node, fx.Node | None] = {}
+
+@dataclass
+class _FxValues:
+    """The traced graph's FX nodes sorted by what they do with storage (see `_sort_fx_nodes`)."""
+
+    order: dict[fx.Node, int]  # position in the graph
+    allocates: dict[fx.Node, int] = field(default_factory=dict)  # op node -> bytes of the storages it creates
+    updates: list[fx.Node] = field(default_factory=list)  # nodes that only write into a buffer
+    base: dict[fx.Node, fx.Node | None] = field(default_factory=dict)  # -> allocating node owning its storage
+
+    def alias_closure(self, reads: list[fx.Node]) -> tuple[fx.Node, ...]:
+        """The alias FX nodes to evaluate to get ``reads`` from base values, in graph order."""
+        found: set[fx.Node] = set()
+        todo = [a for a in reads if a.op == "call_function" and a not in self.allocates]
+        while todo:
+            a = todo.pop()
+            if a in found:
+                continue
+            found.add(a)
+            todo.extend(b for b in _fx_inputs(a) if b.op == "call_function" and b not in self.allocates)
+        return tuple(sorted(found, key=self.order.__getitem__))
+
+
+def _sort_fx_nodes(spec: ModelSpec, gm: fx.GraphModule, storages: _Storages) -> _FxValues:
+    """Sort FX nodes: allocating (op), writing into a buffer only (update), or aliasing (folded into
+    the value whose storage it shares); refuses random operators and writes into intermediate values."""
+    graph = gm.graph
+    values = _FxValues(order={n: i for i, n in enumerate(graph.nodes)})
+    allocates, base_fx = values.allocates, values.base
     for n in graph.nodes:
         if n.op == "get_attr":
-            claim(getattr(gm, n.target), None, "constants")
+            storages.claim(getattr(gm, n.target), None, "constants")
             base_fx[n] = None
             continue
         if n.op == "placeholder":
@@ -623,19 +690,19 @@ def build_program(spec: ModelSpec) -> Program:
                 "random layers"
             )
         for a in _written_args(n):
-            if owners(a.meta.get("val")) - {None}:
+            if storages.owners(a.meta.get("val")) - {None}:
                 raise ModelSpecError(
                     f"model '{spec.model}': node '{n.name}' ({n.target}) writes into the intermediate "
                     f"value '{a.name}', which remat-bench cannot model (the traced graph should be functional)"
                 )
         val = n.meta.get("val")
-        aliased = owners(val)
-        fresh = claim(val, n)
-        if owners(val) - aliased - {None} == {n}:
+        aliased = storages.owners(val)
+        fresh = storages.claim(val, n)
+        if storages.owners(val) - aliased - {None} == {n}:
             allocates[n] = fresh
             base_fx[n] = n
         elif _written_args(n):
-            updates.append(n)  # copy_ of an updated buffer: its output is the buffer itself
+            values.updates.append(n)  # copy_ of an updated buffer: its output is the buffer itself
             base_fx[n] = None
         elif not _tensors(val) and n.target is not operator.getitem:
             allocates[n] = 0  # an operator without tensor outputs still has to run
@@ -644,8 +711,11 @@ def build_program(spec: ModelSpec) -> Program:
             raise ModelSpecError(f"model '{spec.model}': node '{n.name}' aliases several values at once")
         else:  # a view, detach, getitem, _unsafe_view ...: folded into the value it aliases
             base_fx[n] = next(iter(aliased)) if aliased else None
+    return values
 
-    # Keep what the outputs need: walk back from the loss, the gradients and the buffer updates.
+
+def _needed(loss_fx: fx.Node, grad_values: list[Any], updates: list[fx.Node]) -> set[fx.Node]:
+    """What the outputs need: walk back from the loss, the gradients and the buffer updates."""
     needed: set[fx.Node] = set()
     stack = [loss_fx, *[g for g in grad_values if isinstance(g, fx.Node)], *updates]
     while stack:
@@ -654,79 +724,88 @@ def build_program(spec: ModelSpec) -> Program:
             continue
         needed.add(n)
         stack.extend(a for a in _fx_inputs(n) if a not in needed)
-    loss_base = base_fx[loss_fx]
-    if loss_base is None:
-        raise ModelSpecError(f"model '{spec.model}': the loss does not depend on any computation")
+    return needed
 
-    def alias_closure(reads: list[fx.Node]) -> tuple[fx.Node, ...]:
-        """The alias FX nodes to evaluate to get ``reads`` from base values, in graph order."""
-        found: set[fx.Node] = set()
-        todo = [a for a in reads if a.op == "call_function" and a not in allocates]
-        while todo:
-            a = todo.pop()
-            if a in found:
-                continue
-            found.add(a)
-            todo.extend(b for b in _fx_inputs(a) if b.op == "call_function" and b not in allocates)
-        return tuple(sorted(found, key=order.__getitem__))
 
-    # A gradient held alone by its node stays there (AccumulateGrad steals it); one that is part
-    # of a tuple is copied out by a gradient node, so that the rest of the tuple can be freed.
+# What goes right after an allocating FX node (None: first of all): (GRADIENT, parameter, its FX value)
+# or (UPDATE, FX name, the FX node).
+_Tail = dict[fx.Node | None, list[tuple[str, str, fx.Node | None]]]
+
+
+def _gradient_homes(param_names: list[str], grad_values: list[Any], values: _FxValues
+                    ) -> tuple[dict[str, fx.Node], _Tail]:
+    """(parameter -> the op node holding its gradient, the gradient and update nodes to add after each
+    node).
+
+    A gradient held alone by its node stays there (AccumulateGrad steals it); one that is part of a
+    tuple is copied out by a gradient node, so that the rest of the tuple can be freed.
+    """
     steal: dict[str, fx.Node] = {}
-    tail: dict[fx.Node | None, list[tuple[str, str, fx.Node | None]]] = {}
+    tail: _Tail = {}
     for name, g in zip(param_names, grad_values):
-        b = base_fx.get(g) if isinstance(g, fx.Node) else None
-        alone = b is not None and b in allocates and len(_tensors(b.meta["val"])) == 1
+        b = values.base.get(g) if isinstance(g, fx.Node) else None
+        alone = b is not None and b in values.allocates and len(_tensors(b.meta["val"])) == 1
         if alone and b not in steal.values():
             steal[name] = b
         else:
             tail.setdefault(b, []).append((GRADIENT, name, g if isinstance(g, fx.Node) else None))
-    for u in updates:
-        bases = [base_fx[a] for a in _fx_inputs(u) if base_fx.get(a) is not None]
-        last = max(bases, key=order.__getitem__) if bases else None
+    for u in values.updates:
+        bases = [values.base[a] for a in _fx_inputs(u) if values.base.get(a) is not None]
+        last = max(bases, key=values.order.__getitem__) if bases else None
         tail.setdefault(last, []).append((UPDATE, u.name, u))
+    return steal, tail
 
-    # Program nodes: allocating FX nodes in graph order; gradient copies and updates right after
-    # their last input (they have no consumers, so any later position is valid too).
-    nodes: list[ProgramNode] = []
-    index: dict[fx.Node, int] = {}
 
-    def add(node_id: str, role: str, n: fx.Node | None, reads: list[fx.Node], memory: int,
+class _ProgramBuilder:
+    """Program nodes: allocating FX nodes in graph order; gradient copies and updates right after
+    their last input (they have no consumers, so any later position is valid too)."""
+
+    def __init__(self, values: _FxValues, tail: _Tail) -> None:
+        self.values = values
+        self.tail = tail
+        self.nodes: list[ProgramNode] = []
+        self.index: dict[fx.Node, int] = {}  # allocating FX node -> its program node
+
+    def add_all(self, graph: fx.Graph, needed: set[fx.Node]) -> None:
+        self.add_tail(None)
+        for n in graph.nodes:
+            if n in self.values.allocates and n in needed:
+                self.add(n.name, OP, n, _fx_inputs(n), self.values.allocates[n])
+                self.add_tail(n)
+        if self.tail:
+            left = sum(len(v) for v in self.tail.values())
+            raise RuntimeError(f"could not place {left} gradient or update nodes")
+
+    def add(self, node_id: str, role: str, n: fx.Node | None, reads: list[fx.Node], memory: int,
             parameter: str | None = None) -> None:
-        aliases = alias_closure(reads)
+        values = self.values
+        aliases = values.alias_closure(reads)
         # Inputs: the owners of what it reads, and every allocating node an alias is derived from.
         touched = [*reads, *(b for a in aliases for b in _fx_inputs(a))]
         inputs: list[int] = []
         for a in touched:
-            for b in (base_fx.get(a), a if a in allocates else None):
-                if b is not None and index[b] not in inputs:
-                    inputs.append(index[b])
+            for b in (values.base.get(a), a if a in values.allocates else None):
+                if b is not None and self.index[b] not in inputs:
+                    inputs.append(self.index[b])
         if role == OP:
-            index[n] = len(nodes)
-        nodes.append(ProgramNode(id=node_id, role=role, fx=n, inputs=tuple(inputs), memory=memory,
-                                 aliases=aliases, parameter=parameter))
+            self.index[n] = len(self.nodes)
+        self.nodes.append(ProgramNode(id=node_id, role=role, fx=n, inputs=tuple(inputs), memory=memory,
+                                      aliases=aliases, parameter=parameter))
 
-    def add_tail(b: fx.Node | None) -> None:
-        for role, name, n in tail.pop(b, []):
+    def add_tail(self, b: fx.Node | None) -> None:
+        """The gradient and update nodes whose last input is ``b``."""
+        for role, name, n in self.tail.pop(b, []):
             if role == GRADIENT:
                 reads = [n] if n is not None else []
-                add(f"grad:{name}", GRADIENT, n, reads, _nbytes_dense(n.meta["val"]) if n is not None else 0,
-                    parameter=name)
+                self.add(f"grad:{name}", GRADIENT, n, reads, _nbytes_dense(n.meta["val"]) if n is not None else 0,
+                         parameter=name)
             else:
-                add(name, UPDATE, n, _fx_inputs(n), 0)
+                self.add(name, UPDATE, n, _fx_inputs(n), 0)
 
-    add_tail(None)
-    for n in graph.nodes:
-        if n in allocates and n in needed:
-            add(n.name, OP, n, _fx_inputs(n), allocates[n])
-            add_tail(n)
-    if tail:
-        raise RuntimeError(f"could not place {sum(len(v) for v in tail.values())} gradient or update nodes")
 
-    # Kinds: the forward pass is what runs before the loss; the loss and everything after it
-    # are backward (docs/design.md section 2). An update is forward when all it reads is.
-    loss = index[loss_base]
-    loss_pos = order[loss_base]
+def _mark_forward(nodes: list[ProgramNode], order: dict[fx.Node, int], loss_pos: int) -> None:
+    """Kinds: the forward pass is what runs before the loss; the loss and everything after it
+    are backward (docs/design.md section 2). An update is forward when all it reads is."""
     for node in nodes:
         if node.role == OP:
             node.forward = order[node.fx] < loss_pos
@@ -735,31 +814,22 @@ def build_program(spec: ModelSpec) -> Program:
         else:
             node.forward = all(nodes[j].forward for j in node.inputs)
 
-    # grad_of: the forward node whose autograd function a backward operator belongs to (same seq_nr;
-    # the first forward FX node with a sequence number is the operator that created the function).
+
+def _link_gradients(graph: fx.Graph, nodes: list[ProgramNode], index: dict[fx.Node, int], values: _FxValues,
+                    loss: int, loss_pos: int) -> None:
+    """grad_of: the forward node whose autograd function a backward operator belongs to (same seq_nr;
+    the first forward FX node with a sequence number is the operator that created the function)."""
     first_with_seq: dict[int, fx.Node] = {}
     for n in graph.nodes:
-        if n.op == "call_function" and order[n] < loss_pos and "seq_nr" in n.meta:
+        if n.op == "call_function" and values.order[n] < loss_pos and "seq_nr" in n.meta:
             first_with_seq.setdefault(n.meta["seq_nr"], n)
     for i, node in enumerate(nodes):
         if node.forward or node.role != OP or i == loss or "seq_nr" not in node.fx.meta:
             continue
         f = first_with_seq.get(node.fx.meta["seq_nr"])
-        b = base_fx.get(f) if f is not None else None
+        b = values.base.get(f) if f is not None else None
         if b is not None and b in index and nodes[index[b]].forward:
             node.grad_of = index[b]
-
-    gradients = {name: index[b] for name, b in steal.items()}
-    gradients.update({node.parameter: i for i, node in enumerate(nodes) if node.role == GRADIENT})
-    base = {n: (index[b] if b is not None else None) for n, b in base_fx.items() if b is None or b in index}
-    return Program(
-        spec=spec, gm=gm, nodes=nodes, placeholders=placeholders, loss=loss,
-        loss_read=(loss_fx, alias_closure([loss_fx])),
-        gradients=gradients,
-        gradient_reads={name: (g, alias_closure([g])) if isinstance(g, fx.Node) else (None, ())
-                        for name, g in zip(param_names, grad_values)},
-        base=base, fixed_bytes=fixed_bytes,
-    )
 
 
 def _nbytes_dense(val: Any) -> int:

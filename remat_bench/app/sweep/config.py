@@ -302,7 +302,39 @@ def load_config(path: str | Path, *, output: str | Path | None = None,
     for required in ("graphs", "methods", "budgets"):
         if required not in top:
             raise doc.error(doc.root, f"the config has no '{required}'; a sweep needs graphs, methods and budgets")
+    settings = _settings(doc, top)
+    out_dir = _output_folder(doc, top, output, settings.name, env)
+    loaded = _graphs(doc, top["graphs"][1], env, out_dir / "graphs")
+    methods = _methods(doc, top["methods"][1], seeds_given="seeds" in top)
+    budget_nodes = doc.items(top["budgets"][1], "budgets")
+    budgets = [_budget_text(doc, node) for node in budget_nodes]
+    graphs = _with_floors(doc, loaded, budget_nodes, budgets)
+    return SweepConfig(
+        path=doc.path, name=settings.name, description=settings.description, output=out_dir, graphs=graphs,
+        runs=_expand_runs(graphs, budgets, methods, settings), time_limit=settings.time_limit,
+        grace=settings.grace, memory_limit=settings.memory_limit, repeats=settings.repeats, seeds=settings.seeds,
+        executor=settings.executor, address=settings.address, workers=settings.workers,
+        methods=list(dict.fromkeys(m for m, _ in methods)),
+    )
 
+
+@dataclass
+class _Settings:
+    """The config's single-valued keys, checked, with their defaults."""
+
+    name: str
+    description: str
+    time_limit: float
+    grace: float
+    repeats: int
+    workers: int | None
+    memory_limit: int | None
+    seeds: list[int]
+    executor: str
+    address: str | None
+
+
+def _settings(doc: _Document, top: dict[str, tuple[yaml.Node, yaml.Node]]) -> _Settings:
     def scalar(key: str, default: Any, read: Any) -> Any:
         return read(top[key][1]) if key in top and doc.value(top[key][1]) is not None else default
 
@@ -324,7 +356,13 @@ def load_config(path: str | Path, *, output: str | Path | None = None,
         raise doc.error(top["address"][1], "'address' names a Dask scheduler; it needs 'executor: dask'")
     if address:
         executor = "dask"  # a scheduler's address implies Dask, as --address does on the command line
+    return _Settings(name=name, description=description, time_limit=time_limit, grace=grace, repeats=repeats,
+                     workers=workers, memory_limit=memory_limit, seeds=seeds, executor=executor, address=address)
 
+
+def _output_folder(doc: _Document, top: dict[str, tuple[yaml.Node, yaml.Node]], output: str | Path | None,
+                   name: str, env: Mapping[str, str]) -> Path:
+    """``output`` if given, else the config's own, else ``results/<name>``; made absolute."""
     if output is not None:
         out_dir = Path(output)
     elif "output" in top:
@@ -332,15 +370,15 @@ def load_config(path: str | Path, *, output: str | Path | None = None,
         out_dir = Path(doc.expand_path(node, doc.text(node, "output"), env))
     else:
         out_dir = Path("results") / name
-    out_dir = Path(os.path.abspath(out_dir))  # runs may start in another folder, or on another machine
+    return Path(os.path.abspath(out_dir))  # runs may start in another folder, or on another machine
 
-    loaded = _graphs(doc, top["graphs"][1], env, out_dir / "graphs")
-    graphs = [source for source, _ in loaded]
-    methods = _methods(doc, top["methods"][1], seeds_given="seeds" in top)
-    budget_nodes = doc.items(top["budgets"][1], "budgets")
-    budgets = [_budget_text(doc, node) for node in budget_nodes]
+
+def _with_floors(doc: _Document, loaded: list[tuple[GraphSource, Graph]], budget_nodes: list[yaml.Node],
+                 budgets: list[str]) -> list[GraphSource]:
+    """Each graph with its memory floor, its baseline peak and the budgets below its floor; refuses a
+    budget that does not parse against one of the graphs."""
     floors = {source.sha256: memory_floor(graph).amount for source, graph in loaded}
-    below: dict[str, list[str]] = {source.sha256: [] for source in graphs}
+    below: dict[str, list[str]] = {source.sha256: [] for source, _ in loaded}
     for node, text in zip(budget_nodes, budgets):
         for source, graph in loaded:
             try:
@@ -349,27 +387,27 @@ def load_config(path: str | Path, *, output: str | Path | None = None,
                 raise doc.error(node, f"{exc} (for graph '{source.name}')") from None
             if budget.amount is not None and budget.amount < floors[source.sha256] and text not in below[source.sha256]:
                 below[source.sha256].append(text)
-    graphs = [replace(source, floor=floors[source.sha256], baseline_peak=baseline(graph).peak,
-                      below_floor=tuple(below[source.sha256])) for source, graph in loaded]
+    return [replace(source, floor=floors[source.sha256], baseline_peak=baseline(graph).peak,
+                    below_floor=tuple(below[source.sha256])) for source, graph in loaded]
 
+
+def _expand_runs(graphs: list[GraphSource], budgets: list[str], methods: list[tuple[str, Any]],
+                 settings: _Settings) -> list[RunSpec]:
+    """Every graph x budget x method parameters x seed x repeat, each key once (in that order)."""
     runs: dict[tuple, RunSpec] = {}
     for source in graphs:
         for budget in budgets:
             for method, grid in methods:
-                for params, seed in grid(seeds):
-                    for repeat in range(repeats):
-                        key = run_key(source.sha256, method, params, budget, seed, repeat, time_limit)
+                for params, seed in grid(settings.seeds):
+                    for repeat in range(settings.repeats):
+                        key = run_key(source.sha256, method, params, budget, seed, repeat, settings.time_limit)
                         runs.setdefault(key, RunSpec(
                             run_id=run_id(key), graph=source.name, graph_sha256=source.sha256,
                             graph_path=str(source.path), nodes=source.nodes, edges=source.edges,
                             method=method, params=params, budget_text=budget, seed=seed, repeat=repeat,
-                            time_limit=time_limit, grace=grace, memory_limit=memory_limit))
-    return SweepConfig(
-        path=doc.path, name=name, description=description, output=out_dir, graphs=graphs,
-        runs=list(runs.values()), time_limit=time_limit, grace=grace, memory_limit=memory_limit,
-        repeats=repeats, seeds=seeds, executor=executor, address=address, workers=workers,
-        methods=list(dict.fromkeys(m for m, _ in methods)),
-    )
+                            time_limit=settings.time_limit, grace=settings.grace,
+                            memory_limit=settings.memory_limit))
+    return list(runs.values())
 
 
 def _memory_limit(doc: _Document, node: yaml.Node) -> int:
