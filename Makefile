@@ -25,6 +25,7 @@ demo: install
 
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/mypy remat_bench
 	$(BIN)/python -m pytest -q
 
 bench: install

@@ -379,14 +379,15 @@ class PlainLogLocator(ticker.Locator):
     def __init__(self, most: int = 7) -> None:
         self.most = most
 
-    def __call__(self) -> np.ndarray:
+    def __call__(self) -> Sequence[float]:
+        assert self.axis is not None  # matplotlib sets it before asking for ticks
         vmin, vmax = self.axis.get_view_interval()
         return self.tick_values(vmin, vmax)
 
-    def tick_values(self, vmin: float, vmax: float) -> np.ndarray:
+    def tick_values(self, vmin: float, vmax: float) -> Sequence[float]:
         vmin, vmax = sorted((float(vmin), float(vmax)))
         if not (vmax > 0 and math.isfinite(vmax)):
-            return np.array([])
+            return []
         vmin = max(vmin, vmax * 1e-12)  # a log axis has no zero
         decades = range(math.floor(math.log10(vmin)), math.ceil(math.log10(vmax)) + 1)
         ticks: list[float] = []
@@ -399,7 +400,7 @@ class PlainLogLocator(ticker.Locator):
             ticks = ticks[::math.ceil(len(ticks) / self.most)]
         if len(ticks) < 2:  # within one step of 1..9 (say 81 to 89): plain linear steps
             ticks = [t for t in ticker.MaxNLocator(nbins=3).tick_values(vmin, vmax) if vmin <= t <= vmax and t > 0]
-        return np.asarray(ticks)
+        return ticks
 
 
 def plain_number(value: float, pos: int | None = None) -> str:
@@ -624,7 +625,7 @@ def intervals_figure(graph: Graph, schedule: Schedule, title: str | None = None)
     ax = fig.subplots()
     # Bars a little thinner than a row (the axes take about 80% of the figure's height, 72 points an inch).
     width = max(0.3, min(6.0, 0.6 * 0.8 * height * 72 / max(graph.n, 1)))
-    ax.add_collection(LineCollection(segments, colors=list(colours), linewidths=width))
+    ax.add_collection(LineCollection(list(segments), colors=list(colours), linewidths=width))
     ax.set_xlim(0, max(len(schedule), 1))
     ax.set_ylim(graph.n - 0.5, -0.5)  # first node at the top, as in the paper's figure
     ax.set_xlabel("step")

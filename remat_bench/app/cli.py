@@ -511,7 +511,7 @@ def methods(name: str | None, as_json: bool) -> None:
 
     if name is not None:
         get_method(name)  # an unknown name: one sentence, with a suggestion
-    rows = []
+    rows: list[dict[str, Any]] = []
     for method in [name] if name else method_names():
         try:
             cls = get_method(method)
@@ -585,11 +585,11 @@ def graphs_list(as_json: bool) -> None:
     from remat_bench.core.graph import load_graph
     from remat_bench.core.simulate import baseline
 
-    entries = [(path.stem, path) for folder in graph_search_path() if folder.is_dir()
+    entries: list[tuple[str, Path | None]] = [(path.stem, path) for folder in graph_search_path() if folder.is_dir()
                for path in sorted(folder.glob("*.json"))]
     entries += [(datasets.PREFIX + f.name.removesuffix(".json"), datasets.find(f.name))
                 for f in datasets.PAPER.files]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for label, path in entries:
         if path is None:
             rows.append({"graph": label, "file": None, "error": f"not on this machine: {datasets.FETCH_HINT}"})
@@ -658,8 +658,8 @@ def graphs_fetch(dataset: str, output: Path | None, source: str | None) -> None:
     where = [p.resolve() for p in datasets.search_path(data)]
     if dest.resolve() not in where:
         out.print(f"the graphs are in {dest}; set PAPER_GRAPHS={dest} so that paper:<name> finds them")
-    elif datasets.find(data.files[0].name, data) != fetched[0].path:
-        out.print(f"note: paper:<name> still reads {datasets.find(data.files[0].name, data).parent} first "
+    elif (first := datasets.find(data.files[0].name, data)) is not None and first != fetched[0].path:
+        out.print(f"note: paper:<name> still reads {first.parent} first "
                   "(PAPER_GRAPHS, then ../shared/graphs/paper beside the checkout, then the cache)")
 
 
@@ -1018,7 +1018,7 @@ def replay(graph: str, schedule: Path, device: str | None, as_json: bool) -> Non
         print_json(result.to_json())
     else:
         _print_replay(g, result)
-    if result.within_budget is False:
+    if result.within_budget is False and result.budget is not None:
         unit = g.units.get("memory", "")
         over = result.measured_peak - result.budget
         err.print(f"over budget: the measured peak {fmt_amount(result.measured_peak, unit)} is above the "

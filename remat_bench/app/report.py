@@ -85,7 +85,8 @@ def best_section(frame: pd.DataFrame) -> str:
     """Per graph and budget, the method(s) with the least overhead (ties: all of them), and a tally."""
     ok = frame[frame["ok"] & frame["overhead_pct"].notna()]
     budgets = _budget_order(frame)
-    rows, wins = [], {b: {} for b in budgets}
+    rows: list[list[str]] = []
+    wins: dict[str, dict[str, int]] = {b: {} for b in budgets}
     for graph in dict.fromkeys(frame["graph"]):
         row = [graph]
         for budget in budgets:

@@ -66,8 +66,9 @@ def to_remat_dict(data: dict[str, Any], source: str, default_name: str = "") -> 
 
     # Readable ids: the 'name' attribute where names are unique strings, else the key.
     names = [attrs_of[k].get("name") for k in keys]
+    id_of: dict[Any, str]
     if all(isinstance(n, str) and n for n in names) and len(set(names)) == len(names):
-        id_of = {k: n for k, n in zip(keys, names)}
+        id_of = {k: str(n) for k, n in zip(keys, names)}
     else:
         id_of = {k: str(k) for k in keys}
 

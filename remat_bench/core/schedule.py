@@ -98,7 +98,7 @@ class Schedule:
                 yield (_KIND_WORD[kind], graph.ids[v])
 
     def with_meta(self, **meta: Any) -> Schedule:
-        fields = {
+        fields: dict[str, Any] = {
             "method": self.method, "params": self.params, "budget": self.budget,
             "solver": self.solver, "cleanup": self.cleanup,
         }

@@ -147,13 +147,13 @@ def _forward_node(op: ForwardOp) -> Node:
         duration, workspace = op.implementations[0].duration, op.implementations[0].workspace
     return Node(
         id=op.id,
-        inputs=op.inputs,
+        inputs=tuple(op.inputs),
         memory=_integral(op.memory),
         duration=_integral(duration),
         workspace=_integral(workspace),
         op=op.op,
         kind="forward",
-        implementations=op.implementations,
+        implementations=tuple(op.implementations),
         metadata=op.metadata,
     )
 

@@ -49,9 +49,10 @@ from remat_bench.methods.base import (
     Status,
 )
 from remat_bench.methods.candidates import Candidate, Source, candidate_schedules, mark_used
-from remat_bench.methods.checkmate_model import CheckmateModel, check_fits, model_stats, too_short
+from remat_bench.methods.checkmate_model import CheckmateModel, check_fits, too_short
 from remat_bench.toolkit.least_peak import least_peak_by_bisection
 from remat_bench.toolkit.milp import (
+    model_stats,
     parse_backend,
     solve_milp,
 )

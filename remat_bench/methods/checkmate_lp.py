@@ -35,9 +35,9 @@ from remat_bench.methods.base import (
     Param,
     Status,
 )
-from remat_bench.methods.checkmate_model import CheckmateModel, check_fits, model_stats, too_short
+from remat_bench.methods.checkmate_model import CheckmateModel, check_fits, too_short
 from remat_bench.toolkit.least_peak import least_peak_by_bisection
-from remat_bench.toolkit.milp import parse_backend, solve_milp
+from remat_bench.toolkit.milp import model_stats, parse_backend, solve_milp
 
 
 def lp_checkpoints(cm: CheckmateModel, x: np.ndarray) -> np.ndarray:
@@ -153,7 +153,7 @@ def lp_rounding(graph: Graph, budget: Number, *, thresholds: int, samples: int, 
         if sol.status != "optimal" or sol.x is None:
             why = f"the LP relaxation did not solve within the time limit ({sol.message})"
             break
-        if factor == 1.0:
+        if factor == 1.0 and sol.objective is not None:
             lower = float(sol.objective) * cm.dur_scale
         schedule, raw, label, count = best_rounding(cm, sol.x, budget, thresholds, samples, seed, deadline)
         tried += count

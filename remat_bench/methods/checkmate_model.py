@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from remat_bench.core.errors import ModelTooLargeError
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import COMPUTE, Schedule, ScheduleBuilder
 from remat_bench.methods.base import (
@@ -24,8 +23,8 @@ from remat_bench.methods.base import (
 from remat_bench.toolkit.milp import (
     ModelBuilder,
     SparseModel,
-    available_memory_bytes,
     memory_scale,
+    refuse_too_large,
 )
 
 
@@ -49,18 +48,14 @@ def estimate_size(n: int, edges: int, consumers_total: int) -> tuple[int, int, i
     return cols, rows, nnz
 
 
-def check_fits(n: int, edges: int, what: str) -> dict[str, int]:
+def check_fits(n: int, edges: int, what: str) -> dict[str, Any]:
     """Refuse a model that would not fit in memory, naming the estimate."""
     cols, rows, nnz = estimate_size(n, edges, edges)
     # numpy COO blocks, the CSR copy, and HiGHS's own row- and column-wise copies.
     need = nnz * 60 + cols * 80 + rows * 40
-    avail = available_memory_bytes()
-    if need > 0.6 * avail:
-        raise ModelTooLargeError(
-            f"the {what} model of this graph ({n} nodes, {edges} edges) would have about {cols:,} "
-            f"variables and {nnz:,} nonzeros, needing about {need / 2**30:.1f} GiB, more than the "
-            f"{avail / 2**30:.1f} GiB available; use a method that scales (moccasin, twremat, greedy)"
-        )
+    refuse_too_large(need, f"the {what} model of this graph ({n} nodes, {edges} edges) would have about "
+                           f"{cols:,} variables and {nnz:,} nonzeros",
+                     "; use a method that scales (moccasin, twremat, greedy)")
     return {"est_columns": cols, "est_rows": rows, "est_nonzeros": nnz, "est_bytes": need}
 
 
@@ -378,19 +373,19 @@ class CheckmateModel:
         x[self.s0:self.s0 + len(st)] = S[st, si]
         # FREE by its definition, then U by its recursion.
         fi, fk = self.edges[self.free_e, 0], self.edges[self.free_e, 1]
-        t = self.free_t
-        later = np.zeros(len(t), dtype=bool)
+        ft = self.free_t
+        later = np.zeros(len(ft), dtype=bool)
         consumers = graph.consumers
-        for c in range(len(t)):
-            i, k, tc = fi[c], fk[c], t[c]
+        for c in range(len(ft)):
+            i, k, tc = fi[c], fk[c], ft[c]
             later[c] = any(k < j <= tc and R[tc, j] for j in consumers[i])
-        free = R[t, fk] & ~S[t + 1, fi] & ~later
-        x[self.f0:self.f0 + len(t)] = free
+        free = R[ft, fk] & ~S[ft + 1, fi] & ~later
+        x[self.f0:self.f0 + len(ft)] = free
         scale = self.mem_scale
         mem = np.asarray(graph.memory, dtype=np.float64) / scale
         U = np.zeros((n, n))
         freed_after = np.zeros((n, n))  # memory freed right after node k in stage t
-        np.add.at(freed_after, (t[free], fk[free]), mem[fi[free]])
+        np.add.at(freed_after, (ft[free], fk[free]), mem[fi[free]])
         for s in range(n):
             level = float(graph.fixed_memory) / scale + mem[:s] @ S[s, :s] + mem[0] * R[s, 0]
             U[s, 0] = level
@@ -414,16 +409,5 @@ def too_short(estimate: dict[str, Any], deadline: Deadline) -> MethodResult | No
     return MethodResult(Status.NO_SOLUTION, solve_time_s=deadline.elapsed(), stats=estimate, message=(
         f"the time limit ({remaining:.1f} s left) is too short to build the model of about "
         f"{estimate['est_columns']:,} variables (about {build:.1f} s); give more time"))
-
-
-def model_stats(cm: CheckmateModel) -> dict[str, Any]:
-    return {
-        "variables": cm.model.num_cols,
-        "integer_variables": int(cm.model.integer.sum()),
-        "constraints": cm.model.num_rows,
-        "nonzeros": int(cm.model.A.nnz),
-        "build_time_s": round(cm.build_time_s, 3),
-        "memory_scale": cm.mem_scale,
-    }
 
 

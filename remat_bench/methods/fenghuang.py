@@ -509,12 +509,12 @@ def lcg_path(vertex_cost: list[Number], edge_cost: list[Number], max_term: Numbe
         return [start], 0
     # cost(a, b) = before[b] - after[a], with before[b] = sum_{q<b} (edge + vertex) and
     # after[a] = before[a] + vertex_cost[a].
-    before = [0] * (end - start + 1)
+    before: list[Number] = [0] * (end - start + 1)
     for q in range(start, end):
         before[q - start + 1] = before[q - start] + edge_cost[q] + vertex_cost[q]
     after = [before[q - start] + vertex_cost[q] for q in range(start, end + 1)]
     n = end - start
-    dist = [0] * (n + 1)
+    dist: list[Number] = [0] * (n + 1)
     prev = [-1] * (n + 1)
     dist[0] = vertex_cost[start]
     window = deque([0])
@@ -647,9 +647,9 @@ class ACGSolver:
             sid = stack.pop()
             seg = segs[sid]
             if seg.kind is SegmentKind.LINEAR:
-                assert seg.division is not None and seg.division_pos is not None
+                division, pos, vs = seg.division, seg.division_pos, self.vertices[sid]
+                assert division is not None and pos is not None and vs is not None  # set for linear segments
                 vc, mc = self.vertex_cost[sid], self.member_cost[sid]
-                vs = self.vertices[sid]
                 start = 0
                 for k in range(len(mc) + 1):
                     if k < len(mc) and mc[k] <= max_term:
@@ -657,8 +657,7 @@ class ACGSolver:
                     # A run of members within C ends here: LCG on it, then recurse into member k.
                     path, run_largest = lcg_path(vc, mc, max_term, start, k)
                     largest = max(largest, run_largest)
-                    checkpoints.update(seg.division[path].tolist())
-                    pos = seg.division_pos
+                    checkpoints.update(division[path].tolist())
                     finals.extend(vs[pos[a] + 1:pos[b]] for a, b in pairwise(path) if pos[b] > pos[a] + 1)
                     if k < len(mc):
                         stack.append(seg.children[k])

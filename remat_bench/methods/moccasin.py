@@ -410,7 +410,7 @@ def _retention_intervals(m: Any, copies: list[list[Copy]], mem: np.ndarray,
                 if j > 1:  # copy 0 is always present
                     m.add_implication(c.present, prev.present)
                 m.add(prev.end <= c.start).only_enforce_if(c.present)
-                if j > 1 and c.stage is not None:
+                if j > 1 and c.stage is not None and prev.stage is not None:
                     m.add(prev.stage + 1 <= c.stage).only_enforce_if(c.present)
             demands.append(int(mem[v]))
             if ws[v]:
@@ -585,12 +585,14 @@ class _Recorder:
         self.callback = Callback()
 
 
-def _solve(sm: StagedModel, seconds: float, params: dict[str, Any], offset: float,
+def _solve(sm: StagedModel, seconds: float | None, params: dict[str, Any], offset: float,
            on_solution: Any = None) -> tuple[Any, Any, list]:
+    """Solve ``sm`` for at most ``seconds`` (None: until proven), recording each solution's time and objective."""
     from ortools.sat.python import cp_model
 
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.05, seconds)
+    if seconds is not None:
+        solver.parameters.max_time_in_seconds = max(0.05, seconds)
     solver.parameters.num_workers = params["threads"] or (os.cpu_count() or 1)
     solver.parameters.random_seed = params["seed"]
     if params["search"] == "hint":
@@ -709,9 +711,9 @@ class Moccasin(Method):
         C = params["max_intervals"] or 3
         stats: dict[str, Any] = {}
         t0 = deadline.elapsed()
-        share = deadline.remaining() * 0.3
-        answer = best_order(graph, budget, Deadline(share), params["threads"], params["seed"],
-                            bounds=self.context.bounds)
+        remaining = deadline.remaining()
+        share = Deadline(None if remaining is None else remaining * 0.3)
+        answer = best_order(graph, budget, share, params["threads"], params["seed"], bounds=self.context.bounds)
         order_nodes = np.asarray(answer.order, dtype=np.int64)
         order_schedule = place_frees(graph, order_nodes, np.zeros(graph.n, dtype=np.int64))
         stats.update({"order_only_peak": answer.peak, "order_only_time_s": round(deadline.elapsed() - t0, 3),
@@ -726,14 +728,17 @@ class Moccasin(Method):
         staged_result = None
         if budget is not None and not deadline.expired():
             t1 = deadline.elapsed()
+            remaining = deadline.remaining()
             staged_result = self._solve_staged_for_hint(
-                graph, budget, Deadline(deadline.remaining() * STAGED_SHARE), params, answer.order)
+                graph, budget, Deadline(None if remaining is None else remaining * STAGED_SHARE), params,
+                answer.order)
             stats["staged_time_s"] = round(deadline.elapsed() - t1, 3)
             stats["staged_status"] = staged_result.status.value
-            staged_sim = None if staged_result.schedule is None else simulate(graph, staged_result.schedule)
-            if staged_sim is not None and staged_sim.valid:
+            staged_schedule = staged_result.schedule
+            staged_sim = None if staged_schedule is None else simulate(graph, staged_schedule)
+            if staged_schedule is not None and staged_sim is not None and staged_sim.valid:
                 # Within budget or not (phase 1's lowest peak): a better start than the order alone.
-                cleaned, _, _ = clean_up_simulated(graph, staged_result.schedule, staged_sim)
+                cleaned, _, _ = clean_up_simulated(graph, staged_schedule, staged_sim)
                 candidates.insert(0, ("staged", cleaned))
         events = max([params["events"] or 2 * graph.n] + [int((c.kinds == COMPUTE).sum()) for _, c in candidates])
         free_result = self._two_phase(graph, budget, deadline, params, C, "free", events, candidates, stats)
@@ -741,6 +746,7 @@ class Moccasin(Method):
         best = free_result
         if staged_result is not None and staged_result.schedule is not None and staged_result.status.found_schedule:
             def cleaned_duration(r: MethodResult) -> float:
+                assert r.schedule is not None
                 return clean_up_simulated(graph, r.schedule)[2].duration
             if not free_result.status.found_schedule or free_result.schedule is None or (
                     cleaned_duration(staged_result) < cleaned_duration(free_result)):
@@ -788,7 +794,7 @@ class Moccasin(Method):
             return MethodResult(Status.ERROR, stats=stats, message=(
                 f"could not express any starting schedule in the {order} model"))
         stats["phase1_hint"] = hint_label
-        if budget is not None and hint_peak <= budget:
+        if budget is not None and hint_peak is not None and hint_peak <= budget:
             # The hint already fits: phase 1 has nothing to do.
             stats["phase1_time_s"] = 0.0
             phase1_solution = hint
@@ -821,7 +827,8 @@ class Moccasin(Method):
         p1.model.minimize(z)
         share = min(max(params["phase1_share"], 0.0), 1.0)
         t1 = deadline.elapsed()
-        solver1, status1, points1 = _solve(p1, deadline.remaining() * share, params, t1)
+        remaining = deadline.remaining()
+        solver1, status1, points1 = _solve(p1, None if remaining is None else remaining * share, params, t1)
         progress += [("phase1", t, v) for t, v in points1]
         stats["phase1_time_s"] = round(deadline.elapsed() - t1, 3)
         stats["phase1_status"] = solver1.status_name(status1)

@@ -77,8 +77,8 @@ from typing import Any
 
 import numpy as np
 
-from remat_bench.core.errors import ModelTooLargeError
 from remat_bench.core.graph import Graph, Number
+from remat_bench.core.machine import available_memory_bytes
 from remat_bench.core.schedule import COMPUTE, Schedule
 from remat_bench.core.simulate import place_frees, simulate
 from remat_bench.methods.base import (
@@ -93,9 +93,10 @@ from remat_bench.toolkit.milp import (
     CONSTANT,
     ModelBuilder,
     SparseModel,
-    available_memory_bytes,
     memory_scale,
+    model_stats,
     parse_backend,
+    refuse_too_large,
     solve_milp,
 )
 
@@ -170,9 +171,9 @@ class Stages:
             bops.append(b_ops)
             d = []
             for op in b_ops:
-                ins = graph.op_inputs[op]
-                d.append(frozenset(int(fpos[u]) for u in ins if fpos[u] >= 0))
-                for u in ins:
+                reads = graph.op_inputs[op]
+                d.append(frozenset(int(fpos[u]) for u in reads if fpos[u] >= 0))
+                for u in reads:
                     if fpos[u] < 0:
                         last_reader[u] = t
             deps.append(d)
@@ -229,7 +230,7 @@ def model_size(st: Stages, exact: bool = True) -> dict[str, int]:
     return {"est_columns": cols, "est_rows": rows, "est_nonzeros": nnz}
 
 
-def check_fits(st: Stages) -> dict[str, int]:
+def check_fits(st: Stages) -> dict[str, Any]:
     """Refuse a model that would not fit in memory, naming the estimate."""
     avail = available_memory_bytes()
 
@@ -237,17 +238,13 @@ def check_fits(st: Stages) -> dict[str, int]:
         return size["est_nonzeros"] * 60 + size["est_columns"] * 80 + size["est_rows"] * 40
 
     size = model_size(st, exact=False)
-    exact = need_of(size) <= 0.6 * avail
+    exact = avail is None or need_of(size) <= 0.6 * avail
     if exact:
         size = model_size(st)
     need = need_of(size)
-    if need > 0.6 * avail:
-        about = "about" if exact else "at least"
-        raise ModelTooLargeError(
-            f"the MONeT model of this graph ({st.F} forward and {st.K} backward nodes) would have {about} "
-            f"{size['est_columns']:,} variables and {size['est_nonzeros']:,} nonzeros, needing about "
-            f"{need / 2**30:.1f} GiB, more than the {avail / 2**30:.1f} GiB available"
-        )
+    refuse_too_large(need, f"the MONeT model of this graph ({st.F} forward and {st.K} backward nodes) "
+                           f"would have {'about' if exact else 'at least'} {size['est_columns']:,} "
+                           f"variables and {size['est_nonzeros']:,} nonzeros")
     return {**size, "est_bytes": need}
 
 
@@ -1037,17 +1034,6 @@ def fallback(candidates: list[tuple[str, Schedule, Number, Number]], why: str, d
     stats["returned"] = name
     return MethodResult(Status.FEASIBLE, schedule, objective=duration, solve_time_s=deadline.elapsed(),
                         stats=stats, message=f"{why}; returning the {name} schedule")
-
-
-def model_stats(mm: MonetModel) -> dict[str, Any]:
-    return {
-        "variables": mm.model.num_cols,
-        "integer_variables": int(mm.model.integer.sum()),
-        "constraints": mm.model.num_rows,
-        "nonzeros": int(mm.model.A.nnz),
-        "build_time_s": round(mm.build_time_s, 3),
-        "memory_scale": mm.mem_scale,
-    }
 
 
 class Monet(Method):

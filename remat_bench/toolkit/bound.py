@@ -370,7 +370,8 @@ def _probe(block: _PrefixCut, k: int, seconds: float, cap: Number | None = None)
     if sol.objective is None and sol.dual_bound is None:
         return None  # no answer in time (a DAG always has a downset of each size)
     optimal = sol.status == "optimal" and sol.objective is not None
-    at_least = block.fixed + (sol.objective if optimal else max(0.0, sol.dual_bound or 0.0))
+    proven = sol.objective if optimal and sol.objective is not None else max(0.0, sol.dual_bound or 0.0)
+    at_least = block.fixed + proven
     best = block.fixed + sol.objective if sol.objective is not None else at_least
     if block.integral:  # whole units: the solver's round-off is not a bound
         at_least, best = math.ceil(at_least - 1e-6), round(best)
@@ -426,11 +427,11 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
     if chosen:
         left = max(0.05, time_limit - (time.perf_counter() - start))
         second = _solve_program(graph, rows.copy(), fastest, budget, chosen, left)
-        if second[0] is None or second[0] > first[0]:
+        if second[0] is None or (first[0] is not None and second[0] > first[0]):
             answer = second
     extra, status, recomputed = answer
     elapsed = time.perf_counter() - start
-    info = {"solve_time_s": elapsed, "cuts": cuts, "order_peak_at_least": peak_at_least,
+    info: dict[str, Any] = {"solve_time_s": elapsed, "cuts": cuts, "order_peak_at_least": peak_at_least,
             "prefix_sizes": tuple(chosen) if answer is not first else ()}
     if extra is None:
         return Bound(None, "infeasible", no_order_fits=True, **info)

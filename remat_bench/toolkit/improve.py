@@ -116,6 +116,7 @@ def shave_peaks(graph: Graph, nodes: np.ndarray, budget: Number, deadline: Deadl
         candidates = [x for x in np.flatnonzero(resident).tolist() if x not in busy and mem[x] > 0]
         candidates.sort(key=lambda x: -float(mem[x]) / (dur[x] + 1e-9 * (1 + dur.max())))
         stages = _stages(graph, seq)
+        assert stages is not None  # a recomputation inserted into a stage keeps the input-order stages
         improved = False
         if max_copies is not None:
             copies = np.bincount(np.asarray(seq), minlength=graph.n)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 from remat_bench.core.control import Deadline, interrupted
 from remat_bench.core.graph import Graph, Number
@@ -35,7 +36,8 @@ def least_peak_by_bisection(graph: Graph, solve_at: Callable[[Number, float | No
     remaining = deadline.remaining()
     search = Deadline(None if remaining is None else search_share * remaining)
     best: MethodResult | None = None
-    proven, probes = True, []
+    proven = True
+    probes: list[dict[str, Any]] = []
     while hi - lo > tolerance and not search.expired() and not interrupted():
         mid = (lo + hi) // 2 if whole else (lo + hi) / 2
         left = search.remaining()

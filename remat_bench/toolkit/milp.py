@@ -13,20 +13,20 @@ CPLEX or any other solver PuLP finds.
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import reduce
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import scipy.sparse as sp
 
 from remat_bench.core.control import interrupted, run_interruptibly
-from remat_bench.core.errors import MethodError
+from remat_bench.core.errors import MethodError, ModelTooLargeError
 from remat_bench.core.graph import Graph
+from remat_bench.core.machine import available_memory_bytes
 from remat_bench.toolkit.child import can_spawn, run_in_child
 
 
@@ -175,16 +175,33 @@ class MilpSolution:
     incumbents: list[Incumbent] = field(default_factory=list)
 
 
-def available_memory_bytes() -> int:
-    """Physical memory available now (Linux /proc/meminfo), or total memory elsewhere."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+class BuiltModel(Protocol):
+    """A formulation's model as built (Checkmate's, MONeT's): what `model_stats` reports of it."""
+
+    model: SparseModel
+    build_time_s: float
+    mem_scale: int
+
+
+def model_stats(built: BuiltModel) -> dict[str, Any]:
+    """A built model's size and build time, as runs record them in their stats."""
+    return {
+        "variables": built.model.num_cols,
+        "integer_variables": int(built.model.integer.sum()),
+        "constraints": built.model.num_rows,
+        "nonzeros": int(built.model.A.nnz),
+        "build_time_s": round(built.build_time_s, 3),
+        "memory_scale": built.mem_scale,
+    }
+
+
+def refuse_too_large(need: int, describe: str, advice: str = "") -> None:
+    """Raise `ModelTooLargeError` when a model needing about ``need`` bytes would take more than 60% of
+    the memory available now (unknown memory refuses nothing). ``describe`` says what the model is."""
+    avail = available_memory_bytes()
+    if avail is not None and need > 0.6 * avail:
+        raise ModelTooLargeError(f"{describe}, needing about {need / 2**30:.1f} GiB, more than the "
+                                 f"{avail / 2**30:.1f} GiB available{advice}")
 
 
 def parse_backend(backend: str) -> tuple[str, str | None]:

@@ -117,7 +117,7 @@ def _solve_order_model(graph: Graph, budget: Number | None, deadline: Deadline, 
     stats["peak_lower_bound"] = bound_units * om.scale + om.fixed_units * om.scale if budget is None else None
     if budget is not None:
         fits = peak_found <= budget
-        infeasible = not fits and bound_units > om.budget_units
+        infeasible = not fits and om.budget_units is not None and bound_units > om.budget_units
         return OrderAnswer(order, peak_found, fits, infeasible, stats)
     return OrderAnswer(order, peak_found, status == cp_model.OPTIMAL, False, stats)
 

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -190,7 +191,7 @@ def program_graph(program: Program, durations: Sequence[int], duration_unit: str
 def _op_name(node: ProgramNode) -> str:
     if node.role == GRADIENT:
         return "aten.clone (gradient copy)"
-    return str(node.fx.target)
+    return str(node.runs().target)
 
 
 # ---------------------------------------------------------------------- durations
@@ -253,7 +254,7 @@ def measure_workspace(program: Program, device: torch.device) -> list[int]:
     state = State.create(program.spec, device)
     workspace = [0] * len(program.nodes)
     for v, ex in _in_file_order(program, state):
-        peak = measure_peak(device, lambda v=v, ex=ex: ex.compute(v))
+        peak = measure_peak(device, partial(ex.compute, v))
         workspace[v] = max(0, peak - program.nodes[v].memory)
     return workspace
 

@@ -62,6 +62,7 @@ def cpu_peak_bytes(fn: Callable[[], None]) -> int:
         with _quiet_stderr():
             prof.__exit__(None, None, None)
     totals: list[tuple[int, int, int]] = []
+    assert prof.profiler is not None and prof.profiler.kineto_results is not None  # set by __exit__
     stack = list(prof.profiler.kineto_results.experimental_event_tree())
     while stack:
         event = stack.pop()

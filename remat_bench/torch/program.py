@@ -193,6 +193,7 @@ def model_spec(model: str, batch: int | None = None, input_shape: tuple[int, ...
             (task == "language" and out.dim() != 3):
         raise ModelSpecError(f"task '{task}' needs an output of shape {TASK_OUTPUTS[task]}, but model "
                              f"'{model}' returns one of shape {tuple(out.shape)}")
+    label_shape: tuple[int, ...]
     if task == "classify":
         label_shape, label_range = (out.shape[0],), out.shape[1]
     elif task == "segment":
@@ -436,6 +437,9 @@ def _fake_batch(spec: ModelSpec) -> tuple[torch.Tensor, torch.Tensor]:
 # ---------------------------------------------------------------------- the program
 
 
+FxNode = fx.Node  # ProgramNode's field ``fx`` shadows the module inside its class body
+
+
 @dataclass
 class ProgramNode:
     """One remat-bench node of the traced step.
@@ -448,13 +452,18 @@ class ProgramNode:
 
     id: str
     role: str
-    fx: fx.Node | None
+    fx: FxNode | None
     inputs: tuple[int, ...]
     memory: int
-    aliases: tuple[fx.Node, ...]
+    aliases: tuple[FxNode, ...]
     forward: bool = True
     grad_of: int | None = None
     parameter: str | None = None
+
+    def runs(self) -> FxNode:
+        """The FX node an op or update node runs (only a gradient node may have none)."""
+        assert self.fx is not None, f"node '{self.id}' ({self.role}) has no FX node"
+        return self.fx
 
 
 @dataclass
@@ -503,7 +512,7 @@ def _written_args(node: fx.Node) -> list[fx.Node]:
     schema = getattr(node.target, "_schema", None)
     if schema is None:
         return []
-    written = []
+    written: list[fx.Node] = []
     for k, arg in enumerate(schema.arguments):
         if arg.alias_info is None or not arg.alias_info.is_write:
             continue
@@ -545,11 +554,11 @@ def _is_random(node: fx.Node) -> bool:
     """A seeded random operator; attention with ``dropout_p == 0`` is deterministic and allowed."""
     if torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
         return False
-    schema = node.target._schema
+    schema = node.target._schema  # type: ignore[union-attr]  # an OpOverload: it carries tags
     for k, arg in enumerate(schema.arguments):
         if arg.name == "dropout_p":
             value = node.args[k] if k < len(node.args) else node.kwargs.get("dropout_p", arg.default_value)
-            return value != 0.0
+            return bool(value != 0.0)
     return True
 
 
@@ -578,7 +587,8 @@ def build_program(spec: ModelSpec) -> Program:
     _link_gradients(graph, nodes, index, values, loss, loss_pos)
 
     gradients = {name: index[b] for name, b in steal.items()}
-    gradients.update({node.parameter: i for i, node in enumerate(nodes) if node.role == GRADIENT})
+    gradients.update({node.parameter: i for i, node in enumerate(nodes)
+                      if node.role == GRADIENT and node.parameter is not None})
     base = {n: (index[b] if b is not None else None) for n, b in values.base.items() if b is None or b in index}
     return Program(
         spec=spec, gm=gm, nodes=nodes, placeholders=placeholders, loss=loss,
@@ -745,12 +755,12 @@ def _gradient_homes(param_names: list[str], grad_values: list[Any], values: _FxV
     for name, g in zip(param_names, grad_values):
         b = values.base.get(g) if isinstance(g, fx.Node) else None
         alone = b is not None and b in values.allocates and len(_tensors(b.meta["val"])) == 1
-        if alone and b not in steal.values():
+        if alone and b is not None and b not in steal.values():
             steal[name] = b
         else:
             tail.setdefault(b, []).append((GRADIENT, name, g if isinstance(g, fx.Node) else None))
     for u in values.updates:
-        bases = [values.base[a] for a in _fx_inputs(u) if values.base.get(a) is not None]
+        bases = [b for a in _fx_inputs(u) if (b := values.base.get(a)) is not None]
         last = max(bases, key=values.order.__getitem__) if bases else None
         tail.setdefault(last, []).append((UPDATE, u.name, u))
     return steal, tail
@@ -787,7 +797,7 @@ class _ProgramBuilder:
             for b in (values.base.get(a), a if a in values.allocates else None):
                 if b is not None and self.index[b] not in inputs:
                     inputs.append(self.index[b])
-        if role == OP:
+        if role == OP and n is not None:
             self.index[n] = len(self.nodes)
         self.nodes.append(ProgramNode(id=node_id, role=role, fx=n, inputs=tuple(inputs), memory=memory,
                                       aliases=aliases, parameter=parameter))
@@ -800,6 +810,7 @@ class _ProgramBuilder:
                 self.add(f"grad:{name}", GRADIENT, n, reads, _nbytes_dense(n.meta["val"]) if n is not None else 0,
                          parameter=name)
             else:
+                assert n is not None  # an update is an FX node
                 self.add(name, UPDATE, n, _fx_inputs(n), 0)
 
 
@@ -808,7 +819,7 @@ def _mark_forward(nodes: list[ProgramNode], order: dict[fx.Node, int], loss_pos:
     are backward (docs/design.md section 2). An update is forward when all it reads is."""
     for node in nodes:
         if node.role == OP:
-            node.forward = order[node.fx] < loss_pos
+            node.forward = order[node.runs()] < loss_pos
         elif node.role == GRADIENT:
             node.forward = False
         else:
@@ -824,9 +835,9 @@ def _link_gradients(graph: fx.Graph, nodes: list[ProgramNode], index: dict[fx.No
         if n.op == "call_function" and values.order[n] < loss_pos and "seq_nr" in n.meta:
             first_with_seq.setdefault(n.meta["seq_nr"], n)
     for i, node in enumerate(nodes):
-        if node.forward or node.role != OP or i == loss or "seq_nr" not in node.fx.meta:
+        if node.forward or node.role != OP or i == loss or "seq_nr" not in node.runs().meta:
             continue
-        f = first_with_seq.get(node.fx.meta["seq_nr"])
+        f = first_with_seq.get(node.runs().meta["seq_nr"])
         b = values.base.get(f) if f is not None else None
         if b is not None and b in index and nodes[index[b]].forward:
             node.grad_of = index[b]
@@ -906,7 +917,7 @@ class Executor:
         # The storage bytes the graph counts for each output of an op node, as traced.
         self._counted = {
             i: [_nbytes(t) if isinstance(t, torch.Tensor) else None
-                for t in pytree.tree_leaves(node.fx.meta.get("val"))]
+                for t in pytree.tree_leaves(node.runs().meta.get("val"))]
             for i, node in enumerate(program.nodes) if node.role == OP
         }
 
@@ -916,7 +927,7 @@ class Executor:
         if n.op == "placeholder":
             return self._placeholders[n.name]
         if n.op == "get_attr":
-            return getattr(self.program.gm, n.target).to(self.state.device)
+            return getattr(self.program.gm, str(n.target)).to(self.state.device)
         base = self.program.base.get(n)
         if base is None or base not in self.values:
             name = self.program.nodes[base].id if base is not None else n.name
@@ -925,7 +936,7 @@ class Executor:
 
     def _call(self, n: fx.Node, local: dict[fx.Node, Any]) -> Any:
         args, kwargs = fx.node.map_arg(self._args[n], lambda a: self._read(a, local))
-        return n.target(*args, **kwargs)
+        return n.target(*args, **kwargs)  # type: ignore[operator]  # call_function: a callable target
 
     def evaluate(self, n: fx.Node | None, aliases: tuple[fx.Node, ...]) -> Any:
         """The value of FX node ``n``, re-deriving ``aliases`` from resident values first."""
@@ -947,7 +958,7 @@ class Executor:
                 local: dict[fx.Node, Any] = {}
                 for a in node.aliases:
                     local[a] = self._call(a, local)
-                value = self._call(node.fx, local)
+                value = self._call(node.runs(), local)
                 self.values[i] = self._compact(i, value) if node.role == OP else value
         except Exception as exc:
             raise ExecutionError(f"node '{node.id}' ({node.fx.target if node.fx is not None else 'gradient'}) "
@@ -967,7 +978,7 @@ class Executor:
         leaves, tree = pytree.tree_flatten(value)
         counted = self._counted[i]
         oversized = [k for k, t in enumerate(leaves) if isinstance(t, torch.Tensor) and k < len(counted)
-                     and counted[k] is not None and _nbytes(t) > counted[k]]
+                     and (c := counted[k]) is not None and _nbytes(t) > c]
         if not oversized:
             return value
         for k in oversized:

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -59,6 +58,7 @@ import torch
 
 from remat_bench.core.errors import RematBenchError, ScheduleError
 from remat_bench.core.graph import Graph, Number, load_graph, parse_json, read_text
+from remat_bench.core.machine import available_memory_bytes
 from remat_bench.core.schedule import COMPUTE, Schedule, schedule_from_dict
 from remat_bench.core.simulate import simulate
 from remat_bench.torch.importer import program_for_graph, spec_of
@@ -157,7 +157,7 @@ def load_schedule_for(graph: Graph, path: str | Path) -> Schedule:
     data = parse_json(read_text(path, ScheduleError), str(path), ScheduleError)
     written = data.get("graph") if isinstance(data, dict) else None
     want = written.get("sha256") if isinstance(written, dict) else None
-    if want and want != graph.sha256:
+    if want and want != graph.sha256 and isinstance(written, dict):
         raise ScheduleError(
             f"{path} was written for graph '{written.get('name') or '?'}' (sha256 {want[:12]}), not for "
             f"'{graph.name}' (sha256 {graph.sha256[:12]}); refusing to replay it: replay a schedule "
@@ -388,14 +388,4 @@ def _available_bytes(device: torch.device) -> int | None:
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(free)
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
-        return None
+    return available_memory_bytes()

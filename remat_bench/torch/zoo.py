@@ -307,7 +307,7 @@ def load_factory(model: str) -> Callable[..., nn.Module]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ModelSpecError(f"'{model}': cannot import module '{module_name}' ({exc})") from None
-    factory = module
+    factory: Any = module
     for part in attr.split("."):
         factory = getattr(factory, part, None)
         if factory is None:

@@ -149,3 +149,16 @@ def test_large_models_stop_at_the_time_limit_and_keep_the_incumbent():
     # Stopped or not, the warm start came back as an incumbent, no worse than it went in.
     assert sol.status in ("feasible", "optimal") and sol.x is not None
     assert sol.objective <= float(cm.model.cost @ start) + 1e-6
+
+
+def test_the_refusal_names_the_need_and_what_is_available_and_unknown_memory_refuses_nothing(monkeypatch):
+    from remat_bench.core.errors import ModelTooLargeError
+    from remat_bench.toolkit import milp
+
+    monkeypatch.setattr(milp, "available_memory_bytes", lambda: 10 * 2**30)
+    milp.refuse_too_large(6 * 2**30, "a model")  # 60% of 10 GiB: still allowed
+    with pytest.raises(ModelTooLargeError) as exc:
+        milp.refuse_too_large(6 * 2**30 + 1, "a model", "; try another")
+    assert str(exc.value) == "a model, needing about 6.0 GiB, more than the 10.0 GiB available; try another"
+    monkeypatch.setattr(milp, "available_memory_bytes", lambda: None)
+    milp.refuse_too_large(10**18, "a model")

@@ -84,6 +84,7 @@ def supervise(spec: dict[str, Any], output: str) -> dict[str, Any]:
                                     stdout=out, stderr=err, start_new_session=True,
                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
             _live[proc.pid] = proc
+        assert proc.stdin is not None  # opened with stdin=PIPE
         try:
             with contextlib.suppress(BrokenPipeError):
                 proc.stdin.write(json.dumps(payload).encode() + b"\n")

@@ -98,8 +98,8 @@ def make_row(spec: dict[str, Any], outcome: dict[str, Any], output: Path | None 
         row["stats"] = json.dumps(row["stats"], default=str) if row["stats"] else None
     if output is not None:
         for column in ("schedule", "graph_path"):
-            if row.get(column):
-                row[column] = _relative(Path(row[column]), output)
+            if (value := row.get(column)):
+                row[column] = _relative(Path(value), output)
     return row
 
 

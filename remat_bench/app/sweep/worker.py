@@ -191,7 +191,7 @@ def main() -> None:
     # in a buffer, and its log must hold everything it printed (the supervisor also sets
     # PYTHONUNBUFFERED, which reaches Python subprocesses of solvers too).
     with contextlib.suppress(AttributeError, ValueError):
-        sys.stdout.reconfigure(line_buffering=True)
+        sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # a TextIOWrapper here
     started = time.perf_counter()
     try:
         outcome = _run_under_limits()
