@@ -42,7 +42,7 @@ def table(budgets: list[str], title: str) -> None:
             over = "-" if r.overhead_pct is None else f"{r.overhead_pct:.5f}"
             gap = "-" if r.gap_pct is None else f"{r.gap_pct:.5f}"
             how = "order only" if r.message.startswith("an order fits") else (
-                "staged, best order" if "staged solution beat" in r.message else "free model")
+                "staged, best order" if r.stats.get("returned") == "staged" else "free model")
             needed = "yes (proven)" if bound.no_order_fits else (
                 "no" if r.overhead_pct == 0 else "unknown")
             if not r.status.found_schedule:

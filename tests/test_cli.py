@@ -197,12 +197,16 @@ def test_several_methods_print_one_comparison_and_json_a_list():
 def test_a_methods_proofs_name_its_space():
     # With one retention interval per node moccasin cannot recompute: infeasible in its space at
     # 0.7, where greedy finds a schedule (+12.245%, the any-order bound).
-    one = ["solve", CHAIN, "-m", "moccasin", "-b", "0.7", "-p", "max_intervals=1"]
+    one = ["solve", CHAIN, "-m", "moccasin", "-b", "0.7", "-p", "max_intervals=1", "-p", "keep_best=false"]
     data = json.loads(invoke(*one, "--json").output)
     assert data["status"] == "infeasible" and data["status_holds_for"] == "the method's space"
     assert data["space"] == "input-order stages, at most 1 retention intervals per node"
     assert "infeasible  in moccasin's space only: input-order stages, at most 1" in invoke(*one).output
     assert json.loads(invoke("solve", CHAIN, "-m", "greedy", "-b", "0.7", "--json").output)["status"] == "feasible"
+    # keep_best (the default): the search's proof stands in its stats, and greedy's schedule is the answer.
+    kept = json.loads(invoke(*one[:-2], "--json").output)
+    assert kept["status"] == "feasible" and kept["stats"]["search_status"] == "infeasible"
+    assert kept["stats"]["returned"] == "greedy" and kept["overhead_pct"] == pytest.approx(12.2449, abs=1e-3)
     below = json.loads(invoke("solve", CHAIN, "-m", "moccasin", "-b", "0.2", "--json").output)
     assert below["status"] == "infeasible" and below["status_holds_for"] == "every schedule"
     proven = json.loads(invoke("solve", CHAIN, "-m", "checkmate", "-b", "0.8", "--json").output)
@@ -280,3 +284,17 @@ def test_published_graphs_answer_to_their_own_names_too():
                  "paper:VGG16 (MLSys)_256_(224, 224, 3)_train_nx"):
         data = json.loads(invoke("graphs", "show", name, "--json").output)
         assert (data["name"], data["nodes"]) == ("VGG16 (MLSys)_256_(224, 224, 3)_train", 45)
+
+
+def test_methods_side_by_side_in_processes_give_the_same_table_as_one_after_another():
+    args = ["solve", CHAIN, "-m", "greedy", "-m", "chen", "-m", "moccasin", "-m", "auto", "-b", "0.7", "-t", "20"]
+    apart = json.loads(invoke(*args, "--jobs", "3", "--json").output)
+    together = json.loads(invoke(*args, "--json").output)
+    assert [d["method"] for d in apart] == ["greedy", "chen", "moccasin", "auto"]
+    for a, b in zip(apart, together):
+        assert (a["status"], a["overhead_pct"], a["peak"]) == (b["status"], b["overhead_pct"], b["peak"])
+    auto = apart[-1]
+    assert auto["overhead_pct"] == min(d["overhead_pct"] for d in apart) == pytest.approx(12.2449, abs=1e-3)
+    assert auto["proven_optimal"] and auto["stats"]["winner"] in ("greedy", "kusumoto", "moccasin", "checkmate")
+    table = invoke(*args, "--jobs", "2").output
+    assert "auto: the fastest schedule is" in table

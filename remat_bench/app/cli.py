@@ -234,15 +234,18 @@ def main() -> None:
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the cleaned schedule here.")
 @click.option("--no-bound", is_flag=True,
               help="Skip the any-order lower bound (no gap, nothing proven optimal; saves up to a tenth of the limit).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+              help="With several -m: how many run at once, each in its own process (they share the cores).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (a list with several methods).")
 def solve(graph: str, methods: tuple[str, ...], budget: str, time_limit: float, params: tuple[str, ...],
-          output: Path | None, no_bound: bool, as_json: bool) -> None:
+          output: Path | None, no_bound: bool, jobs: int, as_json: bool) -> None:
     """Solve GRAPH with a method at a budget; score the schedule with the simulator.
 
-    With several -m, each runs in turn under the same budget and limit, and one
-    table compares them; -p applies to every method that declares the parameter.
+    With several -m, each runs under the same budget and limit (one after another, or
+    --jobs at once), and one table compares them; -p applies to every method that
+    declares the parameter.
     """
-    from remat_bench.app.pipeline import resolve_method, run
+    from remat_bench.app.pipeline import resolve_method, run, run_side_by_side
     from remat_bench.core.budget import parse_budget
     from remat_bench.core.errors import RematBenchError as Refused
     from remat_bench.core.schedule import save_schedule
@@ -267,7 +270,13 @@ def solve(graph: str, methods: tuple[str, ...], budget: str, time_limit: float, 
     results = []
     show_progress = not as_json and err.is_terminal
     with stop_on_first_ctrl_c():
-        for m in methods:
+        if jobs > 1 and len(methods) > 1:
+            status = (err.status(f"solving {g.name} with {', '.join(methods)}, {min(jobs, len(methods))} at a time "
+                                 f"(limit {time_limit:g} s each)...") if show_progress else contextlib.nullcontext())
+            with status:
+                results = run_side_by_side(g, list(methods), parsed_budget, time_limit, per_method,
+                                           bound=not no_bound, jobs=jobs)
+        for m in methods if not results else ():
             if show_progress:
                 with err.status(f"solving {g.name} with {m} (limit {time_limit:g} s)..."):
                     results.append(run(g, m, parsed_budget, time_limit, per_method[m], bound=not no_bound))
@@ -340,7 +349,9 @@ def _print_comparison(g: Graph, results: list[Any]) -> None:
                      f"{fmt_amount(first.baseline_duration)})")
     out.print("; ".join(notes))
     for r in results:
-        if r.message and not r.status.found_schedule:
+        # Why nothing was found; which member won (auto); whose schedule an exact method returned.
+        returned = r.stats.get("returned")
+        if r.message and (not r.status.found_schedule or "winner" in r.stats or returned not in (None, "search")):
             out.print(f"{r.method}: {escape(r.message)}")
 
 
@@ -380,6 +391,24 @@ def _print_result(g: Graph, r: Any, output: Path | None) -> None:
         table.add_row("schedule", f"{r.schedule_steps} steps{note}")
     if output is not None:
         table.add_row("schedule file", str(output) if r.schedule is not None else "nothing written (no schedule)")
+    out.print(table)
+    if "members" in r.stats:
+        _print_members(r)
+
+
+def _print_members(r: Any) -> None:
+    """A portfolio's members (``auto``): what each found, in the order they ran."""
+    table = Table(title="members", title_justify="left")
+    for col in ("method", "role", "status", "overhead", "peak", "seconds", "note"):
+        table.add_column(col, justify="right" if col in ("overhead", "peak", "seconds") else "left")
+    for m in r.stats["members"]:
+        overhead = "-" if m.get("overhead_pct") is None or m["status"] not in ("optimal", "feasible") else \
+            f"{m['overhead_pct']:+.3f}%"
+        peak = "-" if m.get("peak") is None or not r.baseline_peak else f"{100 * m['peak'] / r.baseline_peak:.1f}%"
+        note = m.get("message", "") if m["status"] not in ("optimal", "feasible") else (
+            f"returned {m['returned']}" if m.get("returned") not in (None, "search") else "")
+        table.add_row(m["method"], m["role"], m["status"], overhead, peak, f"{m.get('seconds', 0):.2f}",
+                      escape(note[:90]))
     out.print(table)
 
 

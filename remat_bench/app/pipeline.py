@@ -349,3 +349,59 @@ def _score(graph: Graph, budget: Budget, answer: MethodResult, result: RunResult
         and sim.duration <= result.lower_bound_any_order
     )
     return result
+
+
+def run_side_by_side(graph: Graph, methods: list[str], budget: Budget, time_limit: float | None,
+                     params: dict[str, dict[str, Any]], *, bound: bool = True, jobs: int = 2,
+                     bounds: BoundCache | None = None) -> list[RunResult]:
+    """`run` for each of ``methods``, ``jobs`` at a time, each in a child process (results in ``methods``' order).
+
+    The any-order bound is computed once, here, before the methods start (each run then reads it
+    from the cache, and its bound time is this one's). A run that fails in its child, or is still
+    running well past its limit (a tenth of it and 10 s), is an ``error`` result saying so; Ctrl-C
+    stops every child.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from remat_bench.toolkit.child import run_in_child
+
+    bounds = bounds if bounds is not None else BoundCache(default_cache_folder())
+    bound_time = 0.0
+    if bound:
+        start = time.perf_counter()
+        effort = 30.0 if time_limit is None else max(0.5, min(30.0, time_limit / 10))
+        bounds.get(graph, budget.amount, effort)
+        bound_time = time.perf_counter() - start
+        # Each run's share of the limit is what is left after the bound, as when it computes the bound itself.
+        if time_limit is not None:
+            time_limit = max(time_limit - bound_time, 0.1 * time_limit)
+    cache = bounds.for_graph(graph)
+
+    def one(method: str) -> RunResult:
+        grace = 10.0 + 0.1 * (time_limit or 0.0)
+        stop_at = None if time_limit is None else time.perf_counter() + time_limit + grace
+        outcome = run_in_child(_run_child, (graph, method, budget, time_limit, params.get(method, {}), bound, cache),
+                               stop=lambda: interrupted() or (stop_at is not None and time.perf_counter() > stop_at),
+                               daemon=False)
+        if outcome.status == "done":
+            result: RunResult = outcome.value
+            result.bound_time_s = bound_time if bound else 0.0
+            return result
+        if outcome.status == "start_failed":
+            return run(graph, method, budget, time_limit, params.get(method, {}), bound=bound, bounds=cache)
+        cls, parsed = resolve_method(method, params.get(method, {}))
+        result = _new_result(graph, method, cls, parsed, budget)
+        result.message = ("interrupted" if interrupted() else
+                          "still running well past its time limit; stopped" if outcome.status == "stopped"
+                          else f"method '{method}' failed in its process: {outcome.message}")
+        result.termination = Termination.INTERRUPTED if interrupted() else Termination.ERROR
+        return result
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, methods))
+
+
+def _run_child(graph: Graph, method: str, budget: Budget, time_limit: float | None, params: dict[str, Any],
+               bound: bool, bounds: BoundCache) -> RunResult:
+    """`run_side_by_side`'s child (module level, so that a spawned process can import it)."""
+    return run(graph, method, budget, time_limit, params, bound=bound, bounds=bounds)

@@ -21,7 +21,7 @@ from remat_bench.core.errors import MethodError
 from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status
 
 __all__ = ["BUILTIN", "Deadline", "Method", "MethodResult", "Param", "Status", "all_methods", "get_method",
-           "method_names"]
+           "load_method", "method_names", "method_target"]
 
 # CLI name -> "module:Class", in the order `remat-bench methods` lists them.
 BUILTIN: dict[str, str] = {
@@ -36,6 +36,7 @@ BUILTIN: dict[str, str] = {
     "twremat": "remat_bench.methods.twremat:TWRemat",
     "fenghuang": "remat_bench.methods.fenghuang:FengHuang",
     "monet": "remat_bench.methods.monet:Monet",
+    "auto": "remat_bench.methods.auto:Auto",
 }
 
 
@@ -57,6 +58,21 @@ def _plugins() -> dict[str, str]:
         if ep.name not in BUILTIN:
             found[ep.name] = ep.value
     return found
+
+
+def method_target(name: str) -> str:
+    """Where the method registered as ``name`` lives ("module:Class"): a child process given it loads
+    the same class (`load_method`), whatever the registry there says."""
+    target = BUILTIN.get(name) or _plugins().get(name)
+    if target is None:
+        get_method(name)  # raises, naming the known methods
+    assert target is not None
+    return target
+
+
+def load_method(target: str, name: str) -> type[Method]:
+    """The method class at ``target`` ("module:Class"), registered as ``name``."""
+    return _load(target, name)
 
 
 def get_method(name: str) -> type[Method]:

@@ -27,6 +27,7 @@ from remat_bench.core.control import (  # noqa: F401 (re-exported: methods impor
 from remat_bench.core.errors import MethodError
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.outcome import MethodResult, Status, Termination  # noqa: F401 (re-exported)
+from remat_bench.core.schedule import Schedule
 from remat_bench.toolkit.bound import BoundCache
 
 
@@ -111,12 +112,15 @@ class Param:
 
 @dataclass
 class SolveContext:
-    """What the pipeline shares with a method for one run: the bound cache (an object, not a global).
+    """What the caller shares with a method for one run: the bound cache (an object, not a global),
+    and schedules it already has (``hints``: label and schedule; ``auto`` offers its fast members'
+    answers to its exact ones, which start from them where they fit and never return worse).
 
-    A method called directly (tests, other code) gets an empty in-memory cache of its own.
+    A method called directly (tests, other code) gets an empty in-memory cache of its own and no hints.
     """
 
     bounds: BoundCache = field(default_factory=BoundCache)
+    hints: list[tuple[str, Schedule]] = field(default_factory=list)
 
 
 class Method:

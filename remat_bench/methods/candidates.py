@@ -18,6 +18,14 @@ by the caller's ``accept`` (a check of the caller's own space: MONeT's shape,
 Checkmate's stages). What each source gave, and whether it was used, is recorded
 in the caller's stats under ``candidates``, so a run's record says where its
 warm start came from.
+
+Schedules can also be *offered*: `SolveContext.hints` carries schedules the
+caller already has (``auto`` hands its fast members' answers to its exact
+ones); `offered_candidates` checks them like any source's. And an exact method
+never returns worse than what it was given or found on the way: `best_of`
+compares its answer with every candidate, after the shared clean-up the
+pipeline applies, and returns the fastest (a candidate outside the method's
+space included, with its status ``feasible`` and a message saying whose it is).
 """
 
 from __future__ import annotations
@@ -31,8 +39,10 @@ import numpy as np
 
 from remat_bench.core.control import Deadline
 from remat_bench.core.graph import Graph, Number
+from remat_bench.core.outcome import MethodResult, Status
 from remat_bench.core.schedule import Schedule
-from remat_bench.core.simulate import baseline_schedule, place_frees, simulate
+from remat_bench.core.simulate import baseline_schedule, clean_up_simulated, place_frees, simulate
+from remat_bench.methods.base import Param, SolveContext
 
 
 @dataclass(frozen=True)
@@ -55,15 +65,22 @@ class Candidate:
 
 def candidate_schedules(graph: Graph, budget: Number | None, deadline: Deadline, sources: Sequence[Source], *,
                         accept: Callable[[Schedule], bool] | None = None,
-                        stats: dict[str, Any] | None = None, over_budget: bool = False) -> list[Candidate]:
-    """The schedules ``sources`` give within ``budget``, fastest first (least peak first for ``min``).
+                        stats: dict[str, Any] | None = None, over_budget: bool = False,
+                        offered: Sequence[tuple[str, Schedule]] = ()) -> list[Candidate]:
+    """The schedules ``sources`` give within ``budget``, and those ``offered`` (`SolveContext.hints`),
+    fastest first (least peak first for ``min``).
 
     ``over_budget`` keeps valid schedules above the budget too (hints for a search that
-    minimises max(peak, budget) first, as Moccasin's phase 1 does).
+    minimises max(peak, budget) first, as Moccasin's phase 1 does). A source whose name an
+    offered schedule bears is not run again (``auto`` offers its fast members' answers by name).
     """
-    found: list[Candidate] = []
+    found = offered_candidates(graph, budget, offered, accept=accept, stats=stats, over_budget=over_budget)
     record = stats.setdefault("candidates", []) if stats is not None else []
+    have = {label for label, _ in offered}
     for source in sources:
+        if source.name in have:
+            record.append({"source": source.name, "skipped": "offered by the caller"})
+            continue
         remaining = deadline.remaining()
         limit = None if remaining is None else max(source.share * remaining, source.floor)
         if limit is not None and limit <= 0.01:
@@ -87,8 +104,86 @@ def candidate_schedules(graph: Graph, budget: Number | None, deadline: Deadline,
         else:
             entry.setdefault("found", False)
         record.append(entry)
+    return _sorted(found, budget)
+
+
+def _sorted(found: list[Candidate], budget: Number | None) -> list[Candidate]:
     key = (lambda c: (c.duration, c.peak)) if budget is not None else (lambda c: (c.peak, c.duration))
     return sorted(found, key=key)
+
+
+def offered_candidates(graph: Graph, budget: Number | None, hints: Sequence[tuple[str, Schedule]], *,
+                       accept: Callable[[Schedule], bool] | None = None, stats: dict[str, Any] | None = None,
+                       over_budget: bool = False) -> list[Candidate]:
+    """The schedules a caller offered (`SolveContext.hints`), checked as `candidate_schedules` checks its
+    sources' (valid, within the budget unless ``over_budget``, accepted), recorded as ``hint:<label>``."""
+    found: list[Candidate] = []
+    record = stats.setdefault("candidates", []) if stats is not None else []
+    for label, schedule in hints:
+        sim = simulate(graph, schedule)
+        entry: dict[str, Any] = {"source": f"hint:{label}", "seconds": 0.0, "valid": bool(sim.valid)}
+        if sim.valid:
+            entry["within_budget"] = bool(budget is None or sim.peak <= budget)
+            entry["accepted"] = (entry["within_budget"] or over_budget) and (accept is None or bool(accept(schedule)))
+            if entry["accepted"]:
+                found.append(Candidate(f"hint:{label}", schedule, sim.peak, sim.duration))
+        record.append(entry)
+    return _sorted(found, budget)
+
+
+# The parameter of every method that uses `best_of`: off, the method answers with its own search's
+# schedule only (to compare formulations, or test one against a brute force of its space).
+KEEP_BEST = Param("keep_best", bool, True, "return the fastest schedule seen, its candidates and hints included "
+                  "(false: the search's own only, to compare formulations)")
+
+
+def best_of(graph: Graph, budget: Number | None, answer: MethodResult, pool: Sequence[Candidate],
+            stats: dict[str, Any] | None = None) -> MethodResult:
+    """``answer``, or the fastest schedule of ``pool`` within ``budget`` when that is faster.
+
+    Durations are compared after the shared clean-up (`remat_bench.core.simulate.clean_up`), as the
+    pipeline will score them. A candidate that wins is returned as ``feasible``: the method's own
+    proof (optimal or infeasible in its space) does not cover a schedule it did not find, and the
+    message says so. With ``budget`` None (the lowest peak), the answer stands.
+    """
+    if budget is None or not pool:
+        return answer
+    record = stats if stats is not None else answer.stats
+    mine = _cleaned(graph, answer.schedule, budget) if answer.status.found_schedule else None
+    best: tuple[Number, Number, Candidate] | None = None
+    for c in pool:
+        scored = _cleaned(graph, c.schedule, budget)
+        if scored is not None and (best is None or scored < best[:2]):
+            best = (*scored, c)
+    if best is None or (mine is not None and mine <= best[:2]):
+        if mine is not None:
+            record.setdefault("returned", "search")  # the method's own search (or its own fallback, named)
+        return answer
+    duration, _, winner = best
+    record["returned"] = winner.source
+    record["search_status"] = answer.status.value  # what the search itself proved or found, in its space
+    if answer.status is Status.INFEASIBLE:
+        why = f"{answer.message or 'no schedule of its space fits'}; returning {winner.source}'s schedule"
+    elif mine is None:
+        why = f"{answer.message or 'the search found no schedule'}; returning {winner.source}'s schedule"
+    else:
+        why = (f"{winner.source}'s schedule ({duration}) is faster than the search's own "
+               f"({mine[0]}); returning it")
+    return MethodResult(Status.FEASIBLE, winner.schedule, objective=winner.duration,
+                        lower_bound=answer.lower_bound if answer.status is not Status.INFEASIBLE else None,
+                        solve_time_s=answer.solve_time_s, stats=answer.stats, message=why,
+                        termination=answer.termination)
+
+
+def _cleaned(graph: Graph, schedule: Schedule | None, budget: Number) -> tuple[Number, Number] | None:
+    """(duration, peak) of ``schedule`` after the shared clean-up; None when invalid or over ``budget``."""
+    if schedule is None:
+        return None
+    before = simulate(graph, schedule)
+    if not before.valid:
+        return None
+    sim = clean_up_simulated(graph, schedule, before)[2]
+    return (sim.duration, sim.peak) if sim.peak <= budget else None
 
 
 def mark_used(stats: dict[str, Any], source: str | None) -> None:
@@ -106,10 +201,20 @@ def _run(graph: Graph, budget: Number | None, source: Source, limit: float | Non
 
         shaved = shaved_order(graph, budget, Deadline(limit), **source.params)
         return place_frees(graph, shaved, np.zeros(len(shaved), dtype=np.int64), drop_unused=False)
-    from remat_bench.methods import get_method
+    answer = run_method(graph, budget, source.name, source.params, limit)
+    return answer.schedule if answer is not None and answer.status.found_schedule else None
 
-    method = get_method(source.name)()
+
+def run_method(graph: Graph, budget: Number | None, name: str, params: dict[str, Any], limit: float | None,
+               context: SolveContext | None = None, target: str | None = None) -> MethodResult | None:
+    """A registered method's answer, through the registry (methods never import each other), or the
+    class at ``target`` ("module:Class", as `remat_bench.methods.method_target` gives it); None when
+    it does not apply (`Method.skip`). Its exceptions reach the caller."""
+    from remat_bench.methods import get_method, load_method
+
+    method = (get_method(name) if target is None else load_method(target, name))()
     if method.skip(graph, budget) is not None:
         return None
-    answer = method.solve(graph, budget, limit, **method.parse_params(source.params))
-    return answer.schedule if answer.status.found_schedule else None
+    if context is not None:
+        method.context = context
+    return method.solve(graph, budget, limit, **method.parse_params(params))

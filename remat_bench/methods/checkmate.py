@@ -48,7 +48,14 @@ from remat_bench.methods.base import (
     Param,
     Status,
 )
-from remat_bench.methods.candidates import Candidate, Source, candidate_schedules, mark_used
+from remat_bench.methods.candidates import (
+    KEEP_BEST,
+    Candidate,
+    Source,
+    best_of,
+    candidate_schedules,
+    mark_used,
+)
 from remat_bench.methods.checkmate_model import CheckmateModel, check_fits, too_short
 from remat_bench.toolkit.least_peak import least_peak_by_bisection
 from remat_bench.toolkit.milp import (
@@ -70,10 +77,12 @@ class Checkmate(Method):
               "stops 0.01% of the duration short of optimal: overheads differ by less than that)",
               minimum=0, maximum=1),
         Param("seed", int, 0, "solver random seed", minimum=0, maximum=2**31 - 1),
-        Param("warm_start", bool, True, "start from the best chen/greedy schedule the model accepts"),
+        Param("warm_start", bool, True, "start from the best greedy/chen/kusumoto/shaved schedule the model "
+              "accepts (and the caller's hints)"),
         Param("heuristic_effort", float, 0.3, "HiGHS mip_heuristic_effort (HiGHS default 0.05; 0.3 measured "
               "better: random_layered_n100 at 0.8 reached 2.58% in 80 s rather than staying at its 5.25% start)",
               minimum=0, maximum=1),
+        KEEP_BEST,
     )
     requires = ("highspy", "pulp")
 
@@ -83,17 +92,22 @@ class Checkmate(Method):
         parse_backend(params["backend"])
         if budget is None:
             # The least peak of the staged space, by bisection on the budget, then the least duration there.
+            # Each probe answers for the staged space alone: a faster candidate from outside it
+            # (keep_best) would not say whether the space reaches that budget.
             return least_peak_by_bisection(
-                graph, lambda b, t: self.solve(graph, b, t, **params), deadline)
+                graph, lambda b, t: self.solve(graph, b, t, **{**params, "keep_best": False}), deadline)
         stats = check_fits(graph.n, graph.num_edges, "Checkmate")
         if (short := too_short(stats, deadline)) is not None:
             return short
         cm = CheckmateModel.build(graph, budget)
         stats.update(model_stats(cm))
-        start, start_from = (None, None)
+        start, start_from = None, None
+        pool: list[Candidate] = []
         if params["warm_start"] and not deadline.expired():
-            start, start_from = warm_start(cm, graph, budget, deadline, stats)
+            start, start_from, pool = warm_start(cm, graph, budget, deadline, stats, self.context.hints)
         stats["warm_start"] = start_from
+        if not params["keep_best"]:
+            pool = []
         remaining = deadline.remaining()
         if remaining is not None and remaining <= 0.05:
             # No time left to solve: the warm start is the answer, if there is one.
@@ -102,27 +116,32 @@ class Checkmate(Method):
             sol = MilpSolution("feasible" if start is not None else "no_solution", x=start,
                                objective=None if start is None else float(cm.model.cost @ start),
                                message="the time limit ran out before the MILP could start")
-            return milp_result(cm, sol, stats, deadline)
+            return best_of(graph, budget, milp_result(cm, sol, stats, deadline), pool)
         sol = solve_milp(
             cm.model, backend=params["backend"], time_limit=remaining,
             threads=params["threads"] or None, mip_gap=params["mip_gap"],
             seed=params["seed"], start=start, keep_incumbents=True,
             options={"mip_heuristic_effort": params["heuristic_effort"]} if params["backend"] == "highs" else None,
         )
-        return milp_result(cm, sol, stats, deadline)
+        return best_of(graph, budget, milp_result(cm, sol, stats, deadline), pool)
 
 
 def warm_start(cm: CheckmateModel, graph: Graph, budget: Number, deadline: Deadline,
-               stats: dict[str, Any] | None = None) -> tuple[np.ndarray | None, str | None]:
-    """The cheapest schedule the model accepts as a point: greedy, chen, peak shaving, LP rounding.
+               stats: dict[str, Any] | None = None, offered: list[tuple[str, Schedule]] | None = None,
+               ) -> tuple[np.ndarray | None, str | None, list[Candidate]]:
+    """The cheapest schedule the model accepts as a point (greedy, chen, kusumoto, peak shaving, the
+    caller's ``offered`` hints, else LP rounding), its source, and every candidate within the budget.
 
     The MILP's bottleneck is its first incumbent (measured: none in 300 s on
-    random_layered_n100 at 0.8 without one). Greedy, chen and the shaved input
-    order come first (`remat_bench.methods.candidates`); LP rounding
+    random_layered_n100 at 0.8 without one). The fast heuristics and the shaved
+    input order come first (`remat_bench.methods.candidates`); LP rounding
     (``checkmate-lp``), given at most a quarter of the time left and a minute,
-    only when none of them is accepted.
+    only when none of them is accepted. A candidate is moved into the staged
+    space first (`remat_bench.toolkit.improve.staged_repair`) where it has a
+    counterpart there. The candidates are returned so that the answer is never
+    slower than one of them (`remat_bench.methods.candidates.best_of`).
     """
-    from remat_bench.toolkit.improve import drop_recomputations
+    from remat_bench.toolkit.improve import drop_recomputations, staged_repair
 
     record = stats if stats is not None else {}
 
@@ -130,14 +149,15 @@ def warm_start(cm: CheckmateModel, graph: Graph, budget: Number, deadline: Deadl
         # Compute order only: the model places its own frees (frees at last use are its rule
         # too). Unused computations stay: dropping one can move a first computation out of order.
         # Recomputations the budget does not need are undone first (`remat_bench.toolkit.improve`).
-        nodes = drop_recomputations(graph, schedule.nodes[schedule.kinds == COMPUTE], budget, deadline)
-        staged = place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64), drop_unused=False)
-        x = cm.encode(staged)
+        computes = schedule.nodes[schedule.kinds == COMPUTE]
+        repaired = staged_repair(graph, computes)
+        nodes = drop_recomputations(graph, computes if repaired is None else repaired, budget, deadline)
+        x = cm.encode(place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64), drop_unused=False))
         if x is None or cm.model.violation(x) > 1e-6:
             return None
         return float(cm.model.cost @ x), x
 
-    def best_of(candidates: list[Candidate]) -> tuple[np.ndarray | None, str | None]:
+    def cheapest(candidates: list[Candidate]) -> tuple[np.ndarray | None, str | None]:
         points = [(point, c.source) for c in candidates if not deadline.expired()
                   if (point := encoded(c.schedule)) is not None]
         if not points:
@@ -145,15 +165,17 @@ def warm_start(cm: CheckmateModel, graph: Graph, budget: Number, deadline: Deadl
         (_, x), source = min(points, key=lambda p: p[0][0])
         return x, source
 
-    fast = [Source("greedy"), Source("chen"), Source("shaved")]
-    x, source = best_of(candidate_schedules(graph, budget, deadline, fast, stats=record))
+    fast = [Source("greedy"), Source("chen"), Source("shaved"), Source("kusumoto", share=0.15)]
+    pool = candidate_schedules(graph, budget, deadline, fast, stats=record, offered=offered or ())
+    x, source = cheapest(pool)
     if x is None and not deadline.expired():
         remaining = deadline.remaining()
         share = 0.25 if remaining is None or remaining < 240 else 60.0 / remaining
         rounded = candidate_schedules(graph, budget, deadline, [Source("checkmate-lp", share=share)], stats=record)
-        x, source = best_of(rounded)
+        pool += rounded
+        x, source = cheapest(rounded)
     mark_used(record, source)
-    return x, source
+    return x, source, pool
 
 
 def milp_result(cm: CheckmateModel, sol: Any, stats: dict[str, Any], deadline: Deadline) -> MethodResult:

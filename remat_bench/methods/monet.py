@@ -88,7 +88,14 @@ from remat_bench.methods.base import (
     Param,
     Status,
 )
-from remat_bench.methods.candidates import Source, candidate_schedules
+from remat_bench.methods.candidates import (
+    KEEP_BEST,
+    Candidate,
+    Source,
+    best_of,
+    candidate_schedules,
+    offered_candidates,
+)
 from remat_bench.toolkit.milp import (
     CONSTANT,
     ModelBuilder,
@@ -946,7 +953,8 @@ class MonetModel:
 
 
 def monet_candidates(graph: Graph, st: Stages, budget: Number | None, deadline: Deadline,
-                     stats: dict[str, Any] | None = None) -> list[tuple[str, Schedule, Number, Number]]:
+                     stats: dict[str, Any] | None = None, offered: list[tuple[str, Schedule]] | None = None,
+                     ) -> list[tuple[str, Schedule, Number, Number]]:
     """A few MONeT-shaped schedules within ``budget``: (label, schedule, peak, duration), fastest first.
 
     Candidates: the plans of the fast heuristics whose schedules have
@@ -968,7 +976,7 @@ def monet_candidates(graph: Graph, st: Stages, budget: Number | None, deadline: 
                Source("kusumoto", {"variant": "approx"}, share=0.25), Source("fenghuang", share=0.25),
                Source("shaved", {"cap_s": 20.0})]
     sequences: list[tuple[str, np.ndarray]] = []
-    for c in candidate_schedules(graph, budget, deadline, sources, stats=stats):
+    for c in candidate_schedules(graph, budget, deadline, sources, stats=stats, offered=offered or ()):
         nodes = c.schedule.nodes[c.schedule.kinds == COMPUTE]
         if budget is not None and c.source != "shaved":  # shaving has undone them already
             nodes = drop_recomputations(graph, nodes, budget, deadline)
@@ -1050,6 +1058,7 @@ class Monet(Method):
         Param("seed", int, 0, "solver random seed", minimum=0, maximum=2**31 - 1),
         Param("warm_start", bool, True, "start from chen's plan or keeping everything, with the fastest "
               "implementations that fit, when the model accepts it"),
+        KEEP_BEST,
     )
     requires = ("highspy", "pulp")
     needs_backward = True
@@ -1062,7 +1071,15 @@ class Monet(Method):
         stats: dict[str, Any] = check_fits(st)
         if budget is None:
             return self._least_peak(st, deadline, params, stats)
-        return self._solve(st, budget, deadline, params, stats)
+        hints = self.context.hints
+        candidates = monet_candidates(graph, st, budget, deadline, stats, hints) if params["warm_start"] else []
+        result = self._solve(st, budget, deadline, params, stats, candidates=candidates)
+        if not params["keep_best"]:
+            return result
+        # Never slower than a candidate: MONeT-shaped ones (with their fastest implementations) and
+        # every schedule offered, shaped or not.
+        pool = [Candidate(*c) for c in candidates] + offered_candidates(graph, budget, hints)
+        return best_of(graph, budget, result, pool)
 
     def _run(self, mm: MonetModel, deadline: Deadline, params: dict[str, Any], start: np.ndarray | None) -> Any:
         return solve_milp(

@@ -544,6 +544,13 @@ class BoundCache:
             with contextlib.suppress(OutputError):  # a cache that cannot be written only costs time
                 atomic_write_text(path, json.dumps(entry))
 
+    def for_graph(self, graph: Graph) -> BoundCache:
+        """A cache with the same folder and this one's in-memory bounds of ``graph``: small enough to hand
+        to a child process that solves ``graph`` (the rest of the memory stays here)."""
+        out = BoundCache(self.folder)
+        out._memory = {key: hit for key, hit in self._memory.items() if key[0] == graph.sha256}
+        return out
+
     def share(self, graph: Graph, same: Graph, budget: Number | None) -> None:
         """Let ``same`` (``graph`` with its nodes in another order) use ``graph``'s cached bound."""
         hit = self._memory.get((graph.sha256, budget))

@@ -55,12 +55,14 @@ def _child_main(conn: Any) -> None:
 
 def run_in_child(fn: Callable[..., Any], args: tuple[Any, ...], stop: Callable[[], bool],
                  stream_to: str | None = None,
-                 on_message: Callable[[Any], None] | None = None) -> ChildOutcome:
+                 on_message: Callable[[Any], None] | None = None, daemon: bool = True) -> ChildOutcome:
     """``fn(*args)`` in a spawned process, killed once ``stop()`` is true.
 
     ``fn`` must be importable by name (a module-level function). With
     ``stream_to``, ``fn`` gets a keyword argument of that name: a function
     sending one message to the parent, where ``on_message`` receives it.
+    ``daemon=False`` lets the call start children of its own (a method that runs
+    HiGHS in a child, run by ``auto`` in a child); it is killed here all the same.
     """
     import multiprocessing
 
@@ -69,7 +71,7 @@ def run_in_child(fn: Callable[..., Any], args: tuple[Any, ...], stop: Callable[[
     # The call goes through the pipe once the child runs, not with the process object: CPython
     # writes that one before closing its copy of the child's end, so a child that dies at start
     # (its main script missing) would block the parent's write forever.
-    proc = ctx.Process(target=_child_main, args=(child_end,), daemon=True)
+    proc = ctx.Process(target=_child_main, args=(child_end,), daemon=daemon)
     proc.start()
     child_end.close()
     try:

@@ -69,6 +69,24 @@ def _stages(graph: Graph, nodes: list[int]) -> list[int] | None:
     return out
 
 
+def staged_repair(graph: Graph, nodes: np.ndarray) -> np.ndarray | None:
+    """A compute order moved into the input-order stage space of Checkmate and staged Moccasin, or None.
+
+    Those models compute, in stage t, a set of nodes below t and then node t for the first time,
+    each stage's computations in index order. An order whose first computations follow the input
+    order is moved there by sorting each stage's computations by index (inputs come before their
+    consumers in index order, so the order stays valid) and computing a node at most once per
+    stage. An order whose first computations do not follow the input order has no staged
+    counterpart: None. The peak can change (values are held over other steps); callers simulate.
+    """
+    seq = [int(v) for v in nodes]
+    stages = _stages(graph, seq)
+    if stages is None:
+        return None
+    keys = sorted(set(zip(stages, seq)))  # (stage, node): sorted, each once
+    return np.fromiter((v for _, v in keys), dtype=np.int64, count=len(keys))
+
+
 def shave_peaks(graph: Graph, nodes: np.ndarray, budget: Number, deadline: Deadline | None = None,
                 max_trials: int | None = None, max_copies: int | None = None) -> np.ndarray:
     """Lower a staged compute order's peak toward ``budget`` by splitting retention intervals.

@@ -62,7 +62,7 @@ def test_warm_start_and_pulp_cbc_agree_with_highs(seed):
     want = staged_optimum(g, b)
     method = Checkmate()
     answers = [method.solve(g, b, 60, **method.parse_params(p))
-               for p in ({}, {"backend": "pulp:PULP_CBC_CMD", "warm_start": "false"})]
+               for p in ({"keep_best": "false"}, {"backend": "pulp:PULP_CBC_CMD", "warm_start": "false"})]
     for r in answers:
         if want is None:
             assert r.status.value == "infeasible"

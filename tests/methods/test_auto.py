@@ -1,0 +1,196 @@
+"""auto: the portfolio against the brute force, its members' failures, and exact methods given hints."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from remat_bench.core.errors import MethodError
+from remat_bench.core.graph import Graph, Node
+from remat_bench.core.simulate import clean_up, place_frees, simulate
+from remat_bench.methods import auto as auto_module
+from remat_bench.methods.auto import Auto
+from remat_bench.methods.base import Method, MethodResult, SolveContext, Status
+from remat_bench.methods.checkmate import Checkmate
+from remat_bench.methods.moccasin import Moccasin
+from tests.bruteforce import any_order_optimum, staged_optimum
+from tests.methods.test_checkmate import budgets, random_graph
+
+
+def solve_auto(g: Graph, budget, time_limit: float = 30.0, **params) -> MethodResult:
+    method = Auto()
+    return method.solve(g, budget, time_limit, **method.parse_params({"jobs": 1, **params}))
+
+
+def cleaned_duration(g: Graph, schedule) -> int:
+    return simulate(g, clean_up(g, schedule)[0]).duration
+
+
+CASES = [(seed, b) for seed in range(6) for b in budgets(random_graph(seed))]
+
+
+@pytest.mark.parametrize("seed, budget", CASES)
+def test_auto_is_the_fastest_member_and_meets_the_brute_force_where_it_is_proven(seed, budget):
+    g = random_graph(seed)
+    best = any_order_optimum(g, budget)
+    staged = staged_optimum(g, budget)
+    r = solve_auto(g, budget)
+    members = {m["method"]: m for m in r.stats["members"]}
+    if best is None:  # no schedule at all fits: the any-order bound proves it, or nothing is found
+        assert r.status in (Status.INFEASIBLE, Status.NO_SOLUTION) and r.schedule is None
+        return
+    assert r.status.found_schedule, r.message
+    sim = simulate(g, r.schedule)
+    assert sim.valid and sim.peak <= budget
+    duration = cleaned_duration(g, r.schedule)
+    assert duration >= best  # nothing beats the brute force over every schedule
+    found = [m["duration"] for m in members.values() if m["status"] in ("optimal", "feasible")]
+    assert duration == min(found)
+    if members["checkmate"]["status"] == "optimal":  # proven in the staged space: auto is at least as fast
+        assert staged is not None and members["checkmate"]["duration"] == staged and duration <= staged
+    if r.status is Status.OPTIMAL:  # proven by the any-order bound: the brute force's value
+        assert duration == best
+    bounds = {b["source"]: b for b in r.stats["bounds"]}
+    assert bounds["any-order bound"]["holds_for"] == "every schedule"
+    assert bounds["any-order bound"]["value"] <= best
+
+
+def test_the_exact_members_side_by_side_in_child_processes_give_the_same_answer():
+    g = random_graph(3)
+    b = budgets(g)[2]
+    alone = solve_auto(g, b, jobs=1)
+    side_by_side = solve_auto(g, b, jobs=2)
+    assert side_by_side.status == alone.status
+    assert cleaned_duration(g, side_by_side.schedule) == cleaned_duration(g, alone.schedule)
+    exact = {m["method"]: m for m in side_by_side.stats["members"] if m["role"] == "exact"}
+    assert exact["moccasin"]["status"] == exact["checkmate"]["status"] == "optimal"
+
+
+class Crash(Method):
+    name = "crash"
+    description = "a member that fails"
+
+    def solve(self, graph, budget, time_limit, **params):
+        raise RuntimeError("boom")
+
+
+def test_a_member_that_crashes_is_recorded_and_the_others_best_stands(monkeypatch):
+    from remat_bench import methods
+
+    monkeypatch.setitem(methods.BUILTIN, "crash", f"{__name__}:Crash")
+    g = random_graph(1)
+    b = budgets(g)[-1]
+    r = solve_auto(g, b, members="crash,greedy,moccasin")
+    members = {m["method"]: m for m in r.stats["members"]}
+    assert members["crash"]["status"] == "error" and members["crash"]["message"] == "RuntimeError: boom"
+    assert r.status.found_schedule
+    assert cleaned_duration(g, r.schedule) == min(members["greedy"]["duration"], members["moccasin"]["duration"])
+
+
+class Sleepy(Method):
+    name = "sleepy"
+    description = "an exact member that overruns its time limit"
+
+    def solve(self, graph, budget, time_limit, **params):
+        import time
+
+        time.sleep(60)
+        raise AssertionError("never reached: the child is stopped first")
+
+
+def test_a_member_past_its_time_is_stopped_and_recorded(monkeypatch):
+    import time
+
+    from remat_bench import methods
+
+    monkeypatch.setitem(methods.BUILTIN, "sleepy", f"{__name__}:Sleepy")  # the child loads it by its place
+    monkeypatch.setattr(auto_module, "EXACT", (*auto_module.EXACT, "sleepy"))
+    monkeypatch.setattr(auto_module, "CHILD_GRACE", 0.5)
+    g = random_graph(2)
+    b = budgets(g)[-1]
+    start = time.perf_counter()
+    r = solve_auto(g, b, time_limit=3.0, members="greedy,moccasin,sleepy", jobs=2)
+    assert time.perf_counter() - start < 10  # stopped 0.5 s past its limit, not after its 60 s
+    members = {m["method"]: m for m in r.stats["members"]}
+    assert members["sleepy"]["status"] == "error"
+    assert members["sleepy"]["message"] == "RuntimeError: still running 0.5 s past its time limit; stopped"
+    assert members["moccasin"]["status"] == "optimal"
+    assert r.status.found_schedule
+
+
+def test_members_are_checked_before_anything_runs():
+    with pytest.raises(MethodError, match="did you mean 'greedy'"):
+        Auto.parse_params({"members": "greedyy,moccasin"})
+    with pytest.raises(MethodError, match="cannot name 'auto'"):
+        Auto.parse_params({"members": "auto"})
+
+
+def test_budget_min_gives_the_least_peak_any_member_reaches():
+    g = random_graph(4)
+    r = solve_auto(g, None)
+    peaks = [m["peak"] for m in r.stats["members"] if "peak" in m and m["status"] in ("optimal", "feasible")]
+    assert r.status.found_schedule and simulate(g, r.schedule).peak == min(peaks)
+
+
+def _unstaged_graph() -> tuple[Graph, int]:
+    """A graph and budget where some order beats every input-order staged schedule."""
+    for seed in range(200):
+        g = random_graph(seed)
+        for b in budgets(g):
+            best, staged = any_order_optimum(g, b), staged_optimum(g, b)
+            if best is not None and (staged is None or staged > best):
+                return g, b
+    raise AssertionError("no such graph among the seeds")
+
+
+def _best_schedule(g: Graph, budget: int):
+    """A schedule at the brute-force optimum over every schedule, rebuilt by trying every order's
+    compute sequence through reorder's search is costly: here, the order-free Moccasin finds it."""
+    m = Moccasin()
+    r = m.solve(g, budget, 30, **m.parse_params({"order": "free", "max_intervals": 4, "threads": 1}))
+    assert r.status.found_schedule
+    return r.schedule
+
+
+@pytest.mark.parametrize("cls", [Moccasin, Checkmate])
+def test_an_exact_method_returns_an_offered_schedule_faster_than_its_own_space_allows(cls):
+    g, b = _unstaged_graph()
+    offered = _best_schedule(g, b)
+    fast = cleaned_duration(g, offered)
+    staged = staged_optimum(g, b)
+    assert staged is None or fast < staged
+    method = cls()
+    method.context = SolveContext(hints=[("outside", offered)])
+    r = method.solve(g, b, 30, **method.parse_params({"threads": 1}))
+    assert r.status is Status.FEASIBLE and r.stats["returned"] == "hint:outside"
+    assert cleaned_duration(g, r.schedule) == fast
+    assert r.stats["search_status"] == ("infeasible" if staged is None else "optimal")
+    # keep_best off: the formulation's own answer, as the staged brute force has it.
+    own = method.solve(g, b, 30, **method.parse_params({"threads": 1, "keep_best": False}))
+    assert (own.status is Status.INFEASIBLE) if staged is None else (own.objective == staged)
+
+
+def test_moccasin_phase_2_starts_from_the_fastest_hint_that_fits():
+    g = random_graph(5)
+    b = budgets(g)[-2]
+    nodes = np.arange(g.n, dtype=np.int64)
+    baseline_like = place_frees(g, nodes, np.zeros(g.n, dtype=np.int64))
+    method = Moccasin()
+    method.context = SolveContext(hints=[("offered", baseline_like)])
+    r = method.solve(g, b, 30, **method.parse_params({"threads": 1, "hints": "all"}))
+    if simulate(g, baseline_like).peak <= b:
+        assert r.stats["phase1_time_s"] == 0.0 and r.stats["phase2_hint"] in r.stats["hints"]
+    assert r.status.found_schedule
+
+
+def test_auto_is_registered_and_listed_with_its_parameters():
+    from remat_bench.methods import get_method, method_names
+
+    assert "auto" in method_names() and get_method("auto") is Auto
+    assert {p.name for p in Auto.params} == {"members", "jobs", "fast_share"}
+
+
+def test_a_tiny_graph_with_one_node():
+    g = Graph([Node(id="a", inputs=(), memory=3, duration=2)], name="one")
+    r = solve_auto(g, 3)
+    assert r.status is Status.OPTIMAL and cleaned_duration(g, r.schedule) == 2
