@@ -408,6 +408,14 @@ def test_smoke_config_runs_end_to_end(tmp_path):
     assert set(table["method"]) == set(cfg.methods)
     assert not table["status"].isin(["error", "oom", "over_budget"]).any(), table[["method", "message"]]
     assert (table["status"].isin(["optimal", "feasible"])).sum() >= len(table) // 2
+    # auto, the portfolio, is as fast as the best of every method on each instance (within 0.01 point).
+    found = table[table["status"].isin(["optimal", "feasible"])]
+    for (graph, budget), runs in found.groupby(["graph", "budget_text"]):
+        best = runs.loc[runs["method"] != "auto", "overhead_pct"].min()
+        auto = runs.loc[runs["method"] == "auto", "overhead_pct"]
+        assert len(auto) == 1 and auto.iloc[0] <= best + 0.01, (graph, budget, auto.tolist(), best)
     report = CliRunner().invoke(main, ["report", str(tmp_path / "smoke"), "-o", str(tmp_path / "r" / "smoke.md")])
     assert report.exit_code == 0, report.output
-    assert "## Summary per method" in (tmp_path / "r" / "smoke.md").read_text()
+    text = (tmp_path / "r" / "smoke.md").read_text()
+    assert "## Summary per method" in text
+    assert text.count("; auto ") == len(found.groupby(["graph", "budget_text"])) and "(=)" in text

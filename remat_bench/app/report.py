@@ -81,9 +81,16 @@ def summary_section(summaries: list[MethodSummary]) -> str:
     )
 
 
+# Methods that run other methods (a portfolio): ranked apart from the methods they run.
+PORTFOLIOS = ("auto",)
+
+
 def best_section(frame: pd.DataFrame) -> str:
-    """Per graph and budget, the method(s) with the least overhead (ties: all of them), and a tally."""
-    ok = frame[frame["ok"] & frame["overhead_pct"].notna()]
+    """Per graph and budget, the method(s) with the least overhead (ties: all of them), and a tally;
+    a portfolio (``auto``) is set beside the best method rather than ranked with the methods it runs."""
+    ok_all = frame[frame["ok"] & frame["overhead_pct"].notna()]
+    portfolio = ok_all[ok_all["method"].isin(PORTFOLIOS)]
+    ok = ok_all[~ok_all["method"].isin(PORTFOLIOS)]
     budgets = _budget_order(frame)
     rows: list[list[str]] = []
     wins: dict[str, dict[str, int]] = {b: {} for b in budgets}
@@ -94,14 +101,16 @@ def best_section(frame: pd.DataFrame) -> str:
             if frame[(frame["graph"] == graph) & (frame["budget_text"] == budget)].empty:
                 row.append("")
                 continue
+            beside = _beside(portfolio[(portfolio["graph"] == graph) & (portfolio["budget_text"] == budget)],
+                             None if runs.empty else runs["overhead_pct"].min())
             if runs.empty:
-                row.append("none found")
+                row.append("none found" + beside)
                 continue
             best = runs["overhead_pct"].min()
             tied = list(dict.fromkeys(runs.loc[runs["overhead_pct"] <= best + 1e-9, "label"]))
             for label in tied:
                 wins[budget][label] = wins[budget].get(label, 0) + 1
-            row.append(f"{', '.join(tied)} ({best:+.2f}%)")
+            row.append(f"{', '.join(tied)} ({best:+.2f}%)" + beside)
         rows.append(row)
     tally = ["**most often best**"]
     for budget in budgets:
@@ -111,9 +120,21 @@ def best_section(frame: pd.DataFrame) -> str:
         top = max(wins[budget].values())
         tally.append(", ".join(f"{k} ({v})" for k, v in wins[budget].items() if v == top))
     rows.append(tally)
+    note = ("" if portfolio.empty else
+            " A portfolio (auto) is not ranked with the methods it runs: its overhead follows the best "
+            "method's, with its distance from it in points (= when within 0.01 point).")
     return _table(["graph", *[f"budget {b}" for b in budgets]], rows) + (
         "\n\nThe least overhead found at each budget (ties list every method that reached it); the last "
-        "row counts on how many graphs each method was best.")
+        "row counts on how many graphs each method was best." + note)
+
+
+def _beside(runs: pd.DataFrame, best: float | None) -> str:
+    """A portfolio's overhead beside the best method's: '; auto +1.23% (=)' or '(+0.05)'."""
+    parts = []
+    for label, overhead in zip(runs["label"], runs["overhead_pct"]):
+        distance = "" if best is None else " (=)" if overhead <= best + 0.01 else f" ({overhead - best:+.2f})"
+        parts.append(f"{label} {overhead:+.2f}%{distance}")
+    return "".join(f"; {p}" for p in parts)
 
 
 # Methods whose schedules keep the input order's first computations (input-order stages).
