@@ -45,7 +45,7 @@ def cases():
         *[(m, t48, "0.5", p) for m, p in (
             ("monet", {}), ("moccasin", {"order": "free"}), ("moccasin", {}), ("checkmate", {}),
             ("checkmate-lp", {}), ("reorder", {}), ("kusumoto", {"variant": "approx"}), ("twremat", {}),
-            ("fenghuang", {}), ("greedy", {}), ("chen", {}))],
+            ("fenghuang", {}), ("greedy", {}), ("chen", {}), ("auto", {}))],
     ]
 
 

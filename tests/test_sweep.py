@@ -188,6 +188,10 @@ def test_shipped_configs_validate_and_name_the_published_graphs():
     for name in ("smoke", "demo", "tradeoff", "scaling", "paper-orderfree"):
         cfg = load_config(ROOT / "configs" / f"{name}.yaml")
         assert cfg.runs, name
+    for name in ("smoke", "demo", "paper-moccasin", "paper-auto"):  # the portfolio runs beside its members
+        assert "auto" in load_config(ROOT / "configs" / f"{name}.yaml").methods, name
+    auto = load_config(ROOT / "configs" / "paper-auto.yaml")
+    assert {g.path for g in auto.graphs} == paths and len(auto.runs) == 7 * 2 * 13 and auto.time_limit == 120
     anyorder = load_config(ROOT / "configs" / "paper-anyorder.yaml")
     assert len(anyorder.runs) == 24  # 4 random layered graphs x 2 budgets x (reorder, moccasin x 2 orders)
     scaling = load_config(ROOT / "configs" / "scaling.yaml")
