@@ -12,7 +12,8 @@ proves optima that no heuristic reaches. A user should not have to run them all 
    gets an equal share of what is left of it, so the ones that end in milliseconds hand
    their time on.
 2. **Exact members**: moccasin, checkmate, and monet on graphs with operator
-   implementations. Each is offered every schedule of step 1 (`SolveContext.hints`): it
+   implementations (none when a fast member's schedule already meets the any-order
+   bound: no schedule is faster). Each is offered every schedule of step 1 (`SolveContext.hints`): it
    starts from the fastest that fits its space (or the lowest-peak one, for Moccasin's
    phase 1) and answers with nothing slower than what it was offered
    (`remat_bench.methods.candidates.best_of`). With ``jobs`` above 1 they run side by
@@ -123,7 +124,10 @@ class Auto(Method):
         exact = [n for n in names if n in EXACT]
         self._run_fast(graph, budget, fast, deadline, params["fast_share"] if exact else 1.0, members, hints)
         runnable = [n for n in exact if self._applies(graph, budget, n, members)]
-        if runnable and not deadline.expired():
+        if runnable and self._proven(graph, budget, members, deadline):
+            for name in runnable:  # a fast member's schedule meets the any-order bound: nothing is faster
+                members.append(Member(name, "exact", "not_run", message="a fast member's schedule is proven optimal"))
+        elif runnable and not deadline.expired():
             jobs = params["jobs"] or min(os.cpu_count() or 1, len(runnable))
             self._run_exact(graph, budget, runnable, deadline, min(jobs, len(runnable)), members, hints)
         return self._answer(graph, budget, members, deadline)
@@ -198,6 +202,14 @@ class Auto(Method):
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             members.extend(pool.map(one, names))
+
+    def _proven(self, graph: Graph, budget: Number | None, members: list[Member], deadline: Deadline) -> bool:
+        """Whether a schedule found so far meets the any-order bound (no schedule is faster)."""
+        durations = [m.duration for m in members if m.schedule is not None and m.duration is not None]
+        if budget is None or not durations:
+            return False
+        bound = self._any_order(graph, budget, deadline)
+        return bound is not None and bound.value is not None and min(durations) <= bound.value
 
     # ------------------------------------------------------------------ the answer
 
