@@ -49,6 +49,25 @@ first, each as a small 0/1 program of its own with y = 0 (a "probe"); the
 values of k whose probe exceeds B join the program above. A probe that
 exceeds B alone proves that no order fits without recomputation: the
 rematerialization is needed (`reorder` reports that as infeasible).
+
+Recomputation cuts. The node cut charges a dropped x its own duration, as if
+x could be computed again from nothing. It cannot: when x is computed again
+after c's first computation, its inputs are resident then, so each input u
+was resident at c or is itself computed again after c (and so on up). For a
+cut node c, let q_v = 1 when v (an ancestor of c, not c's input) is read
+after c's first computation, and r_v = 1 when v is resident then. Every
+valid schedule satisfies
+
+    q_x = 1                  for x in A(c)               (read by a descendant, or an output)
+    r_v >= q_v - y_v         (read later and never computed again: still resident)
+    q_u >= q_x - r_x         for every input u of x      (x computed again later reads u then)
+    fixed + mem(c) + ws(c) + mem(inputs(c)) + sum_v mem(v) r_v <= B.
+
+These rows, for the cuts that bind most (`MAX_RECOMPUTE_CUTS`), each with its
+own r and q and sharing y, join the program. On a transformer they see what
+the node cut misses: dropping the residual stream's sums is cheap only if the
+projections they are summed from stay resident (GPT-12 at 0.6: the node cuts
+give +0.014%, the schedules +3.674%; docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -75,6 +94,9 @@ MAX_PREFIX_CUTS = 4
 # same kind of bug), so the bound's programs run without it, slower but right: a wrong bound
 # would mark schedules optimal.
 EXACT = {"presolve": "off"}
+# Recomputation cuts (module docstring) join the program for at most this many cut nodes, the ones
+# whose node cut binds most; each adds two columns per ancestor of its node.
+MAX_RECOMPUTE_CUTS = 8
 # Probes tried at most, and their share of the bound's time limit.
 MAX_PROBES = 12
 PROBE_SHARE = 0.6
@@ -90,6 +112,7 @@ class Bound:
     solve_time_s: float = 0.0
     cuts: int = 0
     prefix_sizes: tuple[int, ...] = ()  # the k of the prefix cuts in the program
+    recompute_cuts: int = 0  # the recomputation cuts in the program
     # Proven: every order computing each node once peaks at least this high (None: not shown).
     order_peak_at_least: Number | None = None
     no_order_fits: bool = False  # proven: every schedule within the budget recomputes something
@@ -97,6 +120,7 @@ class Bound:
     def as_dict(self) -> dict[str, Any]:
         return {"value": self.value, "status": self.status, "recomputed": list(self.recomputed),
                 "solve_time_s": self.solve_time_s, "cuts": self.cuts, "prefix_sizes": list(self.prefix_sizes),
+                "recompute_cuts": self.recompute_cuts,
                 "order_peak_at_least": self.order_peak_at_least,
                 "no_order_fits": self.no_order_fits}
 
@@ -143,17 +167,18 @@ def memory_cuts(graph: Graph) -> tuple[np.ndarray, list[np.ndarray]]:
     base = np.empty(n, dtype=np.float64)
     sets: list[np.ndarray] = []
     for c in range(n):
-        # The cheapest implementation of c: least input memory plus workspace.
-        best_need, best_inputs = None, 0
+        # The cheapest implementation of c (least input memory plus workspace) in the fixed part, and
+        # every implementation's inputs left out of A(c): c may run with another implementation, and
+        # a value the cut counts must then not be among that one's inputs as well (counted twice).
+        best_need, any_inputs = None, 0
         for op in graph.ops_of(c):
-            ins = 0
             for u in graph.op_inputs[op]:
-                ins |= 1 << u
+                any_inputs |= 1 << u
             need = float(sum(mem[u] for u in graph.op_inputs[op])) + float(graph.op_workspace[op])
             if best_need is None or need < best_need:
-                best_need, best_inputs = need, ins
+                best_need = need
         base[c] = float(graph.fixed_memory) + float(mem[c]) + (best_need or 0.0)
-        a = ancestors[c] & (read_below[c] | outputs) & ~best_inputs & ~(1 << c)
+        a = ancestors[c] & (read_below[c] | outputs) & ~any_inputs & ~(1 << c)
         sets.append(np.flatnonzero(_bits_to_array(a, n)) if a else np.zeros(0, dtype=np.int64))
     return base, sets
 
@@ -274,6 +299,90 @@ class _PrefixCut:
         return np.zeros(3 * n), np.ones(3 * n), integer
 
 
+class _RecomputeCut:
+    """The recomputation cut of node c (module docstring) as rows over columns r, q of c's ancestors.
+
+    ``ancestors``: the ancestors of c that are not inputs of any of its implementations (the
+    cheapest implementation's are in the cut's fixed part); r and q take one column each per
+    ancestor, from ``col0``.
+    """
+
+    def __init__(self, graph: Graph, c: int, base: float, needed: np.ndarray,
+                 edges: tuple[np.ndarray, np.ndarray], excluded: np.ndarray):
+        self.c, self.base = c, base
+        n = graph.n
+        seen = np.zeros(n, dtype=bool)
+        stack = [c]
+        while stack:  # every ancestor of c
+            v = stack.pop()
+            for u in graph.inputs[v]:
+                if not seen[u]:
+                    seen[u] = True
+                    stack.append(u)
+            for op in graph.ops_of(v):
+                for u in graph.op_inputs[op]:
+                    if not seen[u]:
+                        seen[u] = True
+                        stack.append(u)
+        seen[excluded] = False
+        seen[c] = False
+        self.ancestors = np.flatnonzero(seen)
+        self.index = np.full(n, -1, dtype=np.int64)
+        self.index[self.ancestors] = np.arange(len(self.ancestors))
+        self.needed = np.zeros(len(self.ancestors), dtype=bool)
+        self.needed[self.index[needed[seen[needed]]]] = True
+        src, dst = edges
+        keep = seen[src] & seen[dst]  # an input outside (c's own input) is resident at c already
+        self.src, self.dst = self.index[src[keep]], self.index[dst[keep]]
+        self.mem = graph.memory[self.ancestors].astype(np.float64)
+
+    @property
+    def width(self) -> int:
+        return 2 * len(self.ancestors)
+
+    def add(self, rows: _Rows, col0: int, budget: float) -> None:
+        """The rows over r (``col0``...) and q (``col0 + m``...), with y at column v for node v."""
+        m = len(self.ancestors)
+        r, q = col0, col0 + m
+        a = self.ancestors
+        need = np.flatnonzero(self.needed)
+        rest = np.flatnonzero(~self.needed)
+        rows.add([r + need, a[need]], [1.0, 1.0], 1.0)  # read later: resident unless computed again
+        rows.add([r + rest, q + rest, a[rest]], [1.0, -1.0, 1.0], 0.0)
+        needed_x = self.needed[self.dst]
+        u, x = self.src[needed_x], self.dst[needed_x]
+        rows.add([q + u, r + x], [1.0, 1.0], 1.0)  # x read later and not resident: its inputs later too
+        u, x = self.src[~needed_x], self.dst[~needed_x]
+        rows.add([q + u, q + x, r + x], [1.0, -1.0, 1.0], 0.0)
+        nz = np.flatnonzero(self.mem > 0)
+        rows.add_row(r + nz, self.mem[nz], -np.inf, budget - self.base)
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """r binary; q continuous (at its least value it is 0 or 1 once r and y are)."""
+        m = len(self.ancestors)
+        integer = np.zeros(2 * m, dtype=bool)
+        integer[:m] = True
+        return np.zeros(2 * m), np.ones(2 * m), integer
+
+
+def recompute_cuts(graph: Graph, budget: Number, base: np.ndarray, sets: list[np.ndarray],
+                   count: int = MAX_RECOMPUTE_CUTS) -> list[_RecomputeCut]:
+    """The recomputation cuts of the ``count`` nodes whose node cuts need the most memory dropped."""
+    mem = graph.memory.astype(np.float64)
+    need = np.array([float(mem[xs].sum()) - (float(budget) - base[c]) for c, xs in enumerate(sets)])
+    chosen = [int(c) for c in np.argsort(-need, kind="stable")[:count] if need[c] > 0]
+    if not chosen:
+        return []
+    edges = common_edges(graph)
+    out = []
+    for c in chosen:
+        # As in `memory_cuts`: the fixed part holds the cheapest implementation's inputs, and no input
+        # of any implementation of c is counted again among the ancestors.
+        inputs = np.unique(np.asarray([u for op in graph.ops_of(c) for u in graph.op_inputs[op]], dtype=np.int64))
+        out.append(_RecomputeCut(graph, c, float(base[c]), sets[c], edges, inputs))
+    return out
+
+
 @dataclass(frozen=True)
 class PrefixProbe:
     """The least memory, over every order, at the k-th first computation (with no recomputation)."""
@@ -378,8 +487,10 @@ def _probe(block: _PrefixCut, k: int, seconds: float, cap: Number | None = None)
     return PrefixProbe(k, at_least, best)
 
 
-def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.0) -> Bound:
-    """The cut bound at ``budget`` (None: the lowest peak, where only the trivial bound holds)."""
+def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.0,
+                    max_recompute_cuts: int = MAX_RECOMPUTE_CUTS) -> Bound:
+    """The cut bound at ``budget`` (None: the lowest peak, where only the trivial bound holds);
+    ``max_recompute_cuts`` = 0 leaves the recomputation cuts out (the tests compare the two)."""
     trivial = graph.min_total_duration
     if budget is None:
         return Bound(trivial, "trivial")
@@ -424,15 +535,17 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
     peak_at_least = max((p.at_least for p in probes), default=None)
     no_order = peak_at_least is not None and peak_at_least > budget
     answer = first
-    if chosen:
+    recompute = recompute_cuts(graph, budget, base, sets, max_recompute_cuts) if first[0] is not None else []
+    if chosen or recompute:
         left = max(0.05, time_limit - (time.perf_counter() - start))
-        second = _solve_program(graph, rows.copy(), fastest, budget, chosen, left)
+        second = _solve_program(graph, rows.copy(), fastest, budget, chosen, left, recompute)
         if second[0] is None or (first[0] is not None and second[0] > first[0]):
             answer = second
     extra, status, recomputed = answer
     elapsed = time.perf_counter() - start
     info: dict[str, Any] = {"solve_time_s": elapsed, "cuts": cuts, "order_peak_at_least": peak_at_least,
-            "prefix_sizes": tuple(chosen) if answer is not first else ()}
+            "prefix_sizes": tuple(chosen) if answer is not first else (),
+            "recompute_cuts": len(recompute) if answer is not first else 0}
     if extra is None:
         return Bound(None, "infeasible", no_order_fits=True, **info)
     value = trivial + (int(np.ceil(extra - 1e-6)) if isinstance(trivial, int) else extra)
@@ -440,8 +553,10 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
 
 
 def _solve_program(graph: Graph, rows: _Rows, fastest: np.ndarray, budget: Number, sizes: list[int],
-                   seconds: float) -> tuple[float | None, str, tuple[str, ...]]:
-    """Least recomputation (duration) meeting the cuts in ``rows`` and the prefix cuts of ``sizes``.
+                   seconds: float, recompute: list[_RecomputeCut] | None = None,
+                   ) -> tuple[float | None, str, tuple[str, ...]]:
+    """Least recomputation (duration) meeting the cuts in ``rows``, the prefix cuts of ``sizes`` and
+    the recomputation cuts ``recompute``.
 
     (extra duration or None when infeasible, "optimal" or "limit", the values recomputed when optimal).
     """
@@ -462,6 +577,14 @@ def _solve_program(graph: Graph, rows: _Rows, fastest: np.ndarray, budget: Numbe
             hi.append(b_hi)
             integer.append(b_int)
             num_cols += 3 * n
+    for cut in recompute or []:
+        cut.add(rows, num_cols, float(budget))
+        c_lo, c_hi, c_int = cut.bounds()
+        cost.append(np.zeros(cut.width))
+        lo.append(c_lo)
+        hi.append(c_hi)
+        integer.append(c_int)
+        num_cols += cut.width
     model = SparseModel(
         cost=np.concatenate(cost), lower=np.concatenate(lo), upper=np.concatenate(hi),
         integer=np.concatenate(integer), A=rows.matrix(num_cols), row_lower=np.asarray(rows.lower),
@@ -571,7 +694,8 @@ class BoundCache:
             bound = Bound(value=data["value"], status=data["status"], recomputed=tuple(data["recomputed"]),
                           solve_time_s=float(data["solve_time_s"]), cuts=int(data["cuts"]),
                           prefix_sizes=tuple(data["prefix_sizes"]), order_peak_at_least=data["order_peak_at_least"],
-                          no_order_fits=bool(data["no_order_fits"]))
+                          no_order_fits=bool(data["no_order_fits"]),
+                          recompute_cuts=int(data.get("recompute_cuts", 0)))
             return bound, float(entry["effort"])
         except (OSError, ValueError, KeyError, TypeError):
             return None  # an unreadable entry is recomputed (and overwritten)
