@@ -143,6 +143,12 @@ BAD_CONFIGS = [
      "address: tcp://h:8786\n", 5, ["'address' names a Dask scheduler; it needs 'executor: dask'"]),
     ("negative time limit", "graphs: [CHAIN]\nmethods: [none]\nbudgets: [0.8]\ntime_limit: -3\n", 4,
      ["'time_limit' must be a number above 0"]),
+    ("torch without a model", "graphs:\n  - torch: {batch: 4}\nmethods: [none]\nbudgets: [0.8]\n", 2,
+     ["a torch spec needs a 'model'"]),
+    ("torch with an unknown key", "graphs:\n  - torch: {model: mlp, batchsize: 4}\nmethods: [none]\nbudgets: [0.8]\n",
+     2, ["unknown key 'batchsize' in a torch spec (did you mean 'batch'?)"]),
+    ("torch with an unknown model", "graphs:\n  - torch: {model: resnet9000}\nmethods: [none]\nbudgets: [0.8]\n",
+     2, ["'resnet9000' is neither a zoo model"]),
 ]
 
 
@@ -423,3 +429,24 @@ def test_smoke_config_runs_end_to_end(tmp_path):
     text = (tmp_path / "r" / "smoke.md").read_text()
     assert "## Summary per method" in text
     assert text.count("; auto ") == len(found.groupby(["graph", "budget_text"])) and "(=)" in text
+
+
+def test_a_torch_entry_traces_each_combination_and_names_it_by_its_arguments(tmp_path):
+    pytest.importorskip("torch")
+    (tmp_path / "tiny.py").write_text(
+        "from torch import nn\n\n\ndef make(width=8):\n"
+        "    return nn.Sequential(nn.Linear(4, width), nn.ReLU(), nn.Linear(width, 3))\n")
+    path = write_config(tmp_path, """
+name: traced
+graphs:
+  - torch: {model: mlp, batch: [2, 4]}
+  - torch: {model: "tiny:make", batch: 2, input_shape: [4], kwargs: {width: [8, 16]}}
+methods: [none]
+budgets: [0.9]
+""")
+    cfg = load_config(path)
+    names = [g.name for g in cfg.graphs]
+    assert names == ["torch-mlp-b2", "torch-mlp-b4", "torch-tiny-make-b2-width8", "torch-tiny-make-b2-width16"]
+    assert len({g.sha256 for g in cfg.graphs}) == 4 and len(cfg.runs) == 4
+    # Written under the results folder by the run, as generated graphs are; a resumed sweep traces again.
+    assert all(str(g.path).startswith(str(cfg.output / "graphs")) for g in cfg.graphs)

@@ -52,14 +52,16 @@ import yaml
 from remat_bench.app import datasets
 from remat_bench.app.pipeline import PIPELINE_PARAMS, parse_method_params
 from remat_bench.core.budget import memory_floor, parse_budget
-from remat_bench.core.errors import BudgetError, ConfigError, GraphError, MethodError
+from remat_bench.core.errors import BudgetError, ConfigError, GraphError, MethodError, RematBenchError
 from remat_bench.core.graph import Graph
 from remat_bench.core.simulate import baseline
 
 TOP_KEYS = ("name", "description", "output", "graphs", "methods", "budgets", "time_limit", "grace",
             "memory_limit", "repeats", "seeds", "executor", "address", "workers")
 METHOD_KEYS = ("name", "params")
-GRAPH_KEYS = ("path", "glob", "generate")
+GRAPH_KEYS = ("path", "glob", "generate", "torch")
+# Keys of a ``torch:`` graph entry: a PyTorch model traced into a training graph (`import_model`).
+TORCH_KEYS = ("model", "batch", "input_shape", "task", "input_dtype", "vocab", "durations", "kwargs")
 EXECUTORS = ("local", "dask")
 DEFAULT_TIME_LIMIT = 300.0
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -471,7 +473,8 @@ def _graphs(doc: _Document, node: yaml.Node, env: Mapping[str, str],
             continue
         entry = doc.mapping(item, "a graph entry", GRAPH_KEYS)
         if len(entry) != 1:
-            raise doc.error(item, "a graph entry is a path, or a mapping with exactly one of path, glob, generate")
+            raise doc.error(item, "a graph entry is a path, or a mapping with exactly one of path, glob, generate, "
+                                  "torch")
         key, (_, value) = next(iter(entry.items()))
         if key == "path":
             text = doc.text(value, "path")
@@ -489,9 +492,60 @@ def _graphs(doc: _Document, node: yaml.Node, env: Mapping[str, str],
             for match in matches:
                 read(value, match)
         else:
-            for graph in _generate(doc, value):
+            for graph in _generate(doc, value) if key == "generate" else _import_torch(doc, value):
                 add(graph, generated_dir / f"{graph.name}-{graph.sha256[:8]}.json", value, generated=True)
     return list(found.values())
+
+
+def _import_torch(doc: _Document, node: yaml.Node) -> list[Graph]:
+    """A ``torch:`` spec: a zoo model or ``module:factory`` (looked up beside the config first) traced
+    into a training graph, as `remat-bench graphs import-torch` does; a list in ``batch`` or in a
+    ``kwargs`` value is a grid axis (one graph per combination)."""
+    import sys
+
+    spec = doc.mapping(node, "a torch spec", TORCH_KEYS)
+    if "model" not in spec:
+        raise doc.error(node, "a torch spec needs a 'model': a zoo name (gpt, resnet50, unet, ...) or "
+                              "module:factory")
+    try:
+        from remat_bench.torch.importer import import_model
+    except ImportError:
+        raise doc.error(node, "a torch graph needs PyTorch: install it with `pip install torch==2.13.0` "
+                              "(or remat-bench[torch])") from None
+    model = doc.text(spec["model"][1], "model")
+    fixed = {k: doc.value(v) for k, (_, v) in spec.items() if k not in ("model", "batch", "kwargs")}
+    if "input_shape" in fixed:
+        fixed["input_shape"] = tuple(fixed["input_shape"])
+    if "vocab" in fixed:
+        fixed["input_range"] = fixed.pop("vocab")
+    axes: dict[str, list[Any]] = {}
+    if "batch" in spec:
+        axes["batch"] = [doc.value(n) for n in doc.items(spec["batch"][1], "batch")]
+    kwargs_node = spec["kwargs"][1] if "kwargs" in spec else None
+    kwargs = doc.value(kwargs_node) if kwargs_node is not None else {}
+    if not isinstance(kwargs, dict):
+        raise doc.error(kwargs_node or node, "'kwargs' must be a mapping of the model's arguments")
+    for key, value in kwargs.items():
+        axes[f"kwargs.{key}"] = value if isinstance(value, list) else [value]
+    folder = str(doc.path.parent)
+    if folder not in sys.path:  # a factory written beside the config imports as `module:factory`
+        sys.path.insert(0, folder)
+    graphs = []
+    for values in itertools.product(*axes.values()):
+        chosen = dict(zip(axes, values))
+        model_kwargs = {k[len("kwargs."):]: v for k, v in chosen.items() if k.startswith("kwargs.")}
+        # Named by model, batch and arguments: GPTs of 12 and 48 layers must not share a name.
+        label = model.replace(":", "-").replace(".", "-")
+        name = "-".join([f"torch-{label}", f"b{chosen.get('batch') or 'default'}",
+                         *(f"{k}{v}" for k, v in model_kwargs.items())])
+        try:
+            graphs.append(import_model(model, batch=chosen.get("batch"), model_kwargs=model_kwargs, name=name,
+                                       **fixed))
+        except RematBenchError as exc:
+            raise doc.error(node, str(exc)) from None
+        except TypeError as exc:  # a key of the wrong type reached the importer
+            raise doc.error(node, f"{model}: {exc}") from None
+    return graphs
 
 
 def _generate(doc: _Document, node: yaml.Node) -> list[Graph]:
