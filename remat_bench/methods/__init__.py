@@ -36,6 +36,7 @@ BUILTIN: dict[str, str] = {
     "twremat": "remat_bench.methods.twremat:TWRemat",
     "fenghuang": "remat_bench.methods.fenghuang:FengHuang",
     "monet": "remat_bench.methods.monet:Monet",
+    "knapsack": "remat_bench.methods.knapsack:Knapsack",
     "auto": "remat_bench.methods.auto:Auto",
 }
 

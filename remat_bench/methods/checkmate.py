@@ -165,7 +165,8 @@ def warm_start(cm: CheckmateModel, graph: Graph, budget: Number, deadline: Deadl
         (_, x), source = min(points, key=lambda p: p[0][0])
         return x, source
 
-    fast = [Source("greedy"), Source("chen"), Source("shaved"), Source("kusumoto", share=0.15)]
+    fast = [Source("greedy"), Source("chen"), Source("shaved"), Source("kusumoto", share=0.15),
+            Source("knapsack", {"solver": "search"}, share=0.1)]
     pool = candidate_schedules(graph, budget, deadline, fast, stats=record, offered=offered or ())
     x, source = cheapest(pool)
     if x is None and not deadline.expired():

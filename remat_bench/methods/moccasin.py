@@ -632,7 +632,7 @@ def staged_hint_candidates(graph: Graph, budget: Number | None, deadline: Deadli
     if budget is None:
         return out
     sources = [Source("shaved", {"max_copies": max_copies}), Source("greedy"), Source("chen"),
-               Source("kusumoto", share=0.15)]
+               Source("kusumoto", share=0.15), Source("knapsack", {"solver": "search"}, share=0.1)]
     # A hint may be above the budget: phase 1 minimises max(peak, budget) from it.
     return out + candidate_schedules(graph, budget, deadline, sources, stats=stats, over_budget=True,
                                      offered=offered or ())

@@ -12,6 +12,10 @@ not deal with the backward pass. The lowering turns their plan into steps
    was not kept, the missing values of that value's segment that some
    remaining backward node still reads are recomputed, together with whatever
    they need, before it; they then stay resident until their last use.
+   With ``transient=True`` they are freed right after the backward node that
+   needed them instead, and computed again for each later one: more
+   recomputation, less memory (a value held from one backward node to the
+   next is what keeps the tightest budgets out of reach).
 
 Frees are placed by `remat_bench.core.simulate.place_frees`: each value right after
 its last use before it is computed again.
@@ -77,8 +81,8 @@ def plan_from_checkpoints(graph: Graph, checkpoints: Iterable[int]) -> Plan:
     return Plan(kept, tuple(segments))
 
 
-def lower_plan(graph: Graph, plan: Plan) -> Schedule:
-    """The full training schedule of docs/design.md section 6 for ``plan``."""
+def lower_plan(graph: Graph, plan: Plan, transient: bool = False) -> Schedule:
+    """The full training schedule of docs/design.md section 6 for ``plan`` (``transient``: above)."""
     check_forward_then_backward(graph)
     forward = graph.forward_indices
     backward = graph.backward_indices
@@ -105,7 +109,7 @@ def lower_plan(graph: Graph, plan: Plan) -> Schedule:
     computes: list[int] = list(forward)
     inputs = graph.inputs
 
-    def recompute_segment(segment: Sequence[int], pos: int) -> None:
+    def recompute_segment(segment: Sequence[int], pos: int) -> list[int]:
         wanted = [x for x in segment if not live[x] and last_backward_use[x] >= pos]
         closure: set[int] = set()
         stack = list(wanted)
@@ -118,11 +122,15 @@ def lower_plan(graph: Graph, plan: Plan) -> Schedule:
         for x in sorted(closure):  # file order is topological
             computes.append(x)
             live[x] = True
+        return sorted(closure)
 
     for pos, b in enumerate(backward):
+        recomputed: list[int] = []
         for u in inputs[b]:
             if not live[u]:
-                recompute_segment(plan.segments[segment_of[u]], pos)
+                recomputed += recompute_segment(plan.segments[segment_of[u]], pos)
         computes.append(b)
+        if transient:  # freed after b (place_frees frees each at its last use before it is computed again)
+            live[recomputed] = False
     nodes = np.asarray(computes, dtype=np.int64)
     return place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64))
