@@ -64,3 +64,21 @@ def test_below_floor_is_infeasible_at_once(vgg):
     assert r.exit_code == 1
     assert "block1_conv1_backward" in r.message and "13153337344" in r.message
     assert r.solve_time_s == 0.0
+
+
+def test_the_peak_bound_is_the_floor_or_every_output_held_beside_the_last_ones_inputs():
+    from remat_bench.core.budget import peak_lower_bound
+    from remat_bench.core.graph import Graph, Node
+
+    # Three outputs of 5 from one input of 4 (not an output): at the last output's computation the
+    # other two are resident (10), with its input (4) and itself (5): 19, above the floor (4 + 5 = 9).
+    g = Graph([Node(id="x", inputs=(), memory=4, duration=1),
+               *[Node(id=f"o{i}", inputs=("x",), memory=5, duration=1) for i in range(3)]],
+              name="outputs", outputs=["o0", "o1", "o2"])
+    bound = peak_lower_bound(g)
+    assert bound.amount == 19 and "outputs at the end" in bound.reason
+    assert memory_floor(g).amount == 9
+    # And no schedule goes below it: the brute force over every schedule finds none at 18.
+    from tests.bruteforce import any_order_optimum
+
+    assert any_order_optimum(g, 18) is None and any_order_optimum(g, 19) is not None

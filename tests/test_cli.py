@@ -298,3 +298,15 @@ def test_methods_side_by_side_in_processes_give_the_same_table_as_one_after_anot
     assert auto["proven_optimal"] and auto["stats"]["winner"] in ("greedy", "kusumoto", "moccasin", "checkmate")
     table = invoke(*args, "--jobs", "2").output
     assert "auto: the fastest schedule is" in table
+
+
+def test_floor_gives_the_lowest_peak_found_and_the_peak_no_schedule_goes_below():
+    r = invoke("floor", CHAIN, "-t", "20", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    # On the training chain the least peak (4) is the memory floor: proven.
+    assert data["lowest_peak_found"] == data["peak_lower_bound"] == 4 and data["proven"]
+    assert data["found_by"] and "memory floor" in data["peak_lower_bound_reason"]
+    solved = json.loads(invoke("solve", CHAIN, "-m", "checkmate", "-b", "min", "-t", "20", "--json").output)
+    assert solved["peak_lower_bound"] == 4 and solved["peak"] == 4
+    assert "no schedule below" in invoke("floor", CHAIN, "-m", "greedy", "-t", "5").output

@@ -374,6 +374,12 @@ def _print_result(g: Graph, r: Any, output: Path | None) -> None:
                       if r.baseline_peak else fmt_amount(r.peak, unit))
         table.add_row("duration", f"{fmt_amount(r.duration)}  overhead {r.overhead_pct:+.3f}%")
     table.add_row("baseline", f"peak {fmt_amount(r.baseline_peak, unit)}, duration {fmt_amount(r.baseline_duration)}")
+    if r.peak_lower_bound is not None:
+        above = "" if r.peak is None or not r.peak_lower_bound else \
+            f"; the peak found is {100 * (r.peak / r.peak_lower_bound - 1):.1f}% above it"
+        table.add_row("peak, at least", f"{fmt_amount(r.peak_lower_bound, unit)}  = "
+                      f"{100 * r.peak_lower_bound / r.baseline_peak:.1f}% of baseline{above} "
+                      f"({escape(r.peak_lower_bound_reason)})")
     if r.objective is not None:
         table.add_row("objective", f"{fmt_amount(r.objective)} (the method's own, before clean-up)")
     if r.lower_bound is not None:
@@ -468,14 +474,81 @@ def simulate(graph: str, schedule: Path, as_json: bool, force: bool, timeline: P
     out.print(table)
 
 
+# ---------------------------------------------------------------------- floor
+
+
+@main.command()
+@click.argument("graph")
+@click.option("--method", "-m", default="auto", show_default=True,
+              help="The method that searches for the lowest peak (auto: the best any method finds).")
+@click.option("--time-limit", "-t", type=SECONDS, default=120.0, show_default=True, help="Seconds for the search.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def floor(graph: str, method: str, time_limit: float, as_json: bool) -> None:
+    """The lowest feasible budget: the lowest peak a schedule reaches, and a peak no schedule goes below.
+
+    The schedule is the method's answer to `--budget min` (the least peak, then the least duration
+    there); the lower bound holds for every schedule (the memory floor, or all outputs resident when
+    the last is computed). Exit status 0 when a schedule was found, 1 otherwise.
+    """
+    from remat_bench.app.pipeline import run
+
+    g = load(graph)
+    with stop_on_first_ctrl_c():
+        status = err.status(f"searching the lowest peak of {g.name} with {method} (limit {time_limit:g} s)...") \
+            if not as_json and err.is_terminal else contextlib.nullcontext()
+        with status:
+            r = run(g, method, "min", time_limit)
+    peak = r.peak if r.status.found_schedule else None
+    found = peak is not None
+    bound = r.peak_lower_bound
+    proven = peak is not None and bound is not None and peak <= bound
+    data: dict[str, Any] = {
+        "graph": g.name, "method": method, "status": r.status.value, "message": r.message,
+        "peak_lower_bound": r.peak_lower_bound, "peak_lower_bound_reason": r.peak_lower_bound_reason,
+        "peak_lower_bound_fraction": (r.peak_lower_bound / r.baseline_peak
+                                      if r.peak_lower_bound is not None and r.baseline_peak else None),
+        "lowest_peak_found": peak,
+        "lowest_peak_fraction": peak / r.baseline_peak if peak is not None and r.baseline_peak else None,
+        "duration_there": r.duration if found else None, "overhead_pct_there": r.overhead_pct if found else None,
+        "found_by": r.stats.get("winner", method) if found else None,
+        "proven": proven,
+        "baseline_peak": r.baseline_peak, "solve_time_s": r.solve_time_s,
+    }
+    if as_json:
+        print_json(data)
+    else:
+        unit = g.units.get("memory", "")
+        table = Table(show_header=False, box=None, pad_edge=False)
+        table.add_column(style="bold")
+        table.add_column()
+        table.add_row("graph", f"{g.name} ({g.n} nodes, {g.num_edges} edges)")
+        table.add_row("baseline peak", fmt_amount(r.baseline_peak, unit))
+        if peak is not None:
+            table.add_row("lowest peak found", f"{fmt_amount(peak, unit)}  = {100 * peak / r.baseline_peak:.1f}% "
+                          f"of baseline, by {data['found_by']} (overhead there {r.overhead_pct:+.3f}%)")
+        else:
+            table.add_row("lowest peak found", f"[red]none[/] ({escape(r.message)})")
+        if bound is not None:
+            table.add_row("no schedule below", f"{fmt_amount(bound, unit)}  = {100 * bound / r.baseline_peak:.1f}% "
+                          f"of baseline ({escape(r.peak_lower_bound_reason)})")
+        if peak is not None and bound:
+            table.add_row("gap", "[green]none: the lowest peak is proven[/]" if proven else
+                          f"{100 * (peak / bound - 1):.1f}% (the lowest feasible budget lies between the two)")
+        table.add_row("time", f"{r.solve_time_s:.1f} s")
+        out.print(table)
+    sys.exit(0 if found else 1)
+
+
 # ---------------------------------------------------------------------- bound
 
 
 @main.command()
 @click.argument("graph")
 @click.option("--budget", "-b", required=True, help="Fraction of the baseline peak, an amount, or a percentage.")
+@click.option("--time-limit", "-t", type=SECONDS, default=30.0, show_default=True,
+              help="Seconds the bound's 0/1 programs may take (a bound cached with as much or more answers at once).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def bound(graph: str, budget: str, as_json: bool) -> None:
+def bound(graph: str, budget: str, time_limit: float, as_json: bool) -> None:
     """A lower bound on duration valid for every schedule (any order, any recomputation).
 
     Exit status 0 with the bound; 1 when the bound proves that no schedule fits.
@@ -489,7 +562,7 @@ def bound(graph: str, budget: str, as_json: bool) -> None:
     if b.is_min:
         raise click.BadParameter("the bound needs a budget, not 'min'", param_hint="--budget")
     # Through the on-disk cache: a bound `solve` or a sweep computed with as much effort answers at once.
-    result, _ = BoundCache(default_cache_folder()).get(g, b.amount, 30.0)
+    result, _ = BoundCache(default_cache_folder()).get(g, b.amount, time_limit)
     base = baseline(g)
     overhead = None if result.value is None else overhead_pct(result.value, base.duration)
     data = {"graph": g.name, "budget": b.amount, "budget_fraction": b.fraction, "status": result.status,
@@ -497,7 +570,7 @@ def bound(graph: str, budget: str, as_json: bool) -> None:
             "baseline_duration": base.duration, "baseline_peak": base.peak,
             "recomputed": list(result.recomputed), "cuts": result.cuts, "solve_time_s": result.solve_time_s,
             "no_order_fits": result.no_order_fits, "order_peak_at_least": result.order_peak_at_least,
-            "prefix_sizes": list(result.prefix_sizes)}
+            "prefix_sizes": list(result.prefix_sizes), "recompute_cuts": result.recompute_cuts}
     if as_json:
         print_json(data)
     else:

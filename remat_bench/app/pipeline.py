@@ -15,7 +15,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from remat_bench.core.budget import Budget, memory_floor, parse_budget
+from remat_bench.core.budget import Budget, memory_floor, parse_budget, peak_lower_bound
 from remat_bench.core.control import interrupted
 from remat_bench.core.errors import MethodError, ModelTooLargeError
 from remat_bench.core.graph import Graph, Number
@@ -46,6 +46,9 @@ class RunResult:
     objective: Number | None = None
     lower_bound: Number | None = None
     lower_bound_any_order: Number | None = None
+    # With budget min: a peak no schedule goes below (`core.budget.peak_lower_bound`), and why.
+    peak_lower_bound: Number | None = None
+    peak_lower_bound_reason: str = ""
     gap_pct: float | None = None
     proven_optimal: bool = False
     solve_time_s: float = 0.0
@@ -96,6 +99,8 @@ class RunResult:
             "objective": self.objective,
             "lower_bound": self.lower_bound,
             "lower_bound_any_order": self.lower_bound_any_order,
+            "peak_lower_bound": self.peak_lower_bound,
+            "peak_lower_bound_reason": self.peak_lower_bound_reason or None,
             "gap_pct": self.gap_pct,
             "proven_optimal": self.proven_optimal,
             "solve_time_s": self.solve_time_s,
@@ -195,6 +200,9 @@ def run(
     if not isinstance(budget, Budget):
         budget = parse_budget(str(budget), graph)
     result = _new_result(graph, method, cls, parsed, budget)
+    if budget.amount is None:
+        floor = peak_lower_bound(graph)
+        result.peak_lower_bound, result.peak_lower_bound_reason = floor.amount, floor.reason
     if _refused(graph, cls, budget, result):
         return result
     if bound:

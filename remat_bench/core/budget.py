@@ -143,3 +143,42 @@ def memory_floor(graph: Graph) -> Floor:
     per_node = np.minimum.reduceat(need, graph.op_start[:-1])
     v = int(np.argmax(per_node))
     return Floor((per_node[v] + graph.fixed_memory).item(), graph.ids[v])
+
+
+@dataclass(frozen=True)
+class PeakBound:
+    """A proven lower bound on the peak of every valid schedule, and why it holds."""
+
+    amount: Number
+    reason: str
+
+
+def peak_lower_bound(graph: Graph) -> PeakBound:
+    """The highest of two peak bounds that hold for every schedule (any order, any recomputation).
+
+    - the memory floor: some node's inputs, output and workspace with the fixed memory;
+    - the outputs at the end: every output is resident from its last computation to the end, so
+      when the last of them is computed, all the others are resident beside its inputs and
+      workspace: fixed + all outputs + min over outputs o of (o's inputs that are not outputs,
+      plus its workspace, over o's cheapest implementation).
+    """
+    floor = memory_floor(graph)
+    best = PeakBound(floor.amount, f"the memory floor (node '{floor.node}' with its inputs, output and workspace)")
+    outputs = list(graph.output_indices)
+    if not outputs:
+        return best
+    is_output = graph.is_output
+    mem = graph.memory
+    held = sum(mem[o].item() for o in outputs) + graph.fixed_memory
+    last = None
+    for o in outputs:
+        extra = min(sum(mem[u].item() for u in graph.op_inputs[op] if not is_output[u]) + graph.op_workspace[op].item()
+                    for op in graph.ops_of(o))
+        if last is None or extra < last[0]:
+            last = (extra, o)
+    assert last is not None
+    amount = held + last[0]
+    if amount > best.amount:
+        best = PeakBound(amount, f"the outputs at the end ({len(outputs)} outputs resident together when the last "
+                                 f"is computed, at least {graph.ids[last[1]]}'s inputs beside them)")
+    return best
