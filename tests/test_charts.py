@@ -28,12 +28,17 @@ def non_blank(path) -> float:
     return float(np.asarray(pixels, dtype=float).std())
 
 
+# The any-order bound at each budget, in overhead % (below moccasin's optimal runs).
+BOUND_PCT = {1.0: 0.0, 0.8: 3.0, 0.6: 8.0, 0.4: 18.0}
+
+
 def row(graph: str, nodes: int, method: str, fraction: float, status: str, overhead: float | None,
         time_s: float | None, params: dict | None = None, time_limit: float = 10.0) -> dict:
     return {"graph": graph, "graph_sha256": graph, "nodes": nodes, "edges": 2 * nodes, "method": method,
             "params": json.dumps(params or {}), "budget_text": str(fraction), "budget_fraction": fraction,
             "seed": None, "repeat": 0, "time_limit": time_limit, "status": status, "overhead_pct": overhead,
-            "solve_time_s": time_s}
+            "solve_time_s": time_s, "baseline_duration": 1000,
+            "lower_bound_any_order": 1000 * (1 + BOUND_PCT.get(fraction, 0.0) / 100)}
 
 
 @pytest.fixture(scope="module")
@@ -336,3 +341,19 @@ def test_plot_graph_accepts_the_graph_file_stem_as_well_as_its_name(tmp_path):
                           "method": ["none", "none"], "params": ["{}", "{}"]})
     assert list(select_runs(frame, tmp_path, graph="chain-16-train")["graph"]) == ["chain-16"]
     assert list(select_runs(frame, tmp_path, graph="chain-16")["graph"]) == ["chain-16"]
+
+
+def test_the_tradeoff_chart_shades_the_overheads_below_the_bound(table):
+    fig = charts.tradeoff_figure(table)
+    title = fig.legends[0].get_title().get_text()
+    assert "grey band: below the any-order lower bound" in title
+    # The band's upper edge is the highest bound the runs computed at each budget (in overhead %).
+    ax = fig.axes[0]
+    edges = [line for line in ax.get_lines() if line.get_linestyle() == ":"]
+    assert edges
+    graph = ax.get_title().split(" (")[0]
+    assert graph in set(table["graph"])
+    y = edges[0].get_ydata()
+    assert max(y) == pytest.approx(max(BOUND_PCT.values())) and min(y) == pytest.approx(min(BOUND_PCT.values()))
+    without = table.assign(lower_bound_any_order=None)
+    assert "grey band" not in (charts.tradeoff_figure(without).legends[0].get_title().get_text() or "")

@@ -148,3 +148,23 @@ def test_finding_section_states_whether_rematerialization_is_needed():
     assert ("| g | 0.8 | +3.000 | +3.000 | +3.000 | rematerialization needed (no order fits, proven); "
             "proven optimal (best = bound) |") in text
     assert "| g | 0.7 | +6.000 | +6.000 | +4.000 | open: gap 2.000 points |" in text
+
+
+def test_the_gap_section_sets_the_best_schedule_beside_the_best_bound(report, results):
+    text = report.read_text()
+    table = load_table(results)
+    rows = {(r[0], r[1]): r for r in table_rows(text, "## Best schedule, best bound and the gap")}
+    for (graph, budget), runs in table.groupby(["graph", "budget_text"]):
+        ok = runs[runs["status"].isin(["optimal", "feasible"])]
+        row = rows[(graph, budget)]
+        base = float(runs["baseline_duration"].iloc[0])
+        bound = 100 * (float(runs["lower_bound_any_order"].max()) / base - 1)
+        assert row[3] == f"{bound:+.3f}%"
+        if ok.empty:
+            assert row[2] == "-" and row[6] == "none found"
+            continue
+        best = float(ok["overhead_pct"].min())
+        assert row[2] == f"{best:+.3f}%" and row[4] == f"{best - bound:.3f}"
+        assert (row[5] == "yes") == (best - bound <= 1e-9)
+    # chain-16 at 0.9: greedy reaches the any-order bound, so it is proven optimal there.
+    assert rows[("chain-16", "0.9")][5] == "yes"

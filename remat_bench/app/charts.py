@@ -274,7 +274,7 @@ def tradeoff_figure(frame: pd.DataFrame, title: str | None = None) -> Figure:
     fig = Figure(figsize=(5.2 * cols, 3.8 * rows + 0.8), layout="constrained")
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
     order = _label_order(frame)
-    spread = identical = False
+    spread = identical = banded = False
     for ax, graph in zip(axes, graphs):
         mine = usable[usable["graph"] == graph]
         fractions = frame.loc[frame["graph"] == graph, "budget_fraction"].dropna()
@@ -297,6 +297,7 @@ def tradeoff_figure(frame: pd.DataFrame, title: str | None = None) -> Figure:
                 x, running = np.append(x, fractions.max()), np.append(running, running[-1])
             _interleaved(ax.step, (x, running), [style[label]["color"] for label in group], where="post",
                          linewidth=1.4, alpha=0.85, linestyle=linestyle[group[0]])
+        banded |= _bound_band(ax, frame[frame["graph"] == graph])
         # Named under the panel's title, where the note cannot cover data.
         same = "; ".join(" = ".join(group) for group in groups if len(group) > 1)
         identical |= bool(same)
@@ -318,12 +319,32 @@ def tradeoff_figure(frame: pd.DataFrame, title: str | None = None) -> Figure:
     for ax in axes[len(graphs):]:
         ax.set_visible(False)
     notes = [*(["points at (nearly) one place are spread sideways"] if spread else []),
-             *(["identical series share one line in alternating colours"] if identical else [])]
+             *(["identical series share one line in alternating colours"] if identical else []),
+             *(["grey band: below the any-order lower bound, where no schedule can be"] if banded else [])]
     fig.legend(handles=_legend_handles(frame, [lab for lab in order if lab in set(usable["label"])]),
                loc="outside lower center", ncols=min(6, len(order)), fontsize=9, frameon=False,
                title="; ".join(notes) or None, title_fontsize=8)
     fig.suptitle(title or "Overhead against budget (line: best at or below each budget)")
     return fig
+
+
+def _bound_band(ax: Axes, runs: pd.DataFrame) -> bool:
+    """Shade, under the schedules, the overheads no schedule can have: below the best any-order bound
+    the runs computed at each budget. False when no run has one."""
+    if "lower_bound_any_order" not in runs:
+        return False
+    bounds = runs.dropna(subset=["lower_bound_any_order", "budget_fraction", "baseline_duration"])
+    bounds = bounds[bounds["baseline_duration"] > 0]
+    if bounds.empty:
+        return False
+    overhead = 100 * (bounds["lower_bound_any_order"].astype(float) / bounds["baseline_duration"].astype(float) - 1)
+    best = overhead.groupby(bounds["budget_fraction"].astype(float)).max().sort_index()
+    x, y = best.index.to_numpy(dtype=float), best.to_numpy(dtype=float)
+    # A bound at budget b holds for every budget up to b: it steps down to the right, "pre".
+    ax.fill_between(x, np.minimum(0.0, y.min()), y, step="pre" if len(x) > 1 else None, color="#b0b0b0",
+                    alpha=0.35, linewidth=0, zorder=1)
+    ax.step(x, y, where="pre", color="#707070", linewidth=0.9, linestyle=":", zorder=2)
+    return True
 
 
 def _spread_points(ax: Axes, fig: Figure, points: dict[str, tuple[np.ndarray, np.ndarray]],

@@ -128,6 +128,41 @@ def best_section(frame: pd.DataFrame) -> str:
         "row counts on how many graphs each method was best." + note)
 
 
+def gap_section(frame: pd.DataFrame) -> str | None:
+    """Per graph and budget: the best schedule, the best any-order bound, the gap between them, and who won.
+
+    The bound holds for every schedule (any order, any recomputation); the best of the bounds the
+    runs computed is taken (each run's depends on the time it had). None without any bound.
+    """
+    if "lower_bound_any_order" not in frame or frame["lower_bound_any_order"].isna().all():
+        return None
+    budgets = _budget_order(frame)
+    rows = []
+    for graph in dict.fromkeys(frame["graph"]):
+        for budget in budgets:
+            runs = frame[(frame["graph"] == graph) & (frame["budget_text"] == budget)]
+            if runs.empty:
+                continue
+            base = float(runs["baseline_duration"].iloc[0])
+            bounds = runs["lower_bound_any_order"].dropna()
+            bound = None if bounds.empty or not base else 100 * (float(bounds.max()) / base - 1)
+            ok = runs[runs["ok"] & runs["overhead_pct"].notna()]
+            if ok.empty:
+                best, who = None, "none found"
+            else:
+                best = float(ok["overhead_pct"].min())
+                who = ", ".join(dict.fromkeys(ok.loc[ok["overhead_pct"] <= best + 1e-9, "label"]))
+            gap = None if best is None or bound is None else best - bound
+            proven = "yes" if gap is not None and gap <= 1e-9 else ""
+            rows.append([graph, budget, _cell(best, "{:+.3f}%"), _cell(bound, "{:+.3f}%"),
+                         _cell(gap, "{:.3f}"), proven, who])
+    return _table(["graph", "budget", "best schedule", "best bound", "gap (points)", "proven optimal",
+                   "found by"], rows) + (
+        "\n\nThe best schedule is the least overhead any run found within the budget; the best bound is "
+        "the highest any-order lower bound a run computed (valid for every schedule, in any order and with "
+        "any recomputation). Where the gap is zero the schedule is optimal among all schedules.")
+
+
 def _beside(runs: pd.DataFrame, best: float | None) -> str:
     """A portfolio's overhead beside the best method's: '; auto +1.23% (=)' or '(+0.05)'."""
     parts = []
@@ -291,6 +326,9 @@ def write_report(results: str | Path, path: str | Path, title: str | None = None
         f"{_dt.datetime.now().strftime('%Y-%m-%d %H:%M')} by remat-bench {__version__}.")
     parts += ["", "## Summary per method", "", summary_section(summarize(table)), ""]
     parts += ["## Best method at each budget", "", best_section(frame), ""]
+    gaps = gap_section(frame)
+    if gaps is not None:
+        parts += ["## Best schedule, best bound and the gap", "", gaps, ""]
     finding = finding_section(frame)
     if finding is not None:
         parts += ["## Input order or any order: is rematerialization needed?", "", finding, ""]
