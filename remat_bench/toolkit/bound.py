@@ -506,6 +506,7 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
     # bind, and only x with positive memory and duration, matter (y_x = 1 is free when duration is 0).
     rows = _Rows.empty()
     free_x = fastest <= 0
+    binding: list[tuple[float, np.ndarray]] = []
     for c in range(graph.n):
         xs = sets[c]
         if not len(xs):
@@ -518,10 +519,16 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
         xs = xs[~free_x[xs] & (mem[xs] > 0)]
         if need <= 0:
             continue
+        binding.append((need, xs))
+    for need, xs in _undominated(binding):
         rows.add_row(xs, mem[xs], need)
     cuts = len(rows.lower)
-    # The cut program alone first (it is small and fast), then the prefix cuts if a probe says they bind.
-    first = _solve_program(graph, rows, fastest, budget, [], time_limit / 3) if cuts else (0.0, "optimal", ())
+    # The node and recomputation cuts first (small, and fast: on the 48-layer GPT the recomputation
+    # cuts made the program solve in 0.9 s where the node cuts alone took 6 s), then the prefix cuts
+    # if a probe says they bind (the program with them took 23 s there, for the same value).
+    recompute = recompute_cuts(graph, budget, base, sets, max_recompute_cuts) if cuts else []
+    first = (_solve_program(graph, rows.copy(), fastest, budget, [], time_limit / 3, recompute) if cuts
+             else (0.0, "optimal", ()))
     probes: list[PrefixProbe] = []
     left = time_limit - (time.perf_counter() - start)
     if graph.n <= MAX_PREFIX_NODES and first[0] is not None and left > 0.1:
@@ -535,8 +542,7 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
     peak_at_least = max((p.at_least for p in probes), default=None)
     no_order = peak_at_least is not None and peak_at_least > budget
     answer = first
-    recompute = recompute_cuts(graph, budget, base, sets, max_recompute_cuts) if first[0] is not None else []
-    if chosen or recompute:
+    if chosen:
         left = max(0.05, time_limit - (time.perf_counter() - start))
         second = _solve_program(graph, rows.copy(), fastest, budget, chosen, left, recompute)
         if second[0] is None or (first[0] is not None and second[0] > first[0]):
@@ -544,12 +550,26 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
     extra, status, recomputed = answer
     elapsed = time.perf_counter() - start
     info: dict[str, Any] = {"solve_time_s": elapsed, "cuts": cuts, "order_peak_at_least": peak_at_least,
-            "prefix_sizes": tuple(chosen) if answer is not first else (),
-            "recompute_cuts": len(recompute) if answer is not first else 0}
+            "prefix_sizes": tuple(chosen) if answer is not first else (), "recompute_cuts": len(recompute)}
     if extra is None:
         return Bound(None, "infeasible", no_order_fits=True, **info)
     value = trivial + (int(np.ceil(extra - 1e-6)) if isinstance(trivial, int) else extra)
     return Bound(value, status, recomputed, no_order_fits=no_order or extra > 0, **info)
+
+
+def _undominated(cuts: list[tuple[float, np.ndarray]]) -> list[tuple[float, np.ndarray]]:
+    """The cuts no other cut implies. A cut ``sum_{x in X} mem_x y_x >= need`` follows from another
+    over a subset of X that needs as much or more (the 48-layer GPT at 0.5: 566 binding cuts, 456 not
+    implied by another, 20% fewer nonzeros)."""
+    kept: list[tuple[float, np.ndarray, int]] = []
+    for need, xs in sorted(cuts, key=lambda cut: -cut[0]):
+        bits = 0
+        for x in xs.tolist():
+            bits |= 1 << x
+        if any(other & ~bits == 0 for _, _, other in kept):  # a kept cut, needing as much, over a subset
+            continue
+        kept.append((need, xs, bits))
+    return [(need, xs) for need, xs, _ in kept]
 
 
 def _solve_program(graph: Graph, rows: _Rows, fastest: np.ndarray, budget: Number, sizes: list[int],
