@@ -69,6 +69,7 @@ from remat_bench.methods.candidates import (
 )
 from remat_bench.toolkit.bound import BoundCache
 from remat_bench.toolkit.improve import staged_repair
+from remat_bench.toolkit.order_search import OrderAnswer
 
 MAX_MODEL_OBJECTS = 3_000_000
 # order=free: the staged step's share of the time left after the order step. The free model
@@ -747,8 +748,12 @@ class Moccasin(Method):
         stats: dict[str, Any] = {}
         t0 = deadline.elapsed()
         remaining = deadline.remaining()
-        share = Deadline(None if remaining is None else remaining * 0.3)
-        answer = best_order(graph, budget, share, params["threads"], params["seed"], bounds=self.context.bounds)
+        answer = _offered_order(graph, self.context.hints)
+        if answer is not None:  # a caller (auto's reorder member) already searched for the order
+            stats["order_from"] = answer.stats["from"]
+        else:
+            share = Deadline(None if remaining is None else remaining * 0.3)
+            answer = best_order(graph, budget, share, params["threads"], params["seed"], bounds=self.context.bounds)
         order_nodes = np.asarray(answer.order, dtype=np.int64)
         order_schedule = place_frees(graph, order_nodes, np.zeros(graph.n, dtype=np.int64))
         stats.update({"order_only_peak": answer.peak, "order_only_time_s": round(deadline.elapsed() - t0, 3),
@@ -958,3 +963,15 @@ class Moccasin(Method):
 def _number(x: float) -> Number:
     return round(x) if abs(x - round(x)) < 1e-9 else x
 
+
+def _offered_order(graph: Graph, hints: list[tuple[str, Schedule]]) -> OrderAnswer | None:
+    """The lowest-peak offered schedule that computes every node once (an order), as an order answer."""
+    best: OrderAnswer | None = None
+    for label, schedule in hints:
+        computed = schedule.nodes[schedule.kinds == COMPUTE]
+        if len(computed) != graph.n or len(np.unique(computed)) != graph.n:
+            continue
+        sim = simulate(graph, schedule)
+        if sim.valid and (best is None or sim.peak < best.peak):
+            best = OrderAnswer([int(v) for v in computed], sim.peak, False, False, {"from": f"hint:{label}"})
+    return best

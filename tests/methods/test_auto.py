@@ -205,3 +205,60 @@ def test_the_exact_members_do_not_run_when_a_fast_one_meets_the_any_order_bound(
     members = {m["method"]: m for m in r.stats["members"]}
     assert r.status is Status.OPTIMAL and cleaned_duration(g, r.schedule) == g.total_duration
     assert members["moccasin"]["status"] == members["checkmate"]["status"] == "not_run"
+
+
+@pytest.mark.parametrize("seed, budget", [(s + 400, b) for s in range(4) for b in budgets(random_graph(s + 400, n=6))])
+def test_moccasin_free_starts_from_an_offered_order_and_still_meets_the_brute_force(seed, budget, monkeypatch):
+    from remat_bench.methods import moccasin as moccasin_module
+    from remat_bench.toolkit import order_search
+
+    g = random_graph(seed, n=6)
+    want = any_order_optimum(g, budget)
+    order = order_search.best_order(g, None, order_search.Deadline(5.0)).order
+    offered = place_frees(g, np.asarray(order, dtype=np.int64), np.zeros(g.n, dtype=np.int64))
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("the order was offered: no search for one")
+
+    monkeypatch.setattr(order_search, "best_order", no_search)
+    method = Moccasin()
+    method.context = SolveContext(hints=[("reorder", offered)])
+    r = method.solve(g, budget, 30, **method.parse_params({"order": "free", "max_intervals": 3, "threads": 1}))
+    assert moccasin_module._offered_order(g, [("reorder", offered)]).order == [int(v) for v in order]
+    if want is None:
+        assert not r.status.found_schedule
+        return
+    assert r.status.found_schedule, r.message
+    sim = simulate(g, r.schedule)
+    assert sim.valid and sim.peak <= budget and cleaned_duration(g, r.schedule) == want
+    if simulate(g, offered).peak > budget:
+        assert r.stats["order_from"] == "hint:reorder"
+
+
+def test_an_offered_schedule_with_recomputation_is_not_an_order():
+    from remat_bench.methods.moccasin import _offered_order
+
+    g = random_graph(1)
+    from remat_bench.core.schedule import Schedule
+
+    steps = [("compute", v) for v in range(g.n)] + [("free", 0), ("compute", 0)]  # node 0 twice
+    twice = Schedule.from_steps(steps)
+    assert simulate(g, twice).valid
+    once = place_frees(g, np.arange(g.n, dtype=np.int64), np.zeros(g.n, dtype=np.int64))
+    assert _offered_order(g, [("twice", twice)]) is None
+    answer = _offered_order(g, [("twice", twice), ("once", once)])
+    assert answer is not None and answer.stats["from"] == "hint:once" and answer.peak == simulate(g, once).peak
+
+
+def test_moccasin_in_auto_takes_the_order_free_path_only_when_reorder_lowered_the_peak():
+    from remat_bench.core.simulate import baseline
+
+    g = random_graph(2)
+    peak = baseline(g).peak
+    schedule = place_frees(g, np.arange(g.n, dtype=np.int64), np.zeros(g.n, dtype=np.int64))
+    lower = auto_module.Member("reorder", "fast", peak=peak - 1, schedule=schedule)
+    same = auto_module.Member("reorder", "fast", peak=peak, schedule=schedule)
+    assert auto_module._exact_params(g, "moccasin", [lower]) == {"order": "free"}
+    assert auto_module._exact_params(g, "moccasin", [same]) == {}
+    assert auto_module._exact_params(g, "checkmate", [lower]) == {}
+    assert auto_module._exact_params(g, "moccasin", []) == {}
