@@ -168,3 +168,32 @@ def test_the_gap_section_sets_the_best_schedule_beside_the_best_bound(report, re
         assert (row[5] == "yes") == (best - bound <= 1e-9)
     # chain-16 at 0.9: greedy reaches the any-order bound, so it is proven optimal there.
     assert rows[("chain-16", "0.9")][5] == "yes"
+
+
+def test_the_production_section_sets_each_planner_beside_the_best_and_the_bound():
+    import pandas as pd
+
+    from remat_bench.app.report import production_section
+
+    def row(method, status, overhead, peak, params="{}", budget="0.5"):
+        return {"graph": "g", "budget_text": budget, "budget_fraction": float(budget), "method": method,
+                "params": params, "status": status, "ok": status in ("optimal", "feasible"),
+                "overhead_pct": overhead, "peak": peak, "budget": 200.0 if budget == "0.5" else 320.0,
+                "lower_bound_any_order": 102.0, "baseline_duration": 100.0, "label": method}
+
+    frame = pd.DataFrame([
+        row("checkmate", "feasible", 4.0, 190.0),
+        row("auto", "feasible", 3.0, 195.0),  # a portfolio: not "the best of the others"
+        row("knapsack", "feasible", 9.5, 199.0),
+        row("policy", "no_solution", 1.0, 250.0),
+        row("dtr", "no_solution", None, None),
+        row("checkmate", "optimal", 0.0, 300.0, budget="0.8"),
+    ])
+    assert production_section(frame[frame["method"] == "checkmate"]) is None
+    text = production_section(frame)
+    rows = {r[2]: r for r in table_rows("## x\n" + text, "## x")}
+    assert rows["knapsack"] == ["g", "0.5", "knapsack", "feasible", "+9.500%", "fits (99.5% of it)", "+5.500",
+                                "+4.000% (checkmate)", "+2.000%"]
+    assert rows["policy"][4:7] == ["+1.000%", "**over by 25.0%**", ""]
+    assert rows["dtr"][3:7] == ["no_solution", "", "", ""]
+    assert "0.8" not in {r[1] for r in rows.values()}  # no planner ran at 0.8

@@ -163,6 +163,64 @@ def gap_section(frame: pd.DataFrame) -> str | None:
         "any recomputation). Where the gap is zero the schedule is optimal among all schedules.")
 
 
+# The planners practitioners run today (issue "The planners users actually run"): PyTorch's memory
+# budget (run for real, and its knapsack idea on any training graph), DTR's online eviction, and
+# the rule policies of training frameworks. The report sets them beside the best schedule and bound.
+PRODUCTION = ("torch-budget", "knapsack", "dtr", "policy")
+
+
+def production_section(frame: pd.DataFrame) -> str | None:
+    """Per graph and budget, each production planner's overhead and peak beside the best schedule any other
+    method found and the best any-order bound; where a planner's schedule exceeds its budget, by how much.
+
+    None when no production planner ran.
+    """
+    mine = frame[frame["method"].isin(PRODUCTION)]
+    if mine.empty:
+        return None
+    others = frame[~frame["method"].isin(PRODUCTION + PORTFOLIOS) & frame["ok"] & frame["overhead_pct"].notna()]
+    rows = []
+    for graph in dict.fromkeys(mine["graph"]):
+        for budget in _budget_order(frame):
+            runs = mine[(mine["graph"] == graph) & (mine["budget_text"] == budget)]
+            if runs.empty:
+                continue
+            every = frame[(frame["graph"] == graph) & (frame["budget_text"] == budget)]
+            base = float(every["baseline_duration"].iloc[0])
+            bounds = every["lower_bound_any_order"].dropna() if "lower_bound_any_order" in every else pd.Series()
+            bound = None if bounds.empty or not base else 100 * (float(bounds.max()) / base - 1)
+            best_runs = others[(others["graph"] == graph) & (others["budget_text"] == budget)]
+            best = None if best_runs.empty else float(best_runs["overhead_pct"].min())
+            who = "" if best is None else ", ".join(
+                dict.fromkeys(best_runs.loc[best_runs["overhead_pct"] <= best + 1e-9, "label"]))
+            for _, run in runs.iterrows():
+                rows.append([graph, budget, run["label"], str(run["status"]), *_planner_cells(run, best),
+                             "" if best is None else f"{best:+.3f}% ({who})", _cell(bound, "{:+.3f}%")])
+    return _table(["graph", "budget", "planner", "status", "overhead", "peak against the budget",
+                   "points above the best", "best schedule (by)", "best bound"], rows) + (
+        "\n\nEach planner's schedule as the shared simulator scores it. A planner that cannot fit the budget "
+        "still shows its schedule's overhead and how far its simulated peak exceeds the budget (a rule policy "
+        "does not look at the budget; PyTorch's knob is searched for the fastest plan that fits). The best "
+        "schedule is the least overhead any other method found within the budget; the best bound holds for "
+        "every schedule.")
+
+
+def _planner_cells(run: pd.Series, best: float | None) -> list[str]:
+    """A production planner's overhead, its peak against the budget, and its distance from the best."""
+    overhead = run["overhead_pct"]
+    if pd.isna(overhead):
+        return ["", "", ""]
+    peak, budget = run.get("peak"), run.get("budget")
+    if pd.isna(peak) or pd.isna(budget) or not budget:
+        against = ""
+    elif peak <= budget:
+        against = f"fits ({100 * peak / budget:.1f}% of it)"
+    else:
+        against = f"**over by {100 * (peak / budget - 1):.1f}%**"
+    distance = "" if best is None or not run["ok"] else f"{overhead - best:+.3f}"
+    return [f"{overhead:+.3f}%", against, distance]
+
+
 def _beside(runs: pd.DataFrame, best: float | None) -> str:
     """A portfolio's overhead beside the best method's: '; auto +1.23% (=)' or '(+0.05)'."""
     parts = []
@@ -329,6 +387,9 @@ def write_report(results: str | Path, path: str | Path, title: str | None = None
     gaps = gap_section(frame)
     if gaps is not None:
         parts += ["## Best schedule, best bound and the gap", "", gaps, ""]
+    production = production_section(frame)
+    if production is not None:
+        parts += ["## What you use today against the optimum", "", production, ""]
     finding = finding_section(frame)
     if finding is not None:
         parts += ["## Input order or any order: is rematerialization needed?", "", finding, ""]
