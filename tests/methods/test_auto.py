@@ -250,10 +250,13 @@ def test_an_offered_schedule_with_recomputation_is_not_an_order():
     assert answer is not None and answer.stats["from"] == "hint:once" and answer.peak == simulate(g, once).peak
 
 
-def test_moccasin_in_auto_takes_the_order_free_path_only_when_reorder_lowered_the_peak():
+def test_moccasin_in_auto_takes_the_order_free_path_without_backward_nodes_or_when_reorder_lowered_the_peak():
     from remat_bench.core.simulate import baseline
+    from remat_bench.generators import chain
 
-    g = random_graph(2)
+    assert auto_module._exact_params(random_graph(2), "moccasin", []) == {"order": "free"}  # no backward nodes
+    g = chain(6)  # a training graph: forward, then backward
+    assert len(g.backward_indices)
     peak = baseline(g).peak
     schedule = place_frees(g, np.arange(g.n, dtype=np.int64), np.zeros(g.n, dtype=np.int64))
     lower = auto_module.Member("reorder", "fast", peak=peak - 1, schedule=schedule)
