@@ -269,3 +269,13 @@ def test_torch_logging_stays_at_warnings_unless_asked():
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                              env={**os.environ, **env}, cwd=ROOT)
         assert out.stdout.strip() == expected, out.stderr
+
+
+def test_the_cpu_attention_kernel_is_counted_by_the_attention_formula():
+    g = import_model("gpt", batch=2, input_shape=(64,), vocab=256, max_seq=64, width=64, layers=2, heads=2)
+    b, h, s, d = 2, 2, 64, 32
+    forward = [g.duration[v] for v, nd in enumerate(g.nodes) if nd.op.endswith("flash_attention_for_cpu.default")]
+    backward = [g.duration[v] for v, nd in enumerate(g.nodes)
+                if nd.op.endswith("flash_attention_for_cpu_backward.default")]
+    assert forward == [4 * b * h * s * s * d] * 2  # QK^T and PV: 2 matmuls of 2 b h s s d each
+    assert backward == [10 * b * h * s * s * d] * 2  # torch's formula: 5 matmuls

@@ -28,6 +28,7 @@ BUILTIN: dict[str, str] = {
     "none": "remat_bench.methods.none:NoRemat",
     "chen": "remat_bench.methods.chen:Chen",
     "greedy": "remat_bench.methods.greedy:Greedy",
+    "dtr": "remat_bench.methods.dtr:DTR",
     "reorder": "remat_bench.methods.reorder:Reorder",
     "checkmate": "remat_bench.methods.checkmate:Checkmate",
     "checkmate-lp": "remat_bench.methods.checkmate_lp:CheckmateLP",
@@ -37,6 +38,7 @@ BUILTIN: dict[str, str] = {
     "fenghuang": "remat_bench.methods.fenghuang:FengHuang",
     "monet": "remat_bench.methods.monet:Monet",
     "knapsack": "remat_bench.methods.knapsack:Knapsack",
+    "policy": "remat_bench.methods.policy:Policy",
     "auto": "remat_bench.methods.auto:Auto",
 }
 

@@ -53,7 +53,7 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 from torch import fx
-from torch.utils.flop_counter import flop_registry
+from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from remat_bench.core.errors import GraphError
 from remat_bench.core.graph import Graph, Node
@@ -159,6 +159,13 @@ def program_graph(program: Program, durations: Sequence[int], duration_unit: str
             meta["parameter"] = node.parameter
         if i in holds:
             meta["gradient_of_parameter"] = holds[i]
+        module = node.module()
+        if module is None and node.forward and node.inputs:
+            # A buffer update (functionalization emits it after the whole step, outside every module):
+            # the module of the value it writes, so that every forward node has one.
+            module = nodes[node.inputs[-1]].module()
+        if module is not None:
+            meta["module"], meta["module_type"] = module
         out.append(Node(
             id=node.id,
             inputs=tuple(nodes[j].id for j in node.inputs),
@@ -201,6 +208,22 @@ def _numel(value: Any) -> int:
     return sum(t.numel() for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor))
 
 
+def _shapes(args: Any, *positions: int) -> list[Any]:
+    return [tuple(args[k].shape) for k in positions]
+
+
+# torch's flop registry counts the fused attention kernels of CUDA (flash, efficient, cuDNN) but not
+# the CPU one the zoo's transformers run on; counted here by the same formulas (torch.utils.flop_counter:
+# 4 b h s_q s_k d forward, twice that backward), instead of the elements-touched fallback, which made
+# an attention layer cost as much as an elementwise add (3.2 M instead of 6.4 G on the zoo GPT-12).
+_CPU_ATTENTION: dict[Any, Any] = {
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu:
+        lambda args: int(sdpa_flop_count(*_shapes(args, 0, 1, 2))),
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward:
+        lambda args: int(sdpa_backward_flop_count(*_shapes(args, 0, 1, 2, 3))),
+}
+
+
 def node_flops(node: ProgramNode) -> int:
     """FLOPs of the node's operator where torch has a formula, else the elements it touches."""
     n = node.fx
@@ -211,6 +234,10 @@ def node_flops(node: ProgramNode) -> int:
     val = n.meta.get("val")
     args, kwargs = fx.node.map_arg((n.args, n.kwargs), lambda a: a.meta.get("val"))
     packet = getattr(n.target, "overloadpacket", None)
+    if node.role == OP and packet in _CPU_ATTENTION:
+        flops = _CPU_ATTENTION[packet](args)
+        if flops > 0:
+            return flops
     if packet in flop_registry and node.role == OP:
         flops = int(flop_registry[packet](*args, **kwargs, out_val=val))
         if flops > 0:

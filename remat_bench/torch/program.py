@@ -9,7 +9,9 @@ replaces in-place operators on intermediate values with out-of-place ones
 (mutations of buffers, such as batchnorm's step counter, become ``copy_``
 nodes at the end). Autograd hooks put each backward operator's autograd
 sequence number in its node's metadata (``seq_nr``), which is how a backward
-node finds the forward node it differentiates.
+node finds the forward node it differentiates. make_fx also records the stack of
+modules whose ``forward`` ran each forward operator (``nn_module_stack``): the
+innermost one becomes the node's ``module`` metadata.
 
 Lowering to remat-bench nodes (docs/design.md section 2: a node is an operator and
 the one value it produces):
@@ -258,6 +260,20 @@ def _fake_failures_unlogged() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _no_stack_traces() -> Iterator[None]:
+    """Recording module stacks makes make_fx record each node's Python stack trace as well, which
+    nothing here reads and which doubles the time to trace a ResNet-50: off while tracing."""
+    import torch.fx.config as fx_config
+
+    saved = fx_config.do_not_emit_stack_traces
+    fx_config.do_not_emit_stack_traces = True
+    try:
+        yield
+    finally:
+        fx_config.do_not_emit_stack_traces = saved
+
+
+@contextlib.contextmanager
 def _building_fake() -> Iterator[None]:
     """While a model is built with fake tensors: no warning about fake data pointers.
 
@@ -421,8 +437,14 @@ def trace_step(spec: ModelSpec) -> tuple[fx.GraphModule, list[str], list[str]]:
         grads, loss = grad_and_value(loss_fn)(param_values, buffer_values, x, y)
         return loss, grads
 
-    with fx_traceback.preserve_node_meta(), _fake_failures_unlogged():
-        gm = make_fx(functionalize(train_step), tracing_mode="fake")(
+    traced = functionalize(train_step)
+    # make_fx records each node's module stack (node.meta["nn_module_stack"]) only when the traced
+    # callable names its root module as ``_orig_mod``: the convention AOTAutograd follows for its
+    # functional call (torch/_functorch/_aot_autograd/graph_capture_wrappers.py). Paths are then
+    # relative to the training step: ``model.blocks.3.attn.qkv``.
+    traced._orig_mod = step  # type: ignore[attr-defined]
+    with fx_traceback.preserve_node_meta(), _fake_failures_unlogged(), _no_stack_traces():
+        gm = make_fx(traced, tracing_mode="fake", record_module_stack=True)(
             list(params.values()), list(buffers.values()), inputs, labels)
     return gm, names, buffer_names
 
@@ -464,6 +486,23 @@ class ProgramNode:
         """The FX node an op or update node runs (only a gradient node may have none)."""
         assert self.fx is not None, f"node '{self.id}' ({self.role}) has no FX node"
         return self.fx
+
+    def module(self) -> tuple[str, str] | None:
+        """(qualified path, class name) of the innermost module whose forward ran this node's operator,
+        from the module stack make_fx records; None for a gradient copy and for the operators of the
+        backward pass (autograd runs them outside any module's forward: make_fx records no stack).
+
+        Paths are relative to the training step (``model.blocks.3.attn.qkv``); the loss, computed by
+        the step itself, has the path ``""``.
+        """
+        if self.role == GRADIENT or self.fx is None:
+            return None
+        stack = self.fx.meta.get("nn_module_stack")
+        if not stack:
+            return None
+        path, cls = list(stack.values())[-1]
+        name = cls.__name__ if isinstance(cls, type) else str(cls).rpartition(".")[2]
+        return str(path), name
 
 
 @dataclass

@@ -1,0 +1,469 @@
+"""``dtr``: Dynamic Tensor Rematerialization as an online eviction policy.
+
+Kirisame, Lyubomirsky, Haan, Brennan, He, Roesch, Chen and Tatlock, "Dynamic Tensor
+Rematerialization", ICLR 2021. DTR runs a program operator by operator; before each
+operator it makes the operator's inputs resident, recomputing evicted ones first
+(recursively), and whenever an allocation would pass the budget it evicts the resident,
+unpinned value of least heuristic score h(t), until the allocation fits.
+
+Here the program is the graph in its input (file) order, and every computation is a step of
+the schedule. Before computing node v, its inputs are taken in order, as the paper's
+PerformOp takes an operator's arguments: each one not resident is recomputed first (the same
+way, depth first), then pinned until v is computed. Then, while
+``used + memory(v) + workspace(v)`` is above the budget (``used``: the fixed memory and every
+resident value), the unpinned resident value of least score is evicted. A value is freed at
+its last use: when no consumer is left to compute for the first time and it is not an
+output; a value recomputed for a recomputation, once the last computation of that
+recomputation that reads it is done. After the last node, outputs evicted along the way are
+computed again, every output pinned.
+
+A value t is **evicted** while it is not resident and some computation still needs it: a
+consumer not yet computed for the first time, the outputs' final residency, or the
+recomputation of another evicted value that reads it (so evicting t also marks, recursively,
+its freed inputs as evicted). The score of a resident value t, with
+
+- m(t) = memory(t), c0(t) = duration(t) (of its first implementation, from the graph);
+- s(t) = max(1, k - last(t)), the staleness: k is the number of the computation being made
+  room for (computations are numbered 1, 2, ... in schedule order, recomputations included)
+  and last(t) the number of the last computation that produced or read t;
+
+is, for each ``heuristic``:
+
+- ``h_dtr`` (the paper's h_DTR with e*):  (c0(t) + sum of c0(u) over u in e*(t)) / (m(t) s(t)),
+  where the evicted neighbourhood e*(t) is the union of the values recomputing t would
+  recompute (reached from t through inputs that are not resident, recursively) and the
+  evicted values whose recomputation needs t (reached from t through evicted consumers,
+  recursively): the paper's "evicted tensors that would need to be rematerialized to
+  rematerialize t, or that would need t to be rematerialized" (its simulator keeps the two
+  as a region above t and one below). It is directed: an evicted value reached only by going
+  down to a consumer and back up to another of its inputs is not in it;
+- ``h_dtr_eq`` (the paper's h_DTR^eq): (c0(t) + sum of cost(C) over the distinct classes C of
+  t's evicted inputs and consumers) / (m(t) s(t)). Evicted values are kept in union-find
+  classes: a value that becomes evicted joins a new class of cost c0, merged with the class
+  of each evicted input and consumer. A value recomputed (or no longer needed) leaves its
+  class's cost but does not split the class, the paper's approximation: two groups stay
+  merged through it;
+- ``h_dtr_local`` (the paper's ablation, h_DTR without e*): c0(t) / (m(t) s(t));
+- ``lru``: the largest staleness s(t) first;
+- ``size``: the largest m(t) first.
+
+The least score is evicted (``lru`` and ``size``: the largest); ties go to the lowest node
+index. A value of no memory is never evicted (evicting it makes no room).
+
+Where it differs from the paper. The paper's runtime measures c from the operators' own
+run times and s from the wall clock; here c is the graph's duration and the clock counts
+computations, so the schedule is deterministic. The paper's runtime learns that a tensor is
+dead when the program drops its last reference, and may then banish it (free it for good,
+which leaves its children unevictable, as they could no longer be recomputed). Here the
+graph says when a value is dead, so it is freed at its last use; it stays recomputable from
+the graph and its children stay evictable: evicting a child makes the freed value evicted
+again (needed to recompute the child), and h_dtr counts it in e*(child) beforehand.
+h_dtr_eq, like the paper's, sees only evicted neighbours: a freed input nothing needs is in
+no class, so h_dtr_eq does not charge a value for recomputing its freed inputs (h_dtr does).
+The paper samples candidates on large pools; here every resident value is a candidate, and
+``h_dtr`` finds the least score exactly without searching e* of every candidate: candidates
+are visited by their h_dtr_local score, a lower bound of their h_dtr score, until that bound
+passes the best score found.
+
+The pass gives up (``no_solution``) when nothing is left to evict and the computation still
+does not fit, or after 20 n + 1000 computations (thrashing). With ``--budget min`` the
+budget is bisected between the memory floor and the baseline peak for the lowest one the
+pass meets (the pass is not monotone in the budget: the lowest simulated peak seen wins).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from remat_bench.core.budget import memory_floor
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.schedule import Schedule, ScheduleBuilder
+from remat_bench.core.simulate import baseline, baseline_schedule, simulate
+from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status, Termination, interrupted
+
+HEURISTICS = ("h_dtr", "h_dtr_eq", "h_dtr_local", "lru", "size")
+DEADLINE_POLL = 64  # computations between two looks at the deadline
+
+
+class Stuck(Exception):
+    """The pass cannot go on: nothing left to evict (``need`` does not fit), or thrashing past the cap."""
+
+    def __init__(self, node: int, need: Number, thrashing: bool = False) -> None:
+        super().__init__(node, need, thrashing)
+        self.node = node
+        self.need = need
+        self.thrashing = thrashing
+
+
+class OutOfTime(Exception):
+    """The deadline passed (or Ctrl-C) during a pass."""
+
+
+class EvictedClasses:
+    """Union-find over evicted values (h_DTR^eq): each class carries the summed duration of its members.
+
+    A value gets a fresh union-find node each time it becomes evicted; leaving, it takes its
+    duration out of its class's cost and its node stays in the class (classes never split).
+    """
+
+    def __init__(self) -> None:
+        self.parent: list[int] = []
+        self.cost: list[Number] = []
+
+    def add(self, cost: Number) -> int:
+        self.parent.append(len(self.parent))
+        self.cost.append(cost)
+        return len(self.parent) - 1
+
+    def find(self, i: int) -> int:
+        parent = self.parent
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]  # path halving
+            i = parent[i]
+        return i
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[rb] = ra
+            self.cost[ra] += self.cost[rb]
+
+    def take_out(self, i: int, cost: Number) -> None:
+        root = self.find(i)
+        self.cost[root] = max(0, self.cost[root] - cost)
+
+
+class DTRPass:
+    """One DTR pass over ``graph`` at ``budget`` with ``heuristic``: its state, one method per step of the rule.
+
+    Per node v (each node computed with its first implementation: its inputs, duration, workspace):
+
+    - ``remaining[v]``: consumers not yet computed for the first time; v is *directly needed*
+      while that is positive or v is an output (`direct`).
+    - ``resident[v]``, ``pool`` (the resident nodes), ``used`` (their memory and the fixed memory).
+    - ``pinned[v]``: computations under way that read v; ``pending[v]``: computations of the
+      recomputation under way (`materialise`) that will read v; neither kind is freed.
+    - ``evicted[v]``: not resident and still needed (directly, or ``holds[v] > 0``: that many
+      evicted consumers read it); ``uf_node[v]``: its node in ``classes`` while evicted.
+    - ``last[v]``: number of the last computation that produced or read v; ``clock``: computations so far.
+    """
+
+    def __init__(self, graph: Graph, budget: Number, heuristic: str = "h_dtr",
+                 deadline: Deadline | None = None) -> None:
+        if heuristic not in HEURISTICS:
+            raise ValueError(f"unknown DTR heuristic {heuristic!r}; choose one of {', '.join(HEURISTICS)}")
+        n = graph.n
+        self.n, self.budget, self.heuristic, self.deadline = n, budget, heuristic, deadline
+        self.mem: list[Number] = graph.memory.tolist()
+        self.dur: list[Number] = graph.duration.tolist()
+        self.ws: list[Number] = graph.workspace.tolist()
+        self.inputs: list[tuple[int, ...]] = [graph.op_inputs[int(s)] for s in graph.op_start[:-1]]
+        consumers: list[list[int]] = [[] for _ in range(n)]
+        for v, ins in enumerate(self.inputs):
+            for u in ins:
+                consumers[u].append(v)
+        self.consumers = [tuple(c) for c in consumers]
+        self.is_output: list[bool] = graph.is_output.tolist()
+        self.output_indices = graph.output_indices
+        self.remaining = [len(c) for c in self.consumers]
+        self.resident = [False] * n
+        self.pool: set[int] = set()
+        self.pinned = [0] * n
+        self.pending: dict[int, int] = {}
+        self.evicted = [False] * n
+        self.holds = [0] * n
+        self.classes = EvictedClasses()
+        self.uf_node = [-1] * n
+        self.last = [0] * n
+        self.clock = 0
+        self.used: Number = graph.fixed_memory
+        self.max_computes = 20 * n + 1000  # past this, evictions are thrashing: give up
+        self.evictions = 0
+        self.out = ScheduleBuilder()
+
+    def run(self) -> Schedule:
+        """Every node in input order, then the outputs evicted along the way computed again."""
+        for target in range(self.n):
+            self.step(target)
+        for o in self.output_indices:
+            self.pinned[o] += 1
+        for o in self.output_indices:
+            if not self.resident[o]:
+                self.materialise(o)
+        return self.out.build()
+
+    def step(self, target: int) -> None:
+        """Compute ``target`` for the first time; then free what nothing reads any more."""
+        self.materialise(target)
+        for u in self.inputs[target]:
+            self.remaining[u] -= 1
+        if not self.direct(target):
+            self.release(target)  # nothing reads it: freed at once
+        for u in self.inputs[target]:
+            self.release(u)
+
+    # ------------------------------------------------------------------ needs
+
+    def direct(self, v: int) -> bool:
+        return self.remaining[v] > 0 or self.is_output[v]
+
+    def needed(self, v: int) -> bool:
+        return self.direct(v) or self.holds[v] > 0
+
+    def release(self, v: int) -> None:
+        """Free v if it is resident and nothing under way or to come reads it."""
+        if self.resident[v] and not self.pinned[v] and not self.direct(v) and self.pending.get(v, 0) <= 0:
+            self.free(v)
+
+    def set_evicted(self, v: int, flag: bool) -> None:
+        """Mark v evicted (or not), and its freed inputs with it: what recomputing v needs (or needed)."""
+        work = [v]
+        while work:
+            x = work.pop()
+            if self.evicted[x] == flag:
+                continue
+            self.evicted[x] = flag
+            if flag:
+                self.join_class(x)
+            else:
+                self.classes.take_out(self.uf_node[x], self.dur[x])
+                self.uf_node[x] = -1
+            for u in self.inputs[x]:
+                self.holds[u] += 1 if flag else -1
+                if not self.resident[u] and self.needed(u) == flag:
+                    work.append(u)
+
+    def join_class(self, v: int) -> None:
+        """h_DTR^eq: v's class is merged with those of its evicted inputs and consumers."""
+        node = self.uf_node[v] = self.classes.add(self.dur[v])
+        for w in (*self.inputs[v], *self.consumers[v]):
+            if self.evicted[w]:
+                self.classes.union(self.uf_node[w], node)
+
+    # ------------------------------------------------------------------ scores
+
+    def staleness(self, v: int) -> int:
+        return max(1, self.clock + 1 - self.last[v])
+
+    def neighbourhood(self, t: int) -> Number:
+        """Summed duration of e*(t): what recomputing t recomputes, and the evicted values that need t."""
+        seen = {t}
+        total: Number = 0
+        above = (self.inputs, lambda u: not self.resident[u])
+        below = (self.consumers, lambda u: self.evicted[u])
+        for edges, admit in (above, below):
+            stack = [t]
+            while stack:
+                for u in edges[stack.pop()]:
+                    if u not in seen and admit(u):
+                        seen.add(u)
+                        total += self.dur[u]
+                        stack.append(u)
+        return total
+
+    def adjacent_classes(self, t: int) -> Number:
+        """Summed cost of the distinct classes of t's evicted inputs and consumers (h_DTR^eq)."""
+        roots = {self.classes.find(self.uf_node[w]) for w in (*self.inputs[t], *self.consumers[t])
+                 if self.evicted[w]}
+        return sum(self.classes.cost[r] for r in roots)
+
+    def cost(self, t: int) -> Number:
+        """c(t) of the heuristic: t's duration, plus its evicted neighbourhood's (exact or by classes)."""
+        if self.heuristic == "h_dtr":
+            return self.dur[t] + self.neighbourhood(t)
+        if self.heuristic == "h_dtr_eq":
+            return self.dur[t] + self.adjacent_classes(t)
+        return self.dur[t]
+
+    def choose(self) -> int | None:
+        """The value to evict: least score, ties to the lowest index; None if nothing can be evicted."""
+        candidates = [v for v in self.pool if not self.pinned[v] and self.mem[v] > 0]
+        if not candidates:
+            return None
+        if self.heuristic == "lru":
+            return min(candidates, key=lambda v: (-self.staleness(v), v))
+        if self.heuristic == "size":
+            return min(candidates, key=lambda v: (-self.mem[v], v))
+        weight = {v: self.mem[v] * self.staleness(v) for v in candidates}
+        # c(t) >= duration(t), so duration / (m s) bounds the score from below: candidates are
+        # visited by that bound, and the search stops when the bound passes the best score found.
+        best: tuple[float, int] | None = None
+        for bound, v in sorted((self.dur[v] / weight[v], v) for v in candidates):
+            if best is not None and (bound, v) > best:
+                break
+            score = (self.cost(v) / weight[v], v)
+            if best is None or score < best:
+                best = score
+        assert best is not None
+        return best[1]
+
+    # ------------------------------------------------------------------ freeing and computing
+
+    def free(self, v: int) -> None:
+        """v leaves memory: evicted if still needed, else just freed (until a consumer's eviction needs it again)."""
+        self.resident[v] = False
+        self.pool.discard(v)
+        self.used -= self.mem[v]
+        self.out.free(v)
+        if self.needed(v):
+            self.set_evicted(v, True)
+
+    def make_room(self, v: int) -> None:
+        """Evict by the heuristic until v's output and workspace fit; raise `Stuck` if they cannot."""
+        need = self.mem[v] + self.ws[v]
+        while self.used + need > self.budget:
+            victim = self.choose()
+            if victim is None:
+                raise Stuck(v, self.used + need)
+            self.evictions += 1
+            self.free(victim)
+
+    def compute(self, x: int) -> None:
+        if self.clock >= self.max_computes:
+            raise Stuck(x, self.used, thrashing=True)
+        if self.deadline is not None and self.clock % DEADLINE_POLL == 0 and self.deadline.expired():
+            raise OutOfTime
+        self.make_room(x)
+        self.out.compute(x)
+        self.clock += 1
+        self.resident[x] = True
+        self.pool.add(x)
+        self.used += self.mem[x]
+        self.last[x] = self.clock
+        for u in self.inputs[x]:
+            self.last[u] = self.clock
+        if self.evicted[x]:
+            self.set_evicted(x, False)
+
+    def materialise(self, target: int) -> None:
+        """Compute target, recomputing first the evicted inputs it needs, depth first, without recursion.
+
+        As the paper's PerformOp: the inputs are taken in order, each recomputed if it is not resident
+        and then pinned, so an input already resident is pinned only once the ones before it are.
+        """
+        if self.resident[target]:
+            return
+        self.pending = self.plan_readers(target)
+        stack = [(target, 0)]  # (node, how many of its inputs are resident and pinned)
+        while stack:
+            x, i = stack[-1]
+            inputs = self.inputs[x]
+            if i < len(inputs):
+                u = inputs[i]
+                if self.resident[u]:
+                    self.pinned[u] += 1
+                    stack[-1] = (x, i + 1)
+                else:
+                    stack.append((u, 0))
+                continue
+            stack.pop()
+            self.compute(x)
+            for u in inputs:
+                self.pinned[u] -= 1
+                self.pending[u] = self.pending.get(u, 0) - 1
+                self.release(u)  # target's inputs stay: they are directly needed until `step` counts this use
+        self.pending = {}
+
+    def plan_readers(self, target: int) -> dict[int, int]:
+        """How many computations of target's recomputation read each value (values not resident, from target up)."""
+        readers: dict[int, int] = {}
+        seen = {target}
+        stack = [target]
+        while stack:
+            for u in self.inputs[stack.pop()]:
+                readers[u] = readers.get(u, 0) + 1
+                if not self.resident[u] and u not in seen:
+                    seen.add(u)
+                    stack.append(u)
+        return readers
+
+
+def dtr_schedule(graph: Graph, budget: Number, heuristic: str = "h_dtr", deadline: Deadline | None = None
+                 ) -> Schedule:
+    """The DTR schedule at ``budget``; raises `Stuck` when eviction cannot make room, `OutOfTime` past ``deadline``."""
+    return DTRPass(graph, budget, heuristic, deadline).run()
+
+
+def _stopped() -> Termination:
+    return Termination.INTERRUPTED if interrupted() else Termination.TIME_LIMIT
+
+
+class DTR(Method):
+    name = "dtr"
+    search_space = "eviction under the budget in input order by DTR's heuristic, recomputing on demand"
+    description = ("Dynamic Tensor Rematerialization (Kirisame et al. 2021): evict by cost / (memory x staleness), "
+                   "recompute on demand")
+    params = (
+        Param("heuristic", str, "h_dtr", "the eviction score: h_dtr (cost with the evicted neighbourhood e*), "
+              "h_dtr_eq (e* by union-find classes), h_dtr_local (own cost only), lru, size",
+              choices=HEURISTICS),
+    )
+
+    def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
+              **params: Any) -> MethodResult:
+        start = time.perf_counter()
+        deadline = Deadline(time_limit)
+        heuristic = params.get("heuristic", "h_dtr")
+        if budget is None:
+            return self._least_peak(graph, heuristic, deadline, start)
+        try:
+            run = DTRPass(graph, budget, heuristic, deadline)
+            schedule = run.run()
+        except Stuck as stuck:
+            return MethodResult(Status.NO_SOLUTION, solve_time_s=time.perf_counter() - start,
+                                message=self._why(graph, budget, stuck), termination=Termination.CONVERGED)
+        except OutOfTime:
+            return MethodResult(Status.NO_SOLUTION, solve_time_s=time.perf_counter() - start,
+                                message="the time limit ran out before the DTR pass finished",
+                                termination=_stopped())
+        sim = simulate(graph, schedule)
+        stats = {"heuristic": heuristic, "evictions": run.evictions, "recomputations": sim.recomputations}
+        if sim.peak > budget:  # sizes that are not whole numbers, summed in another order than the simulator's
+            return MethodResult(Status.NO_SOLUTION, solve_time_s=time.perf_counter() - start, stats=stats,
+                                message=f"the DTR schedule peaks at {sim.peak}, above the budget {budget}, by "
+                                        "rounding of fractional sizes")
+        return MethodResult(Status.FEASIBLE, schedule, objective=sim.duration,
+                            solve_time_s=time.perf_counter() - start, stats=stats)
+
+    @staticmethod
+    def _why(graph: Graph, budget: Number, stuck: Stuck) -> str:
+        if stuck.thrashing:
+            return (f"DTR gave up after {20 * graph.n + 1000} computations: its evictions thrash at the "
+                    f"budget {budget}")
+        return (f"DTR could not make room for node '{graph.ids[stuck.node]}': it needs {stuck.need} with "
+                f"everything evictable evicted, above the budget {budget}")
+
+    @staticmethod
+    def _least_peak(graph: Graph, heuristic: str, deadline: Deadline, start: float) -> MethodResult:
+        """Bisect the budget between the memory floor and the baseline peak; the lowest simulated peak wins."""
+        low, high = memory_floor(graph).amount, baseline(graph).peak
+        try:
+            best = dtr_schedule(graph, high, heuristic, deadline)
+        except (Stuck, OutOfTime):
+            # Fractional sizes summed in another order can overshoot the baseline peak by an ulp; the
+            # baseline schedule, which is DTR's at that budget (nothing evicted), reaches it.
+            best = baseline_schedule(graph)
+        best_peak = simulate(graph, best).peak
+        integral = isinstance(high, int) and isinstance(low, int)
+        rounds = 0
+        while low < high and not deadline.expired():
+            mid = (low + high) // 2 if integral else (low + high) / 2
+            rounds += 1
+            try:
+                schedule = dtr_schedule(graph, mid, heuristic, deadline)
+            except Stuck:
+                low = mid + 1 if integral else mid
+            except OutOfTime:
+                break
+            else:
+                peak = simulate(graph, schedule).peak
+                if peak < best_peak:
+                    best, best_peak = schedule, peak
+                high = min(mid, peak)
+            if not integral and high - low <= 1e-9 * max(1.0, float(high)):
+                break
+        sim = simulate(graph, best)
+        termination = _stopped() if deadline.expired() and low < high else Termination.CONVERGED
+        return MethodResult(Status.FEASIBLE, best, objective=sim.duration, solve_time_s=time.perf_counter() - start,
+                            stats={"heuristic": heuristic, "bisection_rounds": rounds}, termination=termination)
