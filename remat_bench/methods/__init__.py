@@ -39,6 +39,7 @@ BUILTIN: dict[str, str] = {
     "monet": "remat_bench.methods.monet:Monet",
     "knapsack": "remat_bench.methods.knapsack:Knapsack",
     "policy": "remat_bench.methods.policy:Policy",
+    "torch-budget": "remat_bench.methods.torch_budget:TorchBudget",
     "auto": "remat_bench.methods.auto:Auto",
 }
 
