@@ -450,3 +450,20 @@ budgets: [0.9]
     assert len({g.sha256 for g in cfg.graphs}) == 4 and len(cfg.runs) == 4
     # Written under the results folder by the run, as generated graphs are; a resumed sweep traces again.
     assert all(str(g.path).startswith(str(cfg.output / "graphs")) for g in cfg.graphs)
+
+
+def test_the_production_config_names_registered_methods_with_valid_parameters():
+    import yaml
+
+    from remat_bench.methods import get_method
+
+    config = yaml.safe_load((ROOT / "configs" / "production.yaml").read_text())
+    names = set()
+    for entry in config["methods"]:
+        name = entry if isinstance(entry, str) else entry["name"]
+        method = get_method(name)
+        for key, values in ({} if isinstance(entry, str) else entry.get("params", {})).items():
+            for value in values if isinstance(values, list) else [values]:
+                method.parse_params({key: value})
+        names.add(name)
+    assert {"torch-budget", "knapsack", "dtr", "policy", "auto"} <= names
