@@ -56,14 +56,25 @@ def test_auto_is_the_fastest_member_and_meets_the_brute_force_where_it_is_proven
 
 
 def test_the_exact_members_side_by_side_in_child_processes_give_the_same_answer():
-    g = random_graph(3)
-    b = budgets(g)[2]
+    from remat_bench.core.simulate import baseline
+    from remat_bench.generators import chain
+
+    g = chain(5)  # a training graph: checkmate runs beside moccasin (see the next test)
+    b = int(0.8 * baseline(g).peak)
     alone = solve_auto(g, b, jobs=1, members="moccasin,checkmate")
     side_by_side = solve_auto(g, b, jobs=2, members="moccasin,checkmate")
     assert side_by_side.status == alone.status
     assert cleaned_duration(g, side_by_side.schedule) == cleaned_duration(g, alone.schedule)
     exact = {m["method"]: m for m in side_by_side.stats["members"] if m["role"] == "exact"}
     assert exact["moccasin"]["status"] == exact["checkmate"]["status"] == "optimal"
+
+
+def test_without_backward_nodes_checkmate_leaves_the_cores_to_moccasin_order_free():
+    g = random_graph(3)
+    r = solve_auto(g, budgets(g)[2], jobs=2, members="moccasin,checkmate")
+    exact = {m["method"]: m for m in r.stats["members"] if m["role"] == "exact"}
+    assert exact["checkmate"]["status"] == "not_run" and "no backward nodes" in exact["checkmate"]["message"]
+    assert exact["moccasin"]["status"] in ("optimal", "feasible", "infeasible")
 
 
 class Crash(Method):
