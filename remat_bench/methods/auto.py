@@ -6,7 +6,7 @@ chen's schedule, stayed at +19% after 120 s; on the published random layered gra
 proves optima that no heuristic reaches. A user should not have to run them all and pick.
 ``auto`` runs them as a portfolio, in three steps:
 
-1. **Fast members**, one after another: greedy, chen, fenghuang, twremat, knapsack (its
+1. **Fast members**, one after another: greedy, dtr, chen, fenghuang, twremat, knapsack (its
    simulator-guided search), kusumoto, and reorder (the best order without recomputation;
    skipped when the any-order bound already proves that no order fits). Together they take
    at most ``fast_share`` of the time; each gets an equal share of what is left of it, so
@@ -53,7 +53,7 @@ from remat_bench.methods.candidates import run_method
 from remat_bench.toolkit.bound import BoundCache
 
 # In the order they run: the ones that end in milliseconds first, so that their time passes on.
-FAST = ("greedy", "chen", "fenghuang", "twremat", "knapsack", "kusumoto", "reorder")
+FAST = ("greedy", "dtr", "chen", "fenghuang", "twremat", "knapsack", "kusumoto", "reorder")
 # Members run with other parameters than their defaults: knapsack's simulator-guided search (its
 # default is PyTorch's plain knapsack, the production answer) reaches far tighter budgets.
 MEMBER_PARAMS: dict[str, dict[str, Any]] = {"knapsack": {"solver": "search"}}
@@ -109,7 +109,7 @@ class Auto(Method):
     description = ("portfolio: the fast heuristics, then the exact methods started from their schedules; "
                    "the fastest of all")
     params = (
-        Param("members", str, "all", "methods to run, separated by commas (all: greedy, chen, fenghuang, "
+        Param("members", str, "all", "methods to run, separated by commas (all: greedy, dtr, chen, fenghuang, "
               "twremat, knapsack, kusumoto, reorder, moccasin, checkmate, monet)", check=_members),
         Param("jobs", int, 0, "exact members run side by side in child processes, each with every core (0: one "
               "per core, at most one per member; 1: one after another in this process)", minimum=0),
