@@ -187,13 +187,15 @@ def test_the_production_section_sets_each_planner_beside_the_best_and_the_bound(
         row("knapsack", "feasible", 9.5, 199.0),
         row("policy", "no_solution", 1.0, 250.0),
         row("dtr", "no_solution", None, None),
+        row("torch-budget", "unsupported", None, None),
         row("checkmate", "optimal", 0.0, 300.0, budget="0.8"),
     ])
     assert production_section(frame[frame["method"] == "checkmate"]) is None
     text = production_section(frame)
     rows = {r[2]: r for r in table_rows("## x\n" + text, "## x")}
-    assert rows["knapsack"] == ["g", "0.5", "knapsack", "feasible", "+9.500%", "fits (99.5% of it)", "+5.500",
-                                "+4.000% (checkmate)", "+2.000%"]
+    assert rows["knapsack"] == ["g", "0.5", "knapsack", "feasible", "+9.500%", "fits (99.5% of it)", "+6.500",
+                                "+3.000% (auto)", "+2.000%"]
     assert rows["policy"][4:7] == ["+1.000%", "**over by 25.0%**", ""]
     assert rows["dtr"][3:7] == ["no_solution", "", "", ""]
+    assert "torch-budget" not in rows and "Left out: 1 runs answered `unsupported`" in text
     assert "0.8" not in {r[1] for r in rows.values()}  # no planner ran at 0.8

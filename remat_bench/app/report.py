@@ -178,7 +178,9 @@ def production_section(frame: pd.DataFrame) -> str | None:
     mine = frame[frame["method"].isin(PRODUCTION)]
     if mine.empty:
         return None
-    others = frame[~frame["method"].isin(PRODUCTION + PORTFOLIOS) & frame["ok"] & frame["overhead_pct"].notna()]
+    left_out = mine[mine["status"].isin(["unsupported", "infeasible"])]
+    mine = mine[~mine.index.isin(left_out.index)]
+    others = frame[frame["ok"] & frame["overhead_pct"].notna()]
     rows = []
     for graph in dict.fromkeys(mine["graph"]):
         for budget in _budget_order(frame):
@@ -196,13 +198,18 @@ def production_section(frame: pd.DataFrame) -> str | None:
             for _, run in runs.iterrows():
                 rows.append([graph, budget, run["label"], str(run["status"]), *_planner_cells(run, best),
                              "" if best is None else f"{best:+.3f}% ({who})", _cell(bound, "{:+.3f}%")])
+    skipped = ""
+    if not left_out.empty:
+        skipped = (f" Left out: {len(left_out)} runs answered `unsupported` (the planner does not apply to the "
+                   "graph: torch-budget and policy need a PyTorch import) or `infeasible` (the budget is below "
+                   "what any schedule needs).")
     return _table(["graph", "budget", "planner", "status", "overhead", "peak against the budget",
                    "points above the best", "best schedule (by)", "best bound"], rows) + (
         "\n\nEach planner's schedule as the shared simulator scores it. A planner that cannot fit the budget "
         "still shows its schedule's overhead and how far its simulated peak exceeds the budget (a rule policy "
         "does not look at the budget; PyTorch's knob is searched for the fastest plan that fits). The best "
-        "schedule is the least overhead any other method found within the budget; the best bound holds for "
-        "every schedule.")
+        "schedule is the least overhead any run found within the budget (auto, a planner, or any other "
+        "method); the best bound holds for every schedule." + skipped)
 
 
 def _planner_cells(run: pd.Series, best: float | None) -> list[str]:
@@ -216,7 +223,8 @@ def _planner_cells(run: pd.Series, best: float | None) -> list[str]:
     elif peak <= budget:
         against = f"fits ({100 * peak / budget:.1f}% of it)"
     else:
-        against = f"**over by {100 * (peak / budget - 1):.1f}%**"
+        over = 100 * (peak / budget - 1)
+        against = f"**over by {over:.1f}%**" if over >= 0.05 else f"**over by {over:.3f}%**"
     distance = "" if best is None or not run["ok"] else f"{overhead - best:+.3f}"
     return [f"{overhead:+.3f}%", against, distance]
 
