@@ -3,7 +3,7 @@
 Run it in each checkout (each with its own bound cache, so that neither reads the other's
 bounds), then compare the two files::
 
-    XDG_CACHE_HOME=/tmp/a python -m benchmarks.same_schedules run -m moccasin -m checkmate -t 60 -o a.jsonl
+    XDG_CACHE_HOME=$(mktemp -d) python -m benchmarks.same_schedules run -m moccasin -m checkmate -t 60 -o a.jsonl
     (in the other checkout)                                       ...                       -o b.jsonl
     python -m benchmarks.same_schedules compare a.jsonl b.jsonl
 

@@ -6,15 +6,11 @@ installs torch, and a missing torch fails the module with how to install it.
 
 from __future__ import annotations
 
-import json
+from tests.needs_torch import torch  # first: torch, or a failure saying how to install it
 
-try:
-    import torch
-except ImportError as exc:  # fail loudly: CI must run these tests
-    raise ImportError(
-        "the PyTorch tests need torch: run `make install`, or `.venv/bin/pip install torch==2.13.0` "
-        "(or `pip install remat-bench[torch]`)"
-    ) from exc
+# isort: split
+
+import json
 
 import pytest
 from click.testing import CliRunner
@@ -29,10 +25,6 @@ from remat_bench.methods import Status
 from remat_bench.torch.importer import import_model
 from remat_bench.torch.replay import ATOL, RTOL, ReplayError, replay, replay_files, scratch_note
 from tests.helpers import SHIPPED, graph_path
-
-# One intra-op thread: on a small shared machine OpenMP's spinning barriers make two threads
-# up to 40 times slower than one. Results do not depend on it (the CPU kernels are deterministic).
-torch.set_num_threads(1)
 
 REPLAY_KEYS = {"device", "measured_peak", "simulated_peak", "outputs_match", "max_abs_diff", "wall_time_s"}
 

@@ -13,23 +13,18 @@ These tests need PyTorch, and fail without it (as tests/test_torch_import.py).
 
 from __future__ import annotations
 
+from tests.needs_torch import torch  # first: torch, or a failure saying how to install it
+
+# isort: split
+
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-try:
-    import torch
-except ImportError as exc:  # fail loudly: CI must run these tests
-    raise ImportError(
-        "the PyTorch tests need torch: run `make install`, or `.venv/bin/pip install torch==2.13.0` "
-        "(or `pip install remat-bench[torch]`)"
-    ) from exc
-
 import pytest
 from click.testing import CliRunner
-from torch import nn
 
 from remat_bench.app.cli import main
 from remat_bench.app.pipeline import run
@@ -42,8 +37,8 @@ from remat_bench.torch.replay import replay
 from remat_bench.torch.zoo import ModelSpecError
 from tests.helpers import ROOT, SHIPPED
 
-# One intra-op thread, as the other torch tests: faster on a small shared machine, same results.
-torch.set_num_threads(1)
+nn = torch.nn
+
 
 FLOAT = 4  # bytes of a float32
 

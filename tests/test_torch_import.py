@@ -6,22 +6,17 @@ installs torch, and a missing torch fails the module with how to install it.
 
 from __future__ import annotations
 
+from tests.needs_torch import torch  # first: torch, or a failure saying how to install it
+
+# isort: split
+
 import json
 import os
 import subprocess
 import sys
 
-try:
-    import torch
-except ImportError as exc:  # fail loudly: CI must run these tests
-    raise ImportError(
-        "the PyTorch tests need torch: run `make install`, or `.venv/bin/pip install torch==2.13.0` "
-        "(or `pip install remat-bench[torch]`)"
-    ) from exc
-
 import pytest
 from click.testing import CliRunner
-from torch import nn
 
 from remat_bench.app.cli import main
 from remat_bench.core.errors import GraphError
@@ -32,9 +27,7 @@ from remat_bench.torch.replay import replay
 from remat_bench.torch.zoo import ZOO, ModelSpecError
 from tests.helpers import ROOT, SHIPPED
 
-# One intra-op thread: on a small shared machine OpenMP's spinning barriers make two threads
-# up to 40 times slower than one. Results do not depend on it (the CPU kernels are deterministic).
-torch.set_num_threads(1)
+nn = torch.nn
 
 VIEW_OPS = ("aten.view", "aten.t.", "aten.detach", "aten._unsafe_view", "aten.expand", "aten.permute",
             "aten.transpose", "aten.unsqueeze", "aten.squeeze", "aten.alias", "getitem")

@@ -128,6 +128,15 @@ def best_section(frame: pd.DataFrame) -> str:
         "row counts on how many graphs each method was best." + note)
 
 
+def _best_bound_pct(runs: pd.DataFrame) -> float | None:
+    """The highest any-order bound the runs of one graph and budget computed, as the overhead it implies."""
+    if "lower_bound_any_order" not in runs:
+        return None
+    base = float(runs["baseline_duration"].iloc[0])
+    bounds = runs["lower_bound_any_order"].dropna()
+    return None if bounds.empty or not base else 100 * (float(bounds.max()) / base - 1)
+
+
 def gap_section(frame: pd.DataFrame) -> str | None:
     """Per graph and budget: the best schedule, the best any-order bound, the gap between them, and who won.
 
@@ -143,9 +152,7 @@ def gap_section(frame: pd.DataFrame) -> str | None:
             runs = frame[(frame["graph"] == graph) & (frame["budget_text"] == budget)]
             if runs.empty:
                 continue
-            base = float(runs["baseline_duration"].iloc[0])
-            bounds = runs["lower_bound_any_order"].dropna()
-            bound = None if bounds.empty or not base else 100 * (float(bounds.max()) / base - 1)
+            bound = _best_bound_pct(runs)
             ok = runs[runs["ok"] & runs["overhead_pct"].notna()]
             if ok.empty:
                 best, who = None, "none found"
@@ -188,9 +195,7 @@ def production_section(frame: pd.DataFrame) -> str | None:
             if runs.empty:
                 continue
             every = frame[(frame["graph"] == graph) & (frame["budget_text"] == budget)]
-            base = float(every["baseline_duration"].iloc[0])
-            bounds = every["lower_bound_any_order"].dropna() if "lower_bound_any_order" in every else pd.Series()
-            bound = None if bounds.empty or not base else 100 * (float(bounds.max()) / base - 1)
+            bound = _best_bound_pct(every)
             best_runs = others[(others["graph"] == graph) & (others["budget_text"] == budget)]
             best = None if best_runs.empty else float(best_runs["overhead_pct"].min())
             who = "" if best is None else ", ".join(

@@ -76,11 +76,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from remat_bench.core.budget import memory_floor
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule, ScheduleBuilder
-from remat_bench.core.simulate import baseline, baseline_schedule, simulate
+from remat_bench.core.simulate import simulate
 from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status, Termination, interrupted
+from remat_bench.toolkit.least_peak import least_peak_of_pass
 
 HEURISTICS = ("h_dtr", "h_dtr_eq", "h_dtr_local", "lru", "size")
 DEADLINE_POLL = 64  # computations between two looks at the deadline
@@ -437,33 +437,9 @@ class DTR(Method):
     @staticmethod
     def _least_peak(graph: Graph, heuristic: str, deadline: Deadline, start: float) -> MethodResult:
         """Bisect the budget between the memory floor and the baseline peak; the lowest simulated peak wins."""
-        low, high = memory_floor(graph).amount, baseline(graph).peak
-        try:
-            best = dtr_schedule(graph, high, heuristic, deadline)
-        except (Stuck, OutOfTime):
-            # Fractional sizes summed in another order can overshoot the baseline peak by an ulp; the
-            # baseline schedule, which is DTR's at that budget (nothing evicted), reaches it.
-            best = baseline_schedule(graph)
-        best_peak = simulate(graph, best).peak
-        integral = isinstance(high, int) and isinstance(low, int)
-        rounds = 0
-        while low < high and not deadline.expired():
-            mid = (low + high) // 2 if integral else (low + high) / 2
-            rounds += 1
-            try:
-                schedule = dtr_schedule(graph, mid, heuristic, deadline)
-            except Stuck:
-                low = mid + 1 if integral else mid
-            except OutOfTime:
-                break
-            else:
-                peak = simulate(graph, schedule).peak
-                if peak < best_peak:
-                    best, best_peak = schedule, peak
-                high = min(mid, peak)
-            if not integral and high - low <= 1e-9 * max(1.0, float(high)):
-                break
+        best, rounds, converged = least_peak_of_pass(
+            graph, lambda budget: dtr_schedule(graph, budget, heuristic, deadline), deadline, (Stuck,), (OutOfTime,))
         sim = simulate(graph, best)
-        termination = _stopped() if deadline.expired() and low < high else Termination.CONVERGED
+        termination = Termination.CONVERGED if converged else _stopped()
         return MethodResult(Status.FEASIBLE, best, objective=sim.duration, solve_time_s=time.perf_counter() - start,
                             stats={"heuristic": heuristic, "bisection_rounds": rounds}, termination=termination)

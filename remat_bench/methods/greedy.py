@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import heapq
 import time
+from functools import partial
 from typing import Any
 
-from remat_bench.core.budget import memory_floor
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule, ScheduleBuilder
-from remat_bench.core.simulate import baseline, baseline_schedule, simulate
+from remat_bench.core.simulate import simulate
 from remat_bench.methods.base import Deadline, Method, MethodResult, Status
+from remat_bench.toolkit.least_peak import least_peak_of_pass
 
 
 class _Stuck(Exception):
@@ -282,31 +283,8 @@ class Greedy(Method):
             return MethodResult(Status.FEASIBLE, schedule, objective=sim.duration,
                                 solve_time_s=time.perf_counter() - start)
 
-        # Lowest peak: bisect the budget; the greedy pass need not be monotone, so keep the best seen.
-        low, high = memory_floor(graph).amount, baseline(graph).peak
-        try:
-            best = greedy_schedule(graph, high)
-        except _Stuck:
-            # Fractional sizes summed in another order can overshoot the baseline peak by an ulp;
-            # the baseline schedule itself reaches it.
-            best = baseline_schedule(graph)
-        best_peak = simulate(graph, best).peak
-        integral = isinstance(high, int)
-        rounds = 0
-        while low < high and not deadline.expired():
-            mid = (low + high) // 2 if integral else (low + high) / 2
-            rounds += 1
-            try:
-                schedule = greedy_schedule(graph, mid)
-            except _Stuck:
-                low = mid + 1 if integral else mid
-            else:
-                peak = simulate(graph, schedule).peak
-                if peak < best_peak:
-                    best, best_peak = schedule, peak
-                high = min(mid, peak)
-            if not integral and high - low <= 1e-9 * max(1.0, float(high)):
-                break
+        # Lowest peak: bisect the budget (the shared search of the eviction passes).
+        best, rounds, _ = least_peak_of_pass(graph, partial(greedy_schedule, graph), deadline, (_Stuck,))
         sim = simulate(graph, best)
         return MethodResult(Status.FEASIBLE, best, objective=sim.duration,
                             solve_time_s=time.perf_counter() - start,

@@ -37,10 +37,9 @@ from typing import Any
 import numpy as np
 
 from remat_bench.core.graph import Graph, Number
-from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import simulate
 from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status
-from remat_bench.toolkit.lowering import Plan, lower_plan
+from remat_bench.toolkit.lowering import LOWERINGS, Found, Plan, lower_plan, search_knob
 
 # The knapsack's capacity in this many equal steps (PyTorch's dp solver discretises memory too).
 CAPACITY_STEPS = 4096
@@ -113,7 +112,7 @@ class Knapsack(Method):
               "no recomputation needs is freed after its last use anyway), or only the activations the backward "
               "pass reads", choices=("forward", "activations")),
         Param("lowering", str, "best", "hold: a recomputed value stays until its last use; transient: freed "
-              "after each use; best: both, the fastest that fits", choices=("hold", "transient", "best")),
+              "after each use; best: both, the fastest that fits", choices=tuple(LOWERINGS)),
     )
     needs_backward = True
 
@@ -125,7 +124,7 @@ class Knapsack(Method):
         values = graph.duration[items].astype(np.float64)
         total = float(weights.sum())
         segments = tuple((int(v),) for v in graph.forward_indices)
-        modes = {"hold": (False,), "transient": (True,), "best": (False, True)}[params["lowering"]]
+        modes = LOWERINGS[params["lowering"]]
         stats: dict[str, Any] = {"activations": len(items), "activation_memory": total}
 
         def plan_at(fraction: float) -> np.ndarray:
@@ -135,7 +134,7 @@ class Knapsack(Method):
                 chosen = knapsack_dp(weights, values, fraction * total)
             return items[chosen]
 
-        best: tuple[Number, Number, Schedule, float, bool] | None = None  # (duration, peak, schedule, ...)
+        best: Found | None = None
         for transient in modes:
             if params["solver"] == "search":
                 found = _drop_until_fit(graph, budget, items, segments, transient, deadline)
@@ -156,46 +155,16 @@ class Knapsack(Method):
 
     @staticmethod
     def _search(graph: Graph, budget: Number | None, plan_at: Any, segments: tuple[tuple[int, ...], ...],
-                transient: bool, deadline: Deadline) -> tuple[Number, Number, Schedule, float, bool] | None:
+                transient: bool, deadline: Deadline) -> Found | None:
         """The capacity (a fraction of the items' memory) whose schedule is fastest within ``budget``
-        (``budget`` None: the least peak).
+        (``budget`` None: the least peak): `remat_bench.toolkit.lowering.search_knob` over `GRID`
+        steps, then `BISECTION_STEPS` bisections."""
 
-        The peak is not monotone in the capacity (saving less can mean holding more recomputed
-        values), so fractions are tried on a grid of `GRID` steps first, then bisected between the
-        best that fits and the next larger one on the grid.
-        """
+        def lowered(fraction: float) -> list[Found]:
+            return [_lowered(graph, set(plan_at(fraction).tolist()), segments, transient, fraction)]
 
-        def lowered(fraction: float) -> tuple[Number, Number, Schedule, float, bool]:
-            schedule = lower_plan(graph, Plan(frozenset(plan_at(fraction).tolist()), segments), transient)
-            sim = simulate(graph, schedule)
-            return sim.duration, sim.peak, schedule, fraction, transient
+        return search_knob(lowered, budget, deadline, GRID, BISECTION_STEPS)
 
-        def key(t: tuple[Number, Number, Schedule, float, bool]) -> tuple[Number, Number]:
-            return (t[0], t[1]) if budget is not None else (t[1], t[0])
-
-        tried: list[tuple[Number, Number, Schedule, float, bool]] = []
-        for fraction in np.linspace(1.0, 0.0, GRID + 1).tolist():
-            if deadline.expired() and tried:
-                break
-            tried.append(lowered(fraction))
-        fits = [t for t in tried if budget is None or t[1] <= budget]
-        if not fits:
-            return None
-        best = min(fits, key=key)
-        if budget is not None:
-            lo, hi = best[3], min(1.0, best[3] + 1.0 / GRID)
-            for _ in range(BISECTION_STEPS):
-                if deadline.expired() or hi - lo < 1e-6:
-                    break
-                mid = lowered((lo + hi) / 2)
-                if mid[1] <= budget:
-                    lo, best = mid[3], min(best, mid, key=key)
-                else:
-                    hi = mid[3]
-        return best
-
-
-Found = tuple[Number, Number, Schedule, float, bool]  # (duration, peak, schedule, fraction saved, transient)
 
 
 def _lowered(graph: Graph, saved: set[int], segments: tuple[tuple[int, ...], ...], transient: bool,

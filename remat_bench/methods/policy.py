@@ -56,7 +56,7 @@ from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import simulate
 from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status, Termination
-from remat_bench.toolkit.lowering import Plan, lower_plan
+from remat_bench.toolkit.lowering import LOWERINGS, Plan, lower_plan
 
 RULES = ("dots_saveable", "nothing_saveable", "megatron_selective")
 
@@ -300,7 +300,7 @@ class Policy(Method):
               "list holding the most nodes", check=_check_regex),
         Param("lowering", str, "hold", "hold: a recomputed value stays until its last use (what frameworks do); "
               "transient: freed after each use; best: both, the fastest that fits (else the lower peak)",
-              choices=("hold", "transient", "best")),
+              choices=tuple(LOWERINGS)),
     )
     needs_backward = True
 
@@ -321,7 +321,7 @@ class Policy(Method):
         except PolicyUnsupported as exc:
             return MethodResult(Status.UNSUPPORTED, solve_time_s=deadline.elapsed(), message=str(exc),
                                 termination=Termination.NOT_APPLICABLE)
-        modes = {"hold": (False,), "transient": (True,), "best": (False, True)}[params["lowering"]]
+        modes = LOWERINGS[params["lowering"]]
         tried: list[Lowered] = []
         for transient in modes:
             schedule = lower_plan(graph, plan, transient)

@@ -54,7 +54,7 @@ from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import simulate
 from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status, Termination
-from remat_bench.toolkit.lowering import Plan, lower_plan
+from remat_bench.toolkit.lowering import LOWERINGS, Found, Plan, found_key, lower_plan, search_knob
 
 # What torch 2.13 accepts (torch/_functorch/config.py). PyTorch's third estimator, "profile", times
 # each operator with inductor's GPU benchmarker: it needs CUDA tensors, and the joint graph here is
@@ -65,7 +65,6 @@ ESTIMATORS = ("flops", "testing")
 GRID = 20
 BISECTION_STEPS = 8
 
-Found = tuple[Number, Number, Schedule, float, bool]  # (duration, peak, schedule, knob, transient)
 
 
 def _check_solver(solver: str) -> None:
@@ -91,7 +90,7 @@ class TorchBudget(Method):
               "or testing (every operator 1); 'profile' needs CUDA", choices=ESTIMATORS),
         Param("lowering", str, "hold", "hold: a recomputed value stays until its last use, as in PyTorch's backward "
               "graph; transient: freed after each use; best: both, the fastest that fits",
-              choices=("hold", "transient", "best")),
+              choices=tuple(LOWERINGS)),
     )
 
     @classmethod
@@ -105,7 +104,7 @@ class TorchBudget(Method):
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
               **params: Any) -> MethodResult:
         deadline = Deadline(time_limit)
-        modes = {"hold": (False,), "transient": (True,), "best": (False, True)}[params["lowering"]]
+        modes = LOWERINGS[params["lowering"]]
         try:
             partitions = _Partitions(graph, params["solver"], params["estimator"], modes)
             knob = params["fraction"]
@@ -172,7 +171,7 @@ class _Partitions:
     def best(self, knob: float, budget: Number | None) -> Found | None:
         """The fastest mode at ``knob`` within ``budget`` (None: the least peak); None when none fits."""
         fits = [f for f in self.at(knob) if budget is None or f[1] <= budget]
-        return min(fits, key=lambda f: _key(f, budget)) if fits else None
+        return min(fits, key=lambda f: found_key(f, budget)) if fits else None
 
     def stats(self, found: Found | None) -> dict[str, Any]:
         """What a run records: the knob, PyTorch's estimates beside the simulator's, the recomputations."""
@@ -198,36 +197,7 @@ class _Partitions:
         return stats
 
 
-def _key(found: Found, budget: Number | None) -> tuple[Number, Number]:
-    """Fastest first under a budget; least peak first without one."""
-    return (found[0], found[1]) if budget is not None else (found[1], found[0])
-
-
 def _search(partitions: _Partitions, budget: Number | None, deadline: Deadline) -> Found | None:
-    """The knob whose schedule is fastest within ``budget`` (None: the least peak).
-
-    The peak is not monotone in the knob (saving less can mean holding more recomputed values at
-    once), so the knob runs over a grid of `GRID` steps from 1 down to 0 first; then it is bisected
-    between the best grid value that fits and the next larger one, where saving more may still fit.
-    """
-    tried: list[Found] = []
-    for knob in np.linspace(1.0, 0.0, GRID + 1).tolist():
-        if deadline.expired() and tried:
-            break
-        tried.extend(partitions.at(knob))
-    fits = [f for f in tried if budget is None or f[1] <= budget]
-    if not fits:
-        return None
-    best = min(fits, key=lambda f: _key(f, budget))
-    if budget is not None:
-        lo, hi = best[3], min(1.0, best[3] + 1.0 / GRID)
-        for _ in range(BISECTION_STEPS):
-            if deadline.expired() or hi - lo < 1e-6:
-                break
-            mid = (lo + hi) / 2
-            found = partitions.best(mid, budget)
-            if found is not None:
-                lo, best = mid, min(best, found, key=lambda f: _key(f, budget))
-            else:
-                hi = mid
-    return best
+    """The knob whose schedule is fastest within ``budget`` (None: the least peak):
+    `remat_bench.toolkit.lowering.search_knob` over `GRID` steps, then `BISECTION_STEPS` bisections."""
+    return search_knob(partitions.at, budget, deadline, GRID, BISECTION_STEPS)

@@ -9,6 +9,7 @@ from typing import Any
 from remat_bench.core.control import Deadline, interrupted
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.outcome import MethodResult, Status
+from remat_bench.core.schedule import Schedule
 
 
 def least_peak_by_bisection(graph: Graph, solve_at: Callable[[Number, float | None], MethodResult],
@@ -67,3 +68,45 @@ def least_peak_by_bisection(graph: Graph, solve_at: Callable[[Number, float | No
                           f"and {hi:,}" + ("" if proven else " (the lower end unproven: probes ran out of time)"))
     result.solve_time_s = deadline.elapsed()
     return result
+
+
+def least_peak_of_pass(graph: Graph, schedule_at: Callable[[Number], Schedule], deadline: Deadline,
+                       stuck: tuple[type[BaseException], ...],
+                       stop: tuple[type[BaseException], ...] = ()) -> tuple[Schedule, int, bool]:
+    """``budget=min`` for an eviction pass (greedy, dtr): bisect the budget for the lowest simulated peak.
+
+    ``schedule_at(budget)`` runs the pass, raising one of ``stuck`` where it cannot make room and
+    one of ``stop`` when its time runs out. The pass need not be monotone in the budget, so the
+    lowest peak seen is kept. Returns (that schedule, bisection rounds, whether the search ended
+    by converging rather than on the deadline or a stop).
+    """
+    from remat_bench.core.budget import memory_floor
+    from remat_bench.core.simulate import baseline, baseline_schedule, simulate
+
+    low, high = memory_floor(graph).amount, baseline(graph).peak
+    try:
+        best = schedule_at(high)
+    except stuck + stop:
+        # Fractional sizes summed in another order can overshoot the baseline peak by an ulp; the
+        # baseline schedule, the pass's own at that budget (nothing evicted), reaches it.
+        best = baseline_schedule(graph)
+    best_peak = simulate(graph, best).peak
+    integral = isinstance(high, int) and isinstance(low, int)
+    rounds = 0
+    while low < high and not deadline.expired():
+        mid = (low + high) // 2 if integral else (low + high) / 2
+        rounds += 1
+        try:
+            schedule = schedule_at(mid)
+        except stuck:
+            low = mid + 1 if integral else mid
+        except stop:
+            return best, rounds, False
+        else:
+            peak = simulate(graph, schedule).peak
+            if peak < best_peak:
+                best, best_peak = schedule, peak
+            high = min(mid, peak)
+        if not integral and high - low <= 1e-9 * max(1.0, float(high)):
+            break
+    return best, rounds, not (deadline.expired() and low < high)

@@ -23,12 +23,13 @@ its last use before it is computed again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from remat_bench.core.graph import Graph
+from remat_bench.core.control import Deadline
+from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import place_frees
 
@@ -134,3 +135,51 @@ def lower_plan(graph: Graph, plan: Plan, transient: bool = False) -> Schedule:
             live[recomputed] = False
     nodes = np.asarray(computes, dtype=np.int64)
     return place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64))
+
+
+# The ``lowering`` parameter of the saved-set planners (knapsack, policy, torch-budget): the values of
+# ``transient`` to try. hold: a recomputed value stays until its last use; transient: it is freed after
+# each use and computed again; best: both.
+LOWERINGS: dict[str, tuple[bool, ...]] = {"hold": (False,), "transient": (True,), "best": (False, True)}
+
+# A plan lowered and simulated: (duration, peak, schedule, the planner's knob, transient lowering).
+Found = tuple[Number, Number, Schedule, float, bool]
+
+
+def found_key(found: Found, budget: Number | None) -> tuple[Number, Number]:
+    """Fastest first under a budget; least peak first without one."""
+    return (found[0], found[1]) if budget is not None else (found[1], found[0])
+
+
+def search_knob(evaluate: Callable[[float], list[Found]], budget: Number | None, deadline: Deadline,
+                grid: int, steps: int) -> Found | None:
+    """The knob in [0, 1] whose lowered plan is fastest within ``budget`` (None: the least peak).
+
+    For planners whose saved set is a function of one fraction (knapsack's capacity, PyTorch's
+    activation-memory budget); ``evaluate(knob)`` lowers the plan there (one result per lowering
+    mode). The peak is not monotone in the knob (saving less can mean holding more recomputed
+    values at once), so the knob runs over a grid of ``grid`` steps from 1 down to 0 first; then it
+    is bisected ``steps`` times between the best grid value that fits and the next larger one,
+    where saving more may still fit.
+    """
+    tried: list[Found] = []
+    for knob in np.linspace(1.0, 0.0, grid + 1).tolist():
+        if deadline.expired() and tried:
+            break
+        tried.extend(evaluate(knob))
+    fits = [f for f in tried if budget is None or f[1] <= budget]
+    if not fits:
+        return None
+    best = min(fits, key=lambda f: found_key(f, budget))
+    if budget is not None:
+        lo, hi = best[3], min(1.0, best[3] + 1.0 / grid)
+        for _ in range(steps):
+            if deadline.expired() or hi - lo < 1e-6:
+                break
+            mid = (lo + hi) / 2
+            within = [f for f in evaluate(mid) if f[1] <= budget]
+            if within:
+                lo, best = mid, min([best, *within], key=lambda f: found_key(f, budget))
+            else:
+                hi = mid
+    return best

@@ -47,10 +47,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import os
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,18 +63,18 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from remat_bench.core.errors import RematBenchError
 from remat_bench.core.graph import Graph
-from remat_bench.torch import TORCH_LOG_SWITCHES
 from remat_bench.torch.importer import program_for_graph
 from remat_bench.torch.program import (
     OP,
+    FxValues,
     ModelSpec,
     Program,
     SharedFakeMode,
-    _fake_batch,
-    _FxValues,
-    _sort_fx_nodes,
-    _Storages,
+    Storages,
     build_step,
+    fake_batch,
+    logger_quiet,
+    sort_fx_nodes,
 )
 
 # AOTAutograd's name for an operator the importer's trace records under another (its functional form).
@@ -194,7 +192,7 @@ def _trace_joint(spec: ModelSpec) -> tuple[fx.GraphModule, list[Any], int, int]:
     mode = SharedFakeMode()
     step = build_step(spec, mode)
     with mode:
-        inputs, labels = _fake_batch(spec)
+        inputs, labels = fake_batch(spec)
         params = {k: p.detach().requires_grad_(True) for k, p in step.named_parameters()}
         buffers = dict(step.named_buffers())
     names, buffer_names = list(params), list(buffers)
@@ -220,11 +218,11 @@ def _trace_joint(spec: ModelSpec) -> tuple[fx.GraphModule, list[Any], int, int]:
 def _aligned(graph: Graph, program: Program, module: fx.GraphModule, inputs: list[Any], num_fwd_outputs: int,
              static_inputs: list[int]) -> JointGraph:
     """The joint graph with its forward values mapped to ``graph``'s nodes (module docstring, "The mapping")."""
-    storages = _Storages()
+    storages = Storages()
     for n in module.graph.nodes:
         if n.op == "placeholder":
             storages.claim(n.meta.get("val"), None)
-    values: _FxValues = _sort_fx_nodes(program.spec, module, storages)
+    values: FxValues = sort_fx_nodes(program.spec, module, storages)
     info = partitioners.classify_nodes(module, static_inputs, num_fwd_outputs)
     ours: dict[str, list[int]] = {}
     for i, node in enumerate(program.nodes):
@@ -313,17 +311,7 @@ def partition(joint: JointGraph, fraction: float, solver: str = "dp", estimator:
                      tuple(n for n in saved_values if joint.owner[n.name] is not None), recomputed_ops)
 
 
-@contextlib.contextmanager
-def _partitioner_quiet() -> Iterator[None]:
+def _partitioner_quiet() -> contextlib.AbstractContextManager[None]:
     """Keep the partitioner's warnings (an experimental solver warns on every call) unless torch's logs
     were asked for."""
-    if any(os.environ.get(name) for name in TORCH_LOG_SWITCHES):
-        yield
-        return
-    logger = logging.getLogger(partitioners.__name__)
-    saved = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(saved)
+    return logger_quiet(partitioners.__name__, logging.ERROR)

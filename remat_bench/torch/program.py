@@ -240,23 +240,29 @@ class SharedFakeMode(FakeTensorMode):
 
 
 @contextlib.contextmanager
-def _fake_failures_unlogged() -> Iterator[None]:
+def logger_quiet(name: str, level: int) -> Iterator[None]:
+    """Raise logger ``name`` to ``level`` for the block, unless the user asked torch for its logs
+    (TORCH_LOGS ...)."""
+    if any(os.environ.get(switch) for switch in TORCH_LOG_SWITCHES):
+        yield
+        return
+    logger = logging.getLogger(name)
+    saved = logger.level
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(saved)
+
+
+def _fake_failures_unlogged() -> contextlib.AbstractContextManager[None]:
     """Keep FakeTensorMode from logging an operator that fails on fake tensors, traceback and all.
 
     It logs every failing meta kernel at ERROR (18 lines for a wrong
     ``--input-shape``) and then raises, and the caller says the error in one
     sentence. A user who asks torch for its logs (TORCH_LOGS ...) still gets it.
     """
-    if any(os.environ.get(name) for name in TORCH_LOG_SWITCHES):
-        yield
-        return
-    logger = logging.getLogger("torch._subclasses.fake_tensor")
-    saved = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(saved)
+    return logger_quiet("torch._subclasses.fake_tensor", logging.CRITICAL)
 
 
 @contextlib.contextmanager
@@ -419,7 +425,7 @@ def trace_step(spec: ModelSpec) -> tuple[fx.GraphModule, list[str], list[str]]:
     mode = SharedFakeMode()
     step = build_step(spec, mode)
     with mode:
-        inputs, labels = _fake_batch(spec)
+        inputs, labels = fake_batch(spec)
         params = {k: p.detach() for k, p in step.named_parameters()}
         buffers = {k: b for k, b in step.named_buffers()}
     names, buffer_names = list(params), list(buffers)
@@ -449,7 +455,7 @@ def trace_step(spec: ModelSpec) -> tuple[fx.GraphModule, list[str], list[str]]:
     return gm, names, buffer_names
 
 
-def _fake_batch(spec: ModelSpec) -> tuple[torch.Tensor, torch.Tensor]:
+def fake_batch(spec: ModelSpec) -> tuple[torch.Tensor, torch.Tensor]:
     shape = (spec.batch, *spec.input_shape)
     inputs = torch.zeros(shape, dtype=getattr(torch, spec.input_dtype))
     labels = torch.zeros(spec.label_shape, dtype=torch.float32 if spec.label_range is None else torch.int64)
@@ -605,14 +611,14 @@ def build_program(spec: ModelSpec) -> Program:
     """Trace the training step of ``spec`` and lower it to remat-bench nodes."""
     gm, param_names, buffer_names = _trace(spec)
     graph = gm.graph
-    storages = _Storages()
+    storages = Storages()
     placeholders = _placeholders(spec, graph, param_names, buffer_names, storages)
     output_node = next(n for n in graph.nodes if n.op == "output")
     flat_out = pytree.tree_leaves(output_node.args[0])
     loss_fx, grad_values = flat_out[0], flat_out[1:]
     if len(grad_values) != len(param_names):
         raise RuntimeError(f"traced {len(grad_values)} gradients for {len(param_names)} parameters")
-    values = _sort_fx_nodes(spec, gm, storages)
+    values = sort_fx_nodes(spec, gm, storages)
     needed = _needed(loss_fx, grad_values, values.updates)
     loss_base = values.base[loss_fx]
     if loss_base is None:
@@ -652,7 +658,7 @@ def _trace(spec: ModelSpec) -> tuple[fx.GraphModule, list[str], list[str]]:
         ) from exc
 
 
-class _Storages:
+class Storages:
     """Which FX node allocated each storage (None: a placeholder or constant, i.e. fixed memory),
     and the fixed memory by account (parameters, buffers, inputs, constants), in bytes."""
 
@@ -678,7 +684,7 @@ class _Storages:
 
 
 def _placeholders(spec: ModelSpec, graph: fx.Graph, param_names: list[str], buffer_names: list[str],
-                  storages: _Storages) -> dict[str, tuple[str, str]]:
+                  storages: Storages) -> dict[str, tuple[str, str]]:
     """FX name -> role of the placeholders: parameters, buffers, inputs, labels (the flattened
     arguments of train_step); their storages are claimed as fixed memory."""
     placeholder_nodes = [n for n in graph.nodes if n.op == "placeholder"]
@@ -695,8 +701,8 @@ def _placeholders(spec: ModelSpec, graph: fx.Graph, param_names: list[str], buff
 
 
 @dataclass
-class _FxValues:
-    """The traced graph's FX nodes sorted by what they do with storage (see `_sort_fx_nodes`)."""
+class FxValues:
+    """The traced graph's FX nodes sorted by what they do with storage (see `sort_fx_nodes`)."""
 
     order: dict[fx.Node, int]  # position in the graph
     allocates: dict[fx.Node, int] = field(default_factory=dict)  # op node -> bytes of the storages it creates
@@ -716,11 +722,11 @@ class _FxValues:
         return tuple(sorted(found, key=self.order.__getitem__))
 
 
-def _sort_fx_nodes(spec: ModelSpec, gm: fx.GraphModule, storages: _Storages) -> _FxValues:
+def sort_fx_nodes(spec: ModelSpec, gm: fx.GraphModule, storages: Storages) -> FxValues:
     """Sort FX nodes: allocating (op), writing into a buffer only (update), or aliasing (folded into
     the value whose storage it shares); refuses random operators and writes into intermediate values."""
     graph = gm.graph
-    values = _FxValues(order={n: i for i, n in enumerate(graph.nodes)})
+    values = FxValues(order={n: i for i, n in enumerate(graph.nodes)})
     allocates, base_fx = values.allocates, values.base
     for n in graph.nodes:
         if n.op == "get_attr":
@@ -781,7 +787,7 @@ def _needed(loss_fx: fx.Node, grad_values: list[Any], updates: list[fx.Node]) ->
 _Tail = dict[fx.Node | None, list[tuple[str, str, fx.Node | None]]]
 
 
-def _gradient_homes(param_names: list[str], grad_values: list[Any], values: _FxValues
+def _gradient_homes(param_names: list[str], grad_values: list[Any], values: FxValues
                     ) -> tuple[dict[str, fx.Node], _Tail]:
     """(parameter -> the op node holding its gradient, the gradient and update nodes to add after each
     node).
@@ -809,7 +815,7 @@ class _ProgramBuilder:
     """Program nodes: allocating FX nodes in graph order; gradient copies and updates right after
     their last input (they have no consumers, so any later position is valid too)."""
 
-    def __init__(self, values: _FxValues, tail: _Tail) -> None:
+    def __init__(self, values: FxValues, tail: _Tail) -> None:
         self.values = values
         self.tail = tail
         self.nodes: list[ProgramNode] = []
@@ -865,7 +871,7 @@ def _mark_forward(nodes: list[ProgramNode], order: dict[fx.Node, int], loss_pos:
             node.forward = all(nodes[j].forward for j in node.inputs)
 
 
-def _link_gradients(graph: fx.Graph, nodes: list[ProgramNode], index: dict[fx.Node, int], values: _FxValues,
+def _link_gradients(graph: fx.Graph, nodes: list[ProgramNode], index: dict[fx.Node, int], values: FxValues,
                     loss: int, loss_pos: int) -> None:
     """grad_of: the forward node whose autograd function a backward operator belongs to (same seq_nr;
     the first forward FX node with a sequence number is the operator that created the function)."""

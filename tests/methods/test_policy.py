@@ -45,10 +45,9 @@ def saved(g: Graph, rule: str, block: str | None = None) -> set[str]:
 
 @pytest.fixture(scope="module")
 def models():
-    torch = pytest.importorskip("torch")
+    import tests.needs_torch  # noqa: F401 (torch, or a failure saying how to install it; one thread)
     from remat_bench.torch.importer import import_model
 
-    torch.set_num_threads(1)
     # Small enough to trace in a second; long enough sequences and narrow enough layers that the
     # activations, not the parameter gradients, decide the peaks.
     gpt = import_model("gpt", batch=2, input_shape=(64,), vocab=64, max_seq=64, width=32, layers=2, heads=2)
