@@ -775,6 +775,8 @@ class Moccasin(Method):
                 answer.order)
             stats["staged_time_s"] = round(deadline.elapsed() - t1, 3)
             stats["staged_status"] = staged_result.status.value
+            stats["staged"] = {k: v for k, v in staged_result.stats.items()
+                               if k.startswith(("phase", "hints", "candidates", "progress"))}
             staged_schedule = staged_result.schedule
             staged_sim = None if staged_schedule is None else simulate(graph, staged_schedule)
             if staged_schedule is not None and staged_sim is not None and staged_sim.valid:

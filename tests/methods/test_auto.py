@@ -75,6 +75,7 @@ def test_without_backward_nodes_checkmate_leaves_the_cores_to_moccasin_order_fre
     exact = {m["method"]: m for m in r.stats["members"] if m["role"] == "exact"}
     assert exact["checkmate"]["status"] == "not_run" and "no backward nodes" in exact["checkmate"]["message"]
     assert exact["moccasin"]["status"] in ("optimal", "feasible", "infeasible")
+    assert exact["moccasin"]["space"] == "any order, at most 3 retention intervals per node and 2n events"
 
 
 class Crash(Method):
@@ -198,7 +199,7 @@ def test_auto_is_registered_and_listed_with_its_parameters():
     from remat_bench.methods import get_method, method_names
 
     assert "auto" in method_names() and get_method("auto") is Auto
-    assert {p.name for p in Auto.params} == {"members", "jobs", "fast_share"}
+    assert {p.name for p in Auto.params} == {"members", "jobs", "fast_share", "polish"}
 
 
 def test_a_tiny_graph_with_one_node():
@@ -276,3 +277,23 @@ def test_moccasin_in_auto_takes_the_order_free_path_without_backward_nodes_or_wh
     assert auto_module._exact_params(g, "moccasin", [same]) == {}
     assert auto_module._exact_params(g, "checkmate", [lower]) == {}
     assert auto_module._exact_params(g, "moccasin", []) == {}
+
+
+def test_the_polish_undoes_a_members_recomputation_by_reordering_and_names_whose_schedule_it_was():
+    """dtr frees x for y's chain and computes x again for c (+55.6% after clean-up); computing y's
+    chain first leaves room to hold x: the brute-force optimum, with no recomputation."""
+    from tests.helpers import make_graph
+
+    g = make_graph({"x": [], "a": ["x"], "y": [], "b": ["y"], "c": ["x", "b"]},
+                   memory={"x": 4, "a": 1, "y": 4, "b": 1, "c": 1},
+                   duration={"x": 5, "a": 1, "y": 1, "b": 1, "c": 1}, outputs=["a", "c"])
+    method = Auto()
+    method.context = SolveContext()
+    plain = method.solve(g, 7, 10, **method.parse_params({"members": "dtr", "polish": 0}))
+    assert simulate(g, plain.schedule).duration == 14 and plain.stats["winner"] == "dtr"
+    r = method.solve(g, 7, 10, **method.parse_params({"members": "dtr"}))
+    sim = simulate(g, r.schedule)
+    assert sim.valid and sim.peak <= 7 and sim.duration == any_order_optimum(g, 7) == 9
+    assert r.status is Status.OPTIMAL and r.stats["winner"] == "polish (dtr)"
+    polish = next(m for m in r.stats["members"] if m["method"] == "polish")
+    assert polish["duration"] == 9 and polish["returned"] == "dtr" and polish["message"].startswith("1 recomputation")
