@@ -19,12 +19,14 @@ proves optima that no heuristic reaches. A user should not have to run them all 
    (`remat_bench.methods.candidates.best_of`). With ``jobs`` above 1 they run side by
    side in child processes, the cores split between them; else one after another, each on
    an equal share of the time left.
-3. **Polish**: in the share of the time kept for it (``polish``, a tenth by default), the
+3. **Polish**: for the share of the time kept for it (``polish``, a tenth by default), the
    fastest schedule so far, unless proven optimal, has its recomputations undone one at a
    time, the most expensive first, with the rest reordered to fit the budget again
    (`remat_bench.toolkit.improve.drop_with_reorder`); then the next fastest, while time
-   is left. Measured on random_layered_n500 at 0.8 from Moccasin's +2.154%: +0.6% to +1.15%
-   in 15 s (five seeds), where no member alone was below +1.73% in 120 s.
+   is left. Measured (120 s, 2 cores, docs/benchmarks.md "auto on the published graphs"): on
+   random_layered_n500 at 0.8 it took moccasin's +1.942% to +1.148% in 12 s, where moccasin
+   order=free alone gave +1.886% (+1.734% at best over four runs); on n1000 at 0.8 +2.039% to
+   +1.715% (alone: +1.984%).
 4. **The answer**: the fastest schedule within the budget after the shared clean-up (the
    least peak first for ``min``).
 
@@ -157,7 +159,9 @@ class Auto(Method):
             jobs = params["jobs"] or min(os.cpu_count() or 1, len(runnable))
             self._run_exact(graph, budget, runnable, deadline, min(jobs, len(runnable)), members, hints)
         if budget is not None and keep > 0:
-            self._polish(graph, budget, members, whole)
+            # At most its share, even when the members end early: auto then ends early too.
+            left = whole.remaining()
+            self._polish(graph, budget, members, Deadline(keep if left is None else min(keep, left)))
         return self._answer(graph, budget, members, whole)
 
     # ------------------------------------------------------------------ the members
