@@ -310,3 +310,19 @@ def test_floor_gives_the_lowest_peak_found_and_the_peak_no_schedule_goes_below()
     solved = json.loads(invoke("solve", CHAIN, "-m", "checkmate", "-b", "min", "-t", "20", "--json").output)
     assert solved["peak_lower_bound"] == 4 and solved["peak"] == 4
     assert "no schedule below" in invoke("floor", CHAIN, "-m", "greedy", "-t", "5").output
+
+
+def test_solve_auto_shows_the_polish_and_whose_schedule_it_improved(tmp_path):
+    from remat_bench.core.graph import save_graph
+    from tests.helpers import make_graph
+
+    g = make_graph({"x": [], "a": ["x"], "y": [], "b": ["y"], "c": ["x", "b"]},
+                   memory={"x": 4, "a": 1, "y": 4, "b": 1, "c": 1},
+                   duration={"x": 5, "a": 1, "y": 1, "b": 1, "c": 1}, outputs=["a", "c"])
+    path = tmp_path / "g.json"
+    save_graph(g, path)
+    r = invoke("solve", str(path), "-m", "auto", "-p", "members=dtr", "-b", "7", "-t", "10")
+    assert r.exit_code == 0, r.output
+    assert "the fastest schedule is polish (dtr)'s" in r.output
+    assert "from dtr's schedule: 1 recomputation undone" in r.output
+    assert "duration          9" in r.output

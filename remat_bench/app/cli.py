@@ -413,6 +413,8 @@ def _print_members(r: Any) -> None:
         peak = "-" if m.get("peak") is None or not r.baseline_peak else f"{100 * m['peak'] / r.baseline_peak:.1f}%"
         note = m.get("message", "") if m["status"] not in ("optimal", "feasible") else (
             f"returned {m['returned']}" if m.get("returned") not in (None, "search") else "")
+        if m["role"] == "polish" and m.get("returned"):
+            note = f"from {m['returned']}'s schedule: {m.get('message', '')}"
         table.add_row(m["method"], m["role"], m["status"], overhead, peak, f"{m.get('seconds', 0):.2f}",
                       escape(note[:90]))
     out.print(table)
