@@ -274,8 +274,12 @@ class Auto(Method):
                 continue
             done.append(tuple(nodes.tolist()))
             stats: dict[str, Any] = {}
-            improved = drop_with_reorder(graph, nodes, budget, deadline, attempt_s=max(1.0, graph.n / 500),
-                                         stats=stats)
+            try:
+                improved = drop_with_reorder(graph, nodes, budget, deadline, attempt_s=max(1.0, graph.n / 500),
+                                             stats=stats)
+            except Exception as exc:  # the polish only adds: a failure leaves the members' answers standing
+                polish.status, polish.message = Status.ERROR.value, f"{type(exc).__name__}: {exc}"
+                break
             attempts += stats.get("attempts", 0)
             schedule = place_frees(graph, improved, np.zeros(len(improved), dtype=np.int64))
             raw = simulate(graph, schedule)

@@ -304,6 +304,13 @@ def _solve_highs(model: SparseModel, time_limit: float | None, threads: int | No
     h = highspy.Highs()
     h.silent()
     h.passModel(_highs_lp(model, relax))
+    if extreme_range(model) and "presolve" not in options:
+        # HiGHS 1.14's MIP presolve crashed the process (SIGSEGV) on a Checkmate model whose memory
+        # coefficients span eleven orders of magnitude (fractional sizes from 6.107 to 1.2e12, found
+        # by tests/test_fuzz.py); it solved without presolve. Another such model still crashed
+        # HiGHS's branch and bound (SIGFPE): checkmate and monet do not hand such models to HiGHS
+        # at all (`extreme_range`); this keeps other callers' (the bound's) off the presolve path.
+        options = {**options, "presolve": "off"}
     _set_highs_options(h, time_limit, threads, mip_gap, seed, relax, options)
     if start is not None and not relax:
         sol = highspy.HighsSolution()
@@ -313,6 +320,21 @@ def _solve_highs(model: SparseModel, time_limit: float | None, threads: int | No
     t0 = time.perf_counter()
     incumbents = _run_highs(h, t0, relax, keep_incumbents, on_incumbent)
     return _highs_answer(h, model, relax, time.perf_counter() - t0, incumbents)
+
+
+# Largest ratio between the magnitudes of two nonzero constraint coefficients HiGHS's presolve gets.
+EXTREME_RANGE = 1e10
+
+
+def extreme_range(model: SparseModel) -> str | None:
+    """Why HiGHS should not get ``model``: its constraint coefficients span more than `EXTREME_RANGE`
+    (HiGHS 1.14 crashed the process on such models, see `_solve_highs`); None when it may."""
+    values = np.abs(model.A.data)
+    values = values[values > 0]
+    if not len(values) or float(values.max()) <= EXTREME_RANGE * float(values.min()):
+        return None
+    return (f"the model's memory coefficients span {float(values.min()):.4g} to {float(values.max()):.4g}, "
+            f"beyond what HiGHS solves without crashing (a ratio of {EXTREME_RANGE:.0e})")
 
 
 def _highs_lp(model: SparseModel, relax: bool) -> Any:

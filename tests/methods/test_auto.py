@@ -297,3 +297,21 @@ def test_the_polish_undoes_a_members_recomputation_by_reordering_and_names_whose
     assert r.status is Status.OPTIMAL and r.stats["winner"] == "polish (dtr)"
     polish = next(m for m in r.stats["members"] if m["method"] == "polish")
     assert polish["duration"] == 9 and polish["returned"] == "dtr" and polish["message"].startswith("1 recomputation")
+
+
+def test_a_polish_that_fails_is_recorded_and_the_members_answer_stands(monkeypatch):
+    from tests.helpers import make_graph
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(auto_module, "drop_with_reorder", boom)
+    g = make_graph({"x": [], "a": ["x"], "y": [], "b": ["y"], "c": ["x", "b"]},
+                   memory={"x": 4, "a": 1, "y": 4, "b": 1, "c": 1},
+                   duration={"x": 5, "a": 1, "y": 1, "b": 1, "c": 1}, outputs=["a", "c"])
+    method = Auto()
+    method.context = SolveContext()
+    r = method.solve(g, 7, 10, **method.parse_params({"members": "dtr"}))
+    assert simulate(g, r.schedule).duration == 14 and r.stats["winner"] == "dtr"
+    polish = next(m for m in r.stats["members"] if m["method"] == "polish")
+    assert polish["status"] == "error" and polish["message"].startswith("RuntimeError: boom")

@@ -162,3 +162,54 @@ def test_the_refusal_names_the_need_and_what_is_available_and_unknown_memory_ref
     assert str(exc.value) == "a model, needing about 6.0 GiB, more than the 10.0 GiB available; try another"
     monkeypatch.setattr(milp, "available_memory_bytes", lambda: None)
     milp.refuse_too_large(10**18, "a model")
+
+
+def test_a_model_whose_memory_spans_eleven_orders_of_magnitude_is_not_handed_to_highs():
+    """Found by tests/test_fuzz.py: HiGHS 1.14 crashed the process (SIGSEGV in presolve) on this
+    Checkmate model (sizes from 6.107 to 1.2e12). Such a model is not handed to HiGHS: the answer is
+    the warm start if any (none here: v1's default implementation reads v0, and the two exceed the
+    budget), with the reason."""
+    from remat_bench.app.pipeline import run
+    from remat_bench.core.graph import Implementation
+
+    four = ("v0", "v0", "v0", "v0")
+    g = Graph([
+        Node("v0", (), 1200000000000, 0, 1),
+        Node("v1", four, 6.107, 1.02, 0, implementations=(
+            Implementation("impl0", 1.02, 0), Implementation("impl1", 2, 3, four), Implementation("impl2", 0, 4, ()))),
+        Node("v2", (), 0, 5.05, 2),
+        Node("v3", ("v2", "v1", "v1", "v1"), 10.304, 3.71, 5, implementations=(
+            Implementation("impl0", 3.71, 5), Implementation("impl1", 6.08, 4, ("v2",)))),
+        Node("v4", ("v2", "v3", "v2", "v1"), 11, 3.99, 2, implementations=(
+            Implementation("impl0", 3.99, 2), Implementation("impl1", 0, 5, ("v2", "v3", "v2")),
+            Implementation("impl2", 5.26, 2, ()))),
+        Node("v5", (), 500000000000, 9, 3, implementations=(Implementation("impl0", 9, 3),)),
+        Node("v6", ("v3",), 1, 8.38, 0),
+    ], name="fuzz", outputs=["v4", "v5", "v6"])
+    r = run(g, "checkmate", "1200000000003.935", time_limit=10)
+    assert r.status.value == "no_solution" and "the MILP was not run" in r.message, r.message
+    assert "span 1 to 1.2e+12" in r.message
+
+
+def test_a_least_peak_model_spanning_eleven_orders_of_magnitude_answers_from_the_warm_start():
+    """Found by tests/test_fuzz.py: SIGFPE in HiGHS's branch and bound (presolve off) at 'min'."""
+    from remat_bench.app.pipeline import run
+    from remat_bench.core.graph import Implementation
+
+    g = Graph([
+        Node("v0", (), 3.613, 9, 2, kind="forward"),
+        Node("v1", ("v0",), 2, 9, 2, kind="forward"),
+        Node("v2", ("v0", "v0", "v1", "v0"), 800000000000, 7, 1, kind="forward"),
+        Node("v3", ("v1", "v0", "v0", "v1"), 1200000000000, 6.69, 1, kind="backward"),
+        Node("v4", ("v2", "v3", "v2", "v2"), 0, 0.99, 3, kind="backward"),
+        Node("v5", ("v4", "v1", "v1", "v2"), 1000000000000, 9, 4, kind="backward", grad_of="v2", implementations=(
+            Implementation("impl0", 9, 4), Implementation("impl1", 6.58, 0, ("v4",)),
+            Implementation("impl2", 7.95, 2, ("v4", "v1")))),
+        Node("v6", ("v3", "v0", "v4", "v2"), 7.692, 0.33, 1, kind="backward", grad_of="v1", implementations=(
+            Implementation("impl0", 0.33, 1), Implementation("impl1", 2, 0, ("v3", "v0", "v4")),
+            Implementation("impl2", 3.44, 1, ("v3",)))),
+        Node("v7", (), 100000000000, 7, 2, kind="backward", grad_of="v1"),
+    ], name="fuzz", outputs=["v5", "v6", "v7"], fixed_memory=1)
+    for method in ("checkmate", "monet"):
+        r = run(g, method, "min", time_limit=10)
+        assert r.status.value == "feasible" and r.simulation is not None and r.simulation.valid, r.message
