@@ -45,6 +45,17 @@ def make_graph(edges: dict[str, list[str]], memory: dict[str, int] | int = 1,
     return Graph(nodes, name=kw.pop("name", "test"), **kw)
 
 
+def needs_reordering() -> Graph:
+    """x (4 units, 5 s) read by a and c; y's chain (y, 4 units; b) read by c; outputs a and c; budget 7.
+
+    In input order x is freed for y's chain and computed again for c (dtr's schedule: 14 s); computing
+    y's chain first leaves room to hold x (y, b, x, a, c: 9 s, peak 7), the brute-force optimum. Holding
+    x without reordering needs 4 + 1 + 4 + 1 > 7."""
+    return make_graph({"x": [], "a": ["x"], "y": [], "b": ["y"], "c": ["x", "b"]},
+                      memory={"x": 4, "a": 1, "y": 4, "b": 1, "c": 1},
+                      duration={"x": 5, "a": 1, "y": 1, "b": 1, "c": 1}, outputs=["a", "c"])
+
+
 @st.composite
 def dags(draw, min_nodes: int = 1, max_nodes: int = 9, max_memory: int = 10,
          max_duration: int = 10, training: bool | None = False, workspace: bool = False) -> Graph:

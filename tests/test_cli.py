@@ -314,11 +314,9 @@ def test_floor_gives_the_lowest_peak_found_and_the_peak_no_schedule_goes_below()
 
 def test_solve_auto_shows_the_polish_and_whose_schedule_it_improved(tmp_path):
     from remat_bench.core.graph import save_graph
-    from tests.helpers import make_graph
+    from tests.helpers import needs_reordering
 
-    g = make_graph({"x": [], "a": ["x"], "y": [], "b": ["y"], "c": ["x", "b"]},
-                   memory={"x": 4, "a": 1, "y": 4, "b": 1, "c": 1},
-                   duration={"x": 5, "a": 1, "y": 1, "b": 1, "c": 1}, outputs=["a", "c"])
+    g = needs_reordering()
     path = tmp_path / "g.json"
     save_graph(g, path)
     r = invoke("solve", str(path), "-m", "auto", "-p", "members=dtr", "-b", "7", "-t", "10")

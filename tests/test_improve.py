@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from remat_bench.core.budget import parse_budget
+from remat_bench.core.control import Deadline
 from remat_bench.core.graph import load_graph
 from remat_bench.core.simulate import baseline, place_frees, simulate
-from remat_bench.toolkit.improve import drop_recomputations, shave_peaks
-from tests.bruteforce import staged_optimum
-from tests.helpers import paper_graph
+from remat_bench.toolkit.improve import drop_recomputations, drop_with_reorder, shave_peaks
+from tests.bruteforce import any_order_optimum, staged_optimum
+from tests.helpers import needs_reordering, paper_graph
 from tests.methods.test_checkmate import budgets, random_graph
 
 
@@ -69,14 +70,7 @@ def test_undoing_a_recomputation_with_a_new_order_reaches_the_optimum():
     """The start computes x twice (it frees x to make room for y), which no order needs: computing the
     cheap chain through y first leaves room to hold x. Holding x longer without reordering does
     not fit (drop_recomputations keeps it), so the answer needs the reordering."""
-    from remat_bench.core.control import Deadline
-    from remat_bench.toolkit.improve import drop_with_reorder
-    from tests.bruteforce import any_order_optimum
-    from tests.helpers import make_graph
-
-    g = make_graph({"x": [], "a": ["x"], "y": [], "b": ["y"], "c": ["x", "b"]},
-                   memory={"x": 4, "a": 1, "y": 4, "b": 1, "c": 1},
-                   duration={"x": 5, "a": 1, "y": 1, "b": 1, "c": 1}, outputs=["a", "c"])
+    g = needs_reordering()
     x, a, y, b, c = (g.index[k] for k in "xaybc")
     start = np.array([x, a, y, b, x, c])  # x freed after a, recomputed for c: duration 14
     budget = 7
@@ -92,10 +86,6 @@ def test_undoing_a_recomputation_with_a_new_order_reaches_the_optimum():
 
 
 def test_undoing_recomputations_reaches_the_brute_force_optimum_from_shaved_starts():
-    from remat_bench.core.control import Deadline
-    from remat_bench.toolkit.improve import drop_with_reorder
-    from tests.bruteforce import any_order_optimum
-
     improved = checked = at_optimum = 0
     for seed in range(40):
         g = random_graph(seed, n=8)

@@ -25,7 +25,7 @@ proves optima that no heuristic reaches. A user should not have to run them all 
    (`remat_bench.toolkit.improve.drop_with_reorder`); then the next fastest, while time
    is left. Measured (120 s, 2 cores, docs/benchmarks.md "auto on the published graphs"): on
    random_layered_n500 at 0.8 it took moccasin's +1.942% to +1.148% in 12 s, where moccasin
-   order=free alone gave +1.886% (+1.734% at best over four runs); on n1000 at 0.8 +2.039% to
+   order=free alone gave +1.886% (+1.591% at best over six runs); on n1000 at 0.8 +2.039% to
    +1.715% (alone: +1.984%).
 4. **The answer**: the fastest schedule within the budget after the shared clean-up (the
    least peak first for ``min``).
@@ -57,7 +57,7 @@ from remat_bench.core.errors import MethodError
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.outcome import MethodResult, Status, Termination
 from remat_bench.core.schedule import COMPUTE, Schedule
-from remat_bench.core.simulate import baseline, clean_up_simulated, place_frees, simulate
+from remat_bench.core.simulate import Simulation, baseline, clean_up_simulated, place_frees, simulate
 from remat_bench.methods.base import Method, Param, SolveContext
 from remat_bench.methods.candidates import run_method
 from remat_bench.toolkit.bound import BoundCache
@@ -110,6 +110,11 @@ class Member:
     message: str = ""
     schedule: Schedule | None = field(default=None, repr=False)
 
+    def simulated(self, graph: Graph, sim: Simulation) -> None:
+        """Peak, duration and overhead from the simulation of its schedule (after clean-up)."""
+        self.peak, self.duration = sim.peak, sim.duration
+        self.overhead_pct = sim.overhead_pct(baseline(graph).duration)
+
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "schedule" and v not in (None, "")}
 
@@ -132,10 +137,11 @@ class Auto(Method):
 
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
               **params: Any) -> MethodResult:
-        whole = Deadline(time_limit if time_limit is not None else 3600.0)
-        # The members' deadline ends the polish share early; the polish gets the rest (step 3).
-        keep = params["polish"] * (time_limit if time_limit is not None else 3600.0) if budget is not None else 0.0
-        deadline = Deadline(whole.seconds - keep if whole.seconds is not None else None)
+        limit = time_limit if time_limit is not None else 3600.0
+        whole = Deadline(limit)
+        # The members' deadline ends the polish's share early (step 3; no polish for ``min``).
+        keep = params["polish"] * limit if budget is not None else 0.0
+        deadline = Deadline(limit - keep)
         names = _members(params["members"])
         members: list[Member] = []
         hints: list[tuple[str, Schedule]] = []
@@ -158,7 +164,8 @@ class Auto(Method):
         elif runnable and not deadline.expired():
             jobs = params["jobs"] or min(os.cpu_count() or 1, len(runnable))
             self._run_exact(graph, budget, runnable, deadline, min(jobs, len(runnable)), members, hints)
-        if budget is not None and keep > 0:
+        if keep > 0:
+            assert budget is not None
             # At most its share, even when the members end early: auto then ends early too.
             left = whole.remaining()
             self._polish(graph, budget, members, Deadline(keep if left is None else min(keep, left)))
@@ -258,7 +265,7 @@ class Auto(Method):
         found = sorted((m for m in members if m.schedule is not None and m.duration is not None),
                        key=lambda m: (m.duration, m.peak))
         best = found[0].duration if found else None
-        done: list[tuple[int, ...]] = []
+        done: set[tuple[int, ...]] = set()
         polish = Member("polish", "polish", Status.NO_SOLUTION.value, message="no member's schedule was improved")
         start = time.perf_counter()
         attempts = 0
@@ -272,7 +279,7 @@ class Auto(Method):
             nodes = m.schedule.nodes[computes]
             if tuple(nodes.tolist()) in done:
                 continue
-            done.append(tuple(nodes.tolist()))
+            done.add(tuple(nodes.tolist()))
             stats: dict[str, Any] = {}
             try:
                 improved = drop_with_reorder(graph, nodes, budget, deadline, attempt_s=max(1.0, graph.n / 500),
@@ -281,19 +288,17 @@ class Auto(Method):
                 polish.status, polish.message = Status.ERROR.value, f"{type(exc).__name__}: {exc}"
                 break
             attempts += stats.get("attempts", 0)
-            schedule = place_frees(graph, improved, np.zeros(len(improved), dtype=np.int64))
-            raw = simulate(graph, schedule)
-            if not raw.valid:
+            scored = _scored(graph, place_frees(graph, improved, np.zeros(len(improved), dtype=np.int64)))
+            if isinstance(scored, str):
                 continue
-            cleaned, _, sim = clean_up_simulated(graph, schedule, raw)
+            cleaned, sim = scored
             if best is not None and sim.duration < best and sim.peak <= budget:
                 best = sim.duration
                 undone = stats.get("undone", 0)
                 polish.status = Status.FEASIBLE.value
                 polish.message = f"{undone} recomputation{'' if undone == 1 else 's'} undone"
                 polish.returned, polish.schedule = m.method, cleaned
-                polish.peak, polish.duration = sim.peak, sim.duration
-                polish.overhead_pct = sim.overhead_pct(baseline(graph).duration)
+                polish.simulated(graph, sim)
         polish.seconds = round(time.perf_counter() - start, 3)
         polish.message += f" ({attempts} attempts)"
         members.append(polish)
@@ -301,7 +306,7 @@ class Auto(Method):
     # ------------------------------------------------------------------ the answer
 
     def _answer(self, graph: Graph, budget: Number | None, members: list[Member], deadline: Deadline) -> MethodResult:
-        """Step 3: the fastest schedule within the budget (least peak first for ``min``), with the record."""
+        """Step 4: the fastest schedule within the budget (least peak first for ``min``), with the record."""
         order = {name: k for k, name in enumerate(FAST + EXACT + ("polish",))}
         members.sort(key=lambda m: order.get(m.method, -1))  # in the order they ran (unknown ones: fast, first)
         found = [m for m in members if m.schedule is not None]
@@ -340,6 +345,24 @@ class Auto(Method):
         return self.context.bounds.get(graph, budget, effort=3.0)[0]
 
 
+def _scored(graph: Graph, schedule: Schedule) -> tuple[Schedule, Simulation] | str:
+    """``schedule`` after the shared clean-up, with its simulation (as the pipeline scores it), or
+    why it is invalid."""
+    raw = simulate(graph, schedule)
+    if not raw.valid:
+        return f"an invalid schedule: {raw.violation}"
+    cleaned, _, sim = clean_up_simulated(graph, schedule, raw)
+    return cleaned, sim
+
+
+def _declared(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters of ``params`` that method ``name`` declares (`threads` is offered to every exact member)."""
+    from remat_bench.methods import get_method
+
+    declared = {p.name for p in get_method(name).params}
+    return {k: v for k, v in params.items() if k in declared}
+
+
 def _record(graph: Graph, budget: Number | None, name: str, role: str,
             call: Callable[[], MethodResult | None], params: dict[str, Any] | None = None) -> Member:
     """Run one member through ``call`` and score its schedule as the pipeline would (after clean-up)."""
@@ -362,18 +385,16 @@ def _record(graph: Graph, budget: Number | None, name: str, role: str,
     member.status, member.message = answer.status.value, answer.message
     member.lower_bound = answer.lower_bound
     cls = get_method(name)
-    declared = {p.name for p in cls.params}  # the space of the parameters it ran with
-    member.space = cls.space(cls.parse_params({k: v for k, v in (params or {}).items() if k in declared}))
+    member.space = cls.space(cls.parse_params(_declared(name, params or {})))  # the space it ran in
     member.returned = answer.stats.get("returned")
     if answer.schedule is None:
         return member
-    raw = simulate(graph, answer.schedule)
-    if not raw.valid:
-        member.status, member.message = Status.ERROR.value, f"an invalid schedule: {raw.violation}"
+    scored = _scored(graph, answer.schedule)
+    if isinstance(scored, str):
+        member.status, member.message = Status.ERROR.value, scored
         return member
-    cleaned, _, sim = clean_up_simulated(graph, answer.schedule, raw)
-    member.peak, member.duration = sim.peak, sim.duration
-    member.overhead_pct = sim.overhead_pct(baseline(graph).duration)
+    cleaned, sim = scored
+    member.simulated(graph, sim)
     if budget is not None and sim.peak > budget:
         if answer.status.found_schedule:
             member.status = Status.OVER_BUDGET.value
@@ -419,11 +440,10 @@ def _exact_params(graph: Graph, name: str, members: list[Member]) -> dict[str, A
 def _in_child(graph: Graph, budget: Number | None, name: str, params: dict[str, Any], limit: float | None,
               cache: BoundCache, hints: list[tuple[str, Schedule]], deadline: Deadline) -> MethodResult | None:
     """One exact member in a spawned child process, stopped ``CHILD_GRACE`` seconds past its limit."""
-    from remat_bench.methods import get_method, method_target
+    from remat_bench.methods import method_target
     from remat_bench.toolkit.child import run_in_child
 
-    declared = {p.name for p in get_method(name).params}
-    params = {k: v for k, v in params.items() if k in declared}
+    params = _declared(name, params)
     stop_at = None if limit is None else time.perf_counter() + limit + CHILD_GRACE
     target = method_target(name)
     outcome = run_in_child(_member_main, (graph, budget, name, target, params, limit, cache, hints),

@@ -59,7 +59,6 @@ from remat_bench.methods.candidates import (
 from remat_bench.methods.checkmate_model import CheckmateModel, check_fits, too_short
 from remat_bench.toolkit.least_peak import least_peak_by_bisection
 from remat_bench.toolkit.milp import (
-    extreme_range,
     model_stats,
     parse_backend,
     solve_milp,
@@ -110,15 +109,13 @@ class Checkmate(Method):
         if not params["keep_best"]:
             pool = []
         remaining = deadline.remaining()
-        numerics = extreme_range(cm.model) if params["backend"] == "highs" else None
-        if numerics is not None or (remaining is not None and remaining <= 0.05):
-            # No time left to solve, or a model HiGHS crashes on: the warm start is the answer, if any.
+        if remaining is not None and remaining <= 0.05:
+            # No time left to solve: the warm start is the answer, if there is one.
             from remat_bench.toolkit.milp import MilpSolution
 
-            why = (f"the MILP was not run: {numerics}" if numerics is not None
-                   else "the time limit ran out before the MILP could start")
             sol = MilpSolution("feasible" if start is not None else "no_solution", x=start,
-                               objective=None if start is None else float(cm.model.cost @ start), message=why)
+                               objective=None if start is None else float(cm.model.cost @ start),
+                               message="the time limit ran out before the MILP could start")
             return best_of(graph, budget, milp_result(cm, sol, stats, deadline), pool)
         sol = solve_milp(
             cm.model, backend=params["backend"], time_limit=remaining,

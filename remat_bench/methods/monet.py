@@ -98,10 +98,8 @@ from remat_bench.methods.candidates import (
 )
 from remat_bench.toolkit.milp import (
     CONSTANT,
-    MilpSolution,
     ModelBuilder,
     SparseModel,
-    extreme_range,
     memory_scale,
     model_stats,
     parse_backend,
@@ -1084,10 +1082,6 @@ class Monet(Method):
         return best_of(graph, budget, result, pool)
 
     def _run(self, mm: MonetModel, deadline: Deadline, params: dict[str, Any], start: np.ndarray | None) -> Any:
-        numerics = extreme_range(mm.model) if params["backend"] == "highs" else None
-        if numerics is not None:  # a model HiGHS crashes on: the warm start is the answer, if any
-            return MilpSolution("feasible" if start is not None else "no_solution", x=start,
-                                message=f"the MILP was not run: {numerics}")
         return solve_milp(
             mm.model, backend=params["backend"], time_limit=deadline.remaining(),
             threads=params["threads"] or None, mip_gap=params["mip_gap"], seed=params["seed"], start=start,

@@ -19,15 +19,14 @@ from remat_bench.core.control import Deadline
 from remat_bench.core.graph import Graph, Node, Number
 from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import place_frees, simulate
-from remat_bench.toolkit.orders import local_search, order_peak
+from remat_bench.toolkit.orders import local_search
 
 
 def drop_recomputations(graph: Graph, nodes: np.ndarray, budget: Number,
                         deadline: Deadline | None = None) -> np.ndarray:
     """A compute order without the recomputations the budget does not need (frees at last use)."""
     nodes = np.asarray(nodes, dtype=np.int64)
-    zeros = np.zeros(len(nodes), dtype=np.int64)
-    if simulate(graph, place_frees(graph, nodes, zeros, drop_unused=False)).peak > budget:
+    if _simulated(graph, nodes, drop_unused=False)[1] > budget:
         return nodes
     changed = True
     while changed:
@@ -44,9 +43,8 @@ def drop_recomputations(graph: Graph, nodes: np.ndarray, budget: Number,
             if deadline is not None and deadline.expired():
                 return nodes[~dropped]
             dropped[p] = True
-            trial = nodes[~dropped]
-            sim = simulate(graph, place_frees(graph, trial, np.zeros(len(trial), dtype=np.int64), drop_unused=False))
-            if sim.valid and sim.peak <= budget:
+            valid, peak, _ = _simulated(graph, nodes[~dropped], drop_unused=False)
+            if valid and peak <= budget:
                 changed = True
             else:
                 dropped[p] = False
@@ -198,10 +196,11 @@ def computations_graph(graph: Graph, nodes: list[int]) -> Graph:
                  fixed_memory=graph.fixed_memory, units=graph.units, source=graph.source)
 
 
-def _simulated(graph: Graph, nodes: list[int]) -> tuple[bool, Number, Number]:
-    """(valid, peak, duration) of a compute sequence with frees at last use, unused computations dropped."""
+def _simulated(graph: Graph, nodes: list[int] | np.ndarray, drop_unused: bool = True) -> tuple[bool, Number, Number]:
+    """(valid, peak, duration) of a compute sequence with frees at last use (and unused computations
+    dropped, unless ``drop_unused`` is False)."""
     arr = np.asarray(nodes, dtype=np.int64)
-    sim = simulate(graph, place_frees(graph, arr, np.zeros(len(arr), dtype=np.int64), drop_unused=True))
+    sim = simulate(graph, place_frees(graph, arr, np.zeros(len(arr), dtype=np.int64), drop_unused=drop_unused))
     return sim.valid, sim.peak, sim.duration
 
 
@@ -221,7 +220,7 @@ def drop_with_reorder(graph: Graph, nodes: np.ndarray, budget: Number, deadline:
     success, they are tried again with another seed and twice the time, until ``deadline``.
 
     Measured on random_layered_n500 at 0.8 (2 cores): from Moccasin's +2.154% (order=free,
-    60 s), +0.63% to +1.15% in 12-15 s over five seeds; from the shaved input order (+2.915%),
+    60 s), +0.63% to +1.15% in 12-15 s over four seeds; from the shaved input order (+2.915%),
     +1.821% in 40 s; on the random 8-node graphs of tests/test_improve.py, the brute-force
     optimum from every shaved start (docs/benchmarks.md, "auto").
     """
@@ -249,14 +248,13 @@ def drop_with_reorder(graph: Graph, nodes: np.ndarray, budget: Number, deadline:
         order = local_search(copies, list(range(copies.n)), budget,
                              attempt_s if left is None else min(attempt_s, left), seed)
         candidate = [trial[i] for i in order]
-        if order_peak(copies, order) <= budget:
-            ok, new_peak, new_duration = _simulated(graph, candidate)
-            if ok and new_peak <= budget and new_duration < duration:
-                # Success: the order changed, so what failed before may fit now.
-                seq, duration = candidate, new_duration
-                undone += 1
-                failed.clear()
-                continue
+        ok, new_peak, new_duration = _simulated(graph, candidate)
+        if ok and new_peak <= budget and new_duration < duration:
+            # Success: the order changed, so what failed before may fit now.
+            seq, duration = candidate, new_duration
+            undone += 1
+            failed.clear()
+            continue
         failed.add((v, k))
     if stats is not None:
         stats.update({"attempts": tried, "undone": undone})

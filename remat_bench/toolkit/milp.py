@@ -242,6 +242,11 @@ def solve_milp(
     """
     kind, name = parse_backend(backend)
     if kind == "highs":
+        why = None if relax else extreme_range(model)
+        if why is not None:  # a model HiGHS crashed on: ``start`` is the answer, if any
+            return MilpSolution("feasible" if start is not None else "no_solution", x=start,
+                                objective=None if start is None else float(model.cost @ start),
+                                message=f"the MILP was not run: {why}")
         args = (model, time_limit, threads, mip_gap, seed, start, relax, keep_incumbents, options or {})
         if time_limit is not None and model.num_cols >= ISOLATE_COLUMNS and can_spawn():
             return _solve_highs_isolated(*args)
@@ -304,13 +309,6 @@ def _solve_highs(model: SparseModel, time_limit: float | None, threads: int | No
     h = highspy.Highs()
     h.silent()
     h.passModel(_highs_lp(model, relax))
-    if extreme_range(model) and "presolve" not in options:
-        # HiGHS 1.14's MIP presolve crashed the process (SIGSEGV) on a Checkmate model whose memory
-        # coefficients span eleven orders of magnitude (fractional sizes from 6.107 to 1.2e12, found
-        # by tests/test_fuzz.py); it solved without presolve. Another such model still crashed
-        # HiGHS's branch and bound (SIGFPE): checkmate and monet do not hand such models to HiGHS
-        # at all (`extreme_range`); this keeps other callers' (the bound's) off the presolve path.
-        options = {**options, "presolve": "off"}
     _set_highs_options(h, time_limit, threads, mip_gap, seed, relax, options)
     if start is not None and not relax:
         sol = highspy.HighsSolution()
@@ -322,13 +320,16 @@ def _solve_highs(model: SparseModel, time_limit: float | None, threads: int | No
     return _highs_answer(h, model, relax, time.perf_counter() - t0, incumbents)
 
 
-# Largest ratio between the magnitudes of two nonzero constraint coefficients HiGHS's presolve gets.
+# Largest ratio between the magnitudes of two nonzero constraint coefficients of a MIP given to HiGHS.
+# HiGHS 1.14 crashed the whole process on Checkmate models past it, found by tests/test_fuzz.py
+# (fractional sizes from 3.6 or 6.1 up to 1.2e12): SIGSEGV in presolve, and SIGFPE in branch and
+# bound with presolve off. Real graphs stay far below it (bytes over their gcd).
 EXTREME_RANGE = 1e10
 
 
 def extreme_range(model: SparseModel) -> str | None:
-    """Why HiGHS should not get ``model``: its constraint coefficients span more than `EXTREME_RANGE`
-    (HiGHS 1.14 crashed the process on such models, see `_solve_highs`); None when it may."""
+    """Why HiGHS should not get the MIP ``model`` (`solve_milp` then answers with its start, if any):
+    its constraint coefficients span more than `EXTREME_RANGE`; None when it may."""
     values = np.abs(model.A.data)
     values = values[values > 0]
     if not len(values) or float(values.max()) <= EXTREME_RANGE * float(values.min()):

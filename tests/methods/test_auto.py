@@ -282,11 +282,9 @@ def test_moccasin_in_auto_takes_the_order_free_path_without_backward_nodes_or_wh
 def test_the_polish_undoes_a_members_recomputation_by_reordering_and_names_whose_schedule_it_was():
     """dtr frees x for y's chain and computes x again for c (+55.6% after clean-up); computing y's
     chain first leaves room to hold x: the brute-force optimum, with no recomputation."""
-    from tests.helpers import make_graph
+    from tests.helpers import needs_reordering
 
-    g = make_graph({"x": [], "a": ["x"], "y": [], "b": ["y"], "c": ["x", "b"]},
-                   memory={"x": 4, "a": 1, "y": 4, "b": 1, "c": 1},
-                   duration={"x": 5, "a": 1, "y": 1, "b": 1, "c": 1}, outputs=["a", "c"])
+    g = needs_reordering()
     method = Auto()
     method.context = SolveContext()
     plain = method.solve(g, 7, 10, **method.parse_params({"members": "dtr", "polish": 0}))
@@ -300,15 +298,13 @@ def test_the_polish_undoes_a_members_recomputation_by_reordering_and_names_whose
 
 
 def test_a_polish_that_fails_is_recorded_and_the_members_answer_stands(monkeypatch):
-    from tests.helpers import make_graph
+    from tests.helpers import needs_reordering
 
     def boom(*args, **kwargs):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(auto_module, "drop_with_reorder", boom)
-    g = make_graph({"x": [], "a": ["x"], "y": [], "b": ["y"], "c": ["x", "b"]},
-                   memory={"x": 4, "a": 1, "y": 4, "b": 1, "c": 1},
-                   duration={"x": 5, "a": 1, "y": 1, "b": 1, "c": 1}, outputs=["a", "c"])
+    g = needs_reordering()
     method = Auto()
     method.context = SolveContext()
     r = method.solve(g, 7, 10, **method.parse_params({"members": "dtr"}))
