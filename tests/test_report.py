@@ -199,3 +199,34 @@ def test_the_production_section_sets_each_planner_beside_the_best_and_the_bound(
     assert rows["dtr"][3:7] == ["no_solution", "", "", ""]
     assert "torch-budget" not in rows and "Left out: 1 runs answered `unsupported`" in text
     assert "0.8" not in {r[1] for r in rows.values()}  # no planner ran at 0.8
+
+
+def test_rows_that_cannot_be_read_are_left_out_with_a_count(tmp_path, results):
+    copy = tmp_path / "copy"
+    shutil.copytree(results, copy)
+    (copy / "results.parquet").unlink()
+    runs = len(load_table(copy))
+    with (copy / "journal.jsonl").open("a") as fh:
+        # A row edited by hand, one whose run key cannot be built, and the partial line of a killed write.
+        fh.write('{"run_id": 5}\n{"graph": "g", "graph_sha256": "x", "method": "none", "params": "{}", '
+                 '"budget_text": "0.9", "status": "feasible", "repeat": "twice", "time_limit": 20}\n{"graph": 5')
+    table = load_table(copy)
+    assert len(table) == runs and table.attrs["skipped_rows"] == 3
+    note = (f"3 rows of {copy / 'journal.jsonl'} could not be read (cut short, or without the columns that name "
+            "a run) and are left out")
+    r = CliRunner().invoke(main, ["report", str(copy), "-o", str(tmp_path / "r.md")])
+    assert r.exit_code == 0, r.output
+    assert "Traceback" not in r.output and f"note: {note}" in " ".join(r.output.split())
+    assert f"Note: {note}." in (tmp_path / "r.md").read_text()
+    r = CliRunner().invoke(main, ["plot", str(copy), "-o", str(tmp_path / "t.png")])
+    assert r.exit_code == 0, r.output
+    assert f"note: {note}" in " ".join(r.output.split()) and (tmp_path / "t.png").stat().st_size > 0
+    # Nothing readable at all: the one sentence says why.
+    only = tmp_path / "only"
+    only.mkdir()
+    (only / "journal.jsonl").write_text('{"run_id": 5}\n')
+    r = CliRunner().invoke(main, ["report", str(only), "-o", str(tmp_path / "o.md")])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert " ".join(r.output.split()) == (f"error: {only}: the results hold no runs yet that can be read: 1 row of "
+                                          f"{only / 'journal.jsonl'} could not be read (cut short, or without the "
+                                          "columns that name a run) and is left out")

@@ -1015,7 +1015,7 @@ def plot(sources: tuple[Path, ...], kind: str, output: Path, graph: str | None, 
     remat-bench plot a.json b.json --graph graphs/chain-16-train.json --kind timeline -o t.png
     """
     from remat_bench.app import charts
-    from remat_bench.app.sweep.results import load_table, schedules_at
+    from remat_bench.app.sweep.results import load_table, schedules_at, skipped_note
     from remat_bench.core.schedule import load_schedule
 
     charts.image_format(output)  # a wrong suffix is refused before the results are read
@@ -1058,6 +1058,8 @@ def plot(sources: tuple[Path, ...], kind: str, output: Path, graph: str | None, 
         raise click.BadParameter(f"a {kind} chart shows every budget; --budget picks the schedules of a timeline "
                                  "or intervals chart", param_hint="--budget")
     table = load_table(folder)
+    if (skipped := skipped_note(table)) is not None:
+        err.print(f"note: {skipped}", markup=False, highlight=False)
     # An unknown --graph or --method is named (with its nearest match) rather than leaving nothing to draw.
     chosen_runs = charts.select_runs(table, folder, graph, methods, need_schedule=kind in ("timeline", "intervals"))
     if kind in ("tradeoff", "scaling"):
@@ -1084,8 +1086,12 @@ def plot(sources: tuple[Path, ...], kind: str, output: Path, graph: str | None, 
 def report(results: Path, output: Path, title: str | None) -> None:
     """Write a Markdown report of a RESULTS folder: summary, best method per budget, charts, tables."""
     from remat_bench.app.report import write_report
+    from remat_bench.app.sweep.results import load_table, skipped_note
 
-    written = write_report(results, output, title=title)
+    table = load_table(results)
+    if not table.empty and (skipped := skipped_note(table)) is not None:  # else the error names them
+        err.print(f"note: {skipped}", markup=False, highlight=False)
+    written = write_report(results, output, title=title, table=table)
     out.print(f"wrote {written} (charts in {written.parent / (written.stem + '-figures')})")
 
 

@@ -30,6 +30,7 @@ from remat_bench.app.sweep.results import (
     labels,
     load_table,
     schedules_at,
+    skipped_note,
     succeeded,
     summarize,
 )
@@ -371,17 +372,23 @@ def graph_table(frame: pd.DataFrame) -> str:
     return _table(columns, rows) + "\n\n" + note
 
 
-def write_report(results: str | Path, path: str | Path, title: str | None = None) -> Path:
-    """Write the Markdown report of the results folder ``results`` to ``path``, charts beside it."""
+def write_report(results: str | Path, path: str | Path, title: str | None = None,
+                 table: pd.DataFrame | None = None) -> Path:
+    """Write the Markdown report of the results folder ``results`` to ``path``, charts beside it.
+
+    ``table`` is the folder's table when the caller has read it already (`load_table`).
+    """
     from remat_bench import __version__
     from remat_bench.app import charts
 
     results, path = Path(results), Path(path)
     if path.suffix.lower() != ".md":
         raise RematBenchError(f"{path}: the report is Markdown; give a file name ending in .md")
-    table = load_table(results)
+    table = load_table(results) if table is None else table
     if table.empty:
-        raise RematBenchError(f"{results}: the results hold no runs yet")
+        skipped = skipped_note(table)
+        raise RematBenchError(f"{results}: the results hold no runs yet" + (f" that can be read: {skipped}"
+                                                                             if skipped else ""))
     frame = table.assign(label=labels(table), ok=succeeded(table))
     figures = path.parent / f"{path.stem}-figures"
     name = title or _sweep_name(results)
@@ -394,7 +401,8 @@ def write_report(results: str | Path, path: str | Path, title: str | None = None
         f"{int(frame['ok'].sum())} of them with a schedule within budget; time limit "
         f"{', '.join(f'{t:g} s' for t in sorted(table['time_limit'].dropna().unique()))} per run. "
         f"Results from `{results}`, on {hosts or 'an unknown host'}; {versions}. Report written "
-        f"{_dt.datetime.now().strftime('%Y-%m-%d %H:%M')} by remat-bench {__version__}.")
+        f"{_dt.datetime.now().strftime('%Y-%m-%d %H:%M')} by remat-bench {__version__}."
+        + (f" Note: {skipped}." if (skipped := skipped_note(table)) else ""))
     parts += ["", "## Summary per method", "", summary_section(summarize(table)), ""]
     parts += ["## Best method at each budget", "", best_section(frame), ""]
     gaps = gap_section(frame)

@@ -154,17 +154,54 @@ def write_table(frame: pd.DataFrame, output: Path, csv: bool = False) -> list[Pa
     return written
 
 
+# What a row must hold to be placed in the table and drawn: the columns that name its run, as text.
+NAMING_COLUMNS = ("graph", "graph_sha256", "method", "budget_text", "status")
+
+
 def load_table(folder: str | Path) -> pd.DataFrame:
-    """A results folder's table: rebuilt from its journal when there is one (it is never behind), else the Parquet."""
+    """A results folder's table: rebuilt from its journal when there is one (it is never behind), else the Parquet.
+
+    Rows that cannot be read (a line cut short by a kill, a row edited by hand without the
+    columns that name its run) are left out, and counted in ``frame.attrs["skipped_rows"]``
+    (`skipped_note` words it), so that one bad line does not stop a report or a chart.
+    """
     from remat_bench.app.sweep.journal import JOURNAL, Journal
     from remat_bench.core.errors import RematBenchError
 
     folder = Path(folder)
     if (folder / JOURNAL).exists():
-        return build_table(Journal(folder / JOURNAL).rows())
-    if (folder / TABLE).exists():
-        return build_table(pd.read_parquet(folder / TABLE).to_dict("records"))
-    raise RematBenchError(f"{folder}: holds no results ({JOURNAL} or {TABLE}); run `remat-bench sweep` first")
+        journal = Journal(folder / JOURNAL)
+        rows = list(journal.rows())
+        skipped = journal.skipped_lines
+    elif (folder / TABLE).exists():
+        rows, skipped = pd.read_parquet(folder / TABLE).to_dict("records"), 0
+    else:
+        raise RematBenchError(f"{folder}: holds no results ({JOURNAL} or {TABLE}); run `remat-bench sweep` first")
+    readable = []
+    for row in rows:
+        try:
+            row_key(row)
+            named = all(isinstance(row[column], str) for column in NAMING_COLUMNS)
+        except (KeyError, TypeError, ValueError):
+            named = False
+        if named:
+            readable.append(row)
+        else:
+            skipped += 1
+    frame = build_table(readable)
+    frame.attrs["skipped_rows"] = skipped
+    frame.attrs["source"] = str(folder / (JOURNAL if (folder / JOURNAL).exists() else TABLE))
+    return frame
+
+
+def skipped_note(frame: pd.DataFrame) -> str | None:
+    """One sentence on the rows `load_table` left out, or None when it read every row."""
+    n = frame.attrs.get("skipped_rows", 0)
+    if not n:
+        return None
+    return (f"{n} row{'s' if n != 1 else ''} of {frame.attrs.get('source', 'the results')} could not be read "
+            "(cut short, or without the columns that name a run) and "
+            f"{'are' if n != 1 else 'is'} left out")
 
 
 # ---------------------------------------------------------------------- aggregates
