@@ -171,3 +171,51 @@ def test_any_order_bound_is_valid_on_random_training_graphs(g, data):
     if want is None:
         return
     assert bound.value is not None and bound.value <= want
+
+
+def test_a_cached_bound_that_a_schedule_contradicts_is_discarded_and_recomputed(tmp_path, monkeypatch):
+    """Issue 30 item 7: a cache entry edited to 1e9 made a greedy run 'proven optimal ... bound 1e+09'."""
+    import json
+
+    from click.testing import CliRunner
+
+    from remat_bench.app.cli import main
+    from tests.helpers import SHIPPED
+
+    monkeypatch.setenv("REMAT_BENCH_BOUND_CACHE", str(tmp_path))
+    chain = str(SHIPPED / "chain-16-train.json")
+
+    def solve():
+        r = CliRunner().invoke(main, ["solve", chain, "-m", "greedy", "-b", "0.8", "--json"])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.output)
+
+    first = solve()
+    assert first["lower_bound_any_order"] == 53 and first["duration"] == 53
+    (entry,) = tmp_path.glob("*.json")
+    data = json.loads(entry.read_text())
+    data["bound"]["value"] = 1e9
+    entry.write_text(json.dumps(data))
+    again = solve()
+    assert again["lower_bound_any_order"] == 53  # recomputed, not the edited 1e9
+    assert again["stats"]["bound_any_order"]["discarded"] == \
+        "a schedule within the budget takes 53, below the bound 1000000000.0"
+    assert again["proven_optimal"] and again["gap_pct"] == 0.0
+    assert json.loads(entry.read_text())["bound"]["value"] == 53  # the cache holds the fresh bound
+
+
+def test_a_bound_still_contradicted_after_recomputing_is_an_error_never_optimal(monkeypatch):
+    from remat_bench.app import pipeline
+    from remat_bench.toolkit import bound as bound_module
+    from remat_bench.toolkit.bound import Bound, BoundCache
+    from tests.helpers import SHIPPED
+
+    monkeypatch.setattr(bound_module, "any_order_bound", lambda graph, budget, effort=30.0: Bound(10**9, "optimal"))
+    g = load_graph(SHIPPED / "chain-16-train.json")
+    r = pipeline.run(g, "greedy", "0.8", 10, bounds=BoundCache(None))
+    assert r.status.value == "error" and r.termination.value == "error"
+    assert not r.proven_optimal
+    assert r.message == ("the any-order bound is wrong: a schedule within the budget takes 53, below the bound "
+                         "1000000000 (recomputed after the cached bound failed the same check); this is a bug in "
+                         "remat-bench, please report it")
+    assert r.exit_code == 1

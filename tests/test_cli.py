@@ -324,3 +324,59 @@ def test_solve_auto_shows_the_polish_and_whose_schedule_it_improved(tmp_path):
     assert "the fastest schedule is polish (dtr)'s" in r.output
     assert "from dtr's schedule: 1 recomputation undone" in r.output
     assert "duration          9" in r.output
+
+
+ZERO = {"format": "remat-bench-graph", "version": 1, "name": "zero", "nodes": [
+    {"id": "a", "inputs": [], "memory": 0, "duration": 0},
+    {"id": "b", "inputs": ["a"], "memory": 0, "duration": 0},
+    {"id": "c", "inputs": ["b", "a"], "memory": 0, "duration": 0}]}
+
+
+def test_an_all_zero_graph_gets_answers_not_a_division_by_zero(tmp_path):
+    """Issue 30 item 9: `floor` on a valid all-zero graph raised ZeroDivisionError (a baseline peak of 0)."""
+    path = tmp_path / "zero.json"
+    path.write_text(json.dumps(ZERO))
+    floor = invoke("floor", str(path), "-t", "5")
+    assert floor.exit_code == 0, floor.output
+    assert "lowest peak found  0, by" in floor.output
+    assert "none: the lowest peak is proven" not in floor.output  # a zero lower bound shows no gap line
+    solved = invoke("solve", str(path), "-m", "auto", "-b", "min", "-t", "5", "-o", str(tmp_path / "s.json"))
+    assert solved.exit_code == 0, solved.output
+    assert "peak, at least    0 (" in solved.output
+    shown = invoke("simulate", str(path), str(tmp_path / "s.json"))
+    assert shown.exit_code == 0, shown.output
+    assert "peak      0, at step 0" in shown.output
+
+
+def test_every_number_parameter_declares_its_range_and_a_huge_one_is_refused_before_solving():
+    """Issue 30 item 11: `-p grid=99999999999999999999999` for chen failed inside the method (exit 1)."""
+    from remat_bench.methods import get_method, method_names
+
+    unbounded = [f"{m}.{p.name}" for m in method_names() for p in get_method(m).params
+                 if p.type in (int, float) and p.choices is None and (p.minimum is None or p.maximum is None)]
+    assert unbounded == []
+    r = invoke("solve", CHAIN, "-m", "chen", "-p", "grid=99999999999999999999999", "-b", "0.8")
+    assert r.exit_code == 2
+    assert r.output.strip() == ("error: parameter 'grid' of method 'chen' must be at most 10000 (number of "
+                                "thresholds b the greedy variant tries), got '99999999999999999999999'")
+
+
+def test_floor_ends_once_the_lowest_peak_is_proven():
+    """Issue 30 item 16: floor ran its whole limit after proving its answer."""
+    r = invoke("floor", CHAIN, "-t", "60", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["proven"] and data["lowest_peak_found"] == data["peak_lower_bound"] == 4
+    assert data["solve_time_s"] < 15  # the limit was 60 s; a fast member reaches the floor in milliseconds
+
+
+def test_auto_ends_once_a_members_schedule_meets_the_any_order_bound():
+    """Issue 30 item 16: auto ran its whole limit at a gap of 0.000%: its exact members ran on side by side."""
+    r = invoke("solve", str(SHIPPED / "resnet18-b8-r64-train.json"), "-m", "auto", "-b", "0.9", "-t", "120",
+               "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["proven_optimal"] and data["gap_pct"] == 0.0
+    assert data["solve_time_s"] < 40  # of 120 s: moccasin meets the bound in about a second on 2 cores
+    exact = {m["method"]: m for m in data["stats"]["members"] if m["role"] == "exact"}
+    assert any(m["status"] in ("optimal", "feasible") for m in exact.values())

@@ -35,3 +35,34 @@ def test_first_ctrl_c_returns_the_best_schedule_so_far(tmp_path):
     assert sim.valid
     assert sim.peak == result["peak"]
     assert not list(tmp_path.glob(".*.tmp"))  # no temporary file left behind
+
+
+SOLVER_CALL = """
+import os, signal, threading
+from remat_bench.core.control import run_interruptibly
+stop = threading.Event()
+def solver():
+    stop.wait(20)
+    return "best so far"
+for delay in {delays}:
+    threading.Timer(delay, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+print(run_interruptibly(solver, stop.set), flush=True)
+"""
+
+
+def test_ctrl_c_while_a_native_solver_runs_keeps_its_answer():
+    """Issue 30 item 12: a KeyboardInterrupt landing in Thread.join lost the solver's answer (KeyError 'value')."""
+    proc = subprocess.run([sys.executable, "-c", SOLVER_CALL.format(delays=[0.5])], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "best so far"
+
+
+def test_a_second_ctrl_c_aborts_while_the_solver_winds_down():
+    slow_stop = SOLVER_CALL.replace("run_interruptibly(solver, stop.set)",
+                                    "run_interruptibly(solver, lambda: None)")  # the solver ignores the stop
+    proc = subprocess.run([sys.executable, "-c", slow_stop.format(delays=[0.5, 1.5])], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1] == "KeyboardInterrupt"
+    assert proc.stdout == ""

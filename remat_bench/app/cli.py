@@ -12,6 +12,7 @@ import math
 import os
 import signal
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,11 @@ def fmt_amount(value: Number | None, unit: str = "") -> str:
         prefix = ("", "KiB", "MiB", "GiB", "TiB", "PiB")[exponent]
         text += f" ({value / 1024**exponent:.2f} {prefix})"
     return text
+
+
+def of_baseline(amount: Number, baseline_peak: Number) -> str:
+    """``"  = 80.0% of baseline"``, or nothing when the baseline peak is zero (an all-zero graph)."""
+    return f"  = {100 * amount / baseline_peak:.1f}% of baseline" if baseline_peak else ""
 
 
 def graph_search_path() -> list[Path]:
@@ -370,15 +376,14 @@ def _print_result(g: Graph, r: Any, output: Path | None) -> None:
         budget += f"  = {100 * r.budget_fraction:.1f}% of baseline"
     table.add_row("budget", budget)
     if r.peak is not None:
-        table.add_row("peak", f"{fmt_amount(r.peak, unit)}  = {100 * r.peak / r.baseline_peak:.1f}% of baseline"
-                      if r.baseline_peak else fmt_amount(r.peak, unit))
+        table.add_row("peak", fmt_amount(r.peak, unit) + of_baseline(r.peak, r.baseline_peak))
         table.add_row("duration", f"{fmt_amount(r.duration)}  overhead {r.overhead_pct:+.3f}%")
     table.add_row("baseline", f"peak {fmt_amount(r.baseline_peak, unit)}, duration {fmt_amount(r.baseline_duration)}")
     if r.peak_lower_bound is not None:
         above = "" if r.peak is None or not r.peak_lower_bound else \
             f"; the peak found is {100 * (r.peak / r.peak_lower_bound - 1):.1f}% above it"
-        table.add_row("peak, at least", f"{fmt_amount(r.peak_lower_bound, unit)}  = "
-                      f"{100 * r.peak_lower_bound / r.baseline_peak:.1f}% of baseline{above} "
+        table.add_row("peak, at least", f"{fmt_amount(r.peak_lower_bound, unit)}"
+                      f"{of_baseline(r.peak_lower_bound, r.baseline_peak)}{above} "
                       f"({escape(r.peak_lower_bound_reason)})")
     if r.objective is not None:
         table.add_row("objective", f"{fmt_amount(r.objective)} (the method's own, before clean-up)")
@@ -387,7 +392,9 @@ def _print_result(g: Graph, r: Any, output: Path | None) -> None:
     if r.lower_bound_any_order is not None:
         gap = "" if r.gap_pct is None else f"; gap {r.gap_pct:.3f}%"
         how = "from the cache" if r.stats_bound.get("from_cache") else f"computed in {r.bound_time_s:.2f} s"
-        table.add_row("bound, any order", f"{fmt_amount(r.lower_bound_any_order)}{gap}  ({how})")
+        if r.stats_bound.get("discarded"):
+            how += f"; the cached bound was discarded: {r.stats_bound['discarded']}"
+        table.add_row("bound, any order", f"{fmt_amount(r.lower_bound_any_order)}{gap}  ({escape(how)})")
     elif not r.stats_bound and not r.below_floor:
         table.add_row("bound, any order", "not computed (--no-bound)")
     table.add_row("solve time", f"{r.solve_time_s:.2f} s")
@@ -416,7 +423,7 @@ def _print_members(r: Any) -> None:
         if m["role"] == "polish" and m.get("returned"):
             note = f"from {m['returned']}'s schedule: {m.get('message', '')}"
         table.add_row(m["method"], m["role"], m["status"], overhead, peak, f"{m.get('seconds', 0):.2f}",
-                      escape(note[:90]))
+                      escape(textwrap.shorten(note, 160, placeholder=" ...")))
     out.print(table)
 
 
@@ -469,8 +476,7 @@ def simulate(graph: str, schedule: Path, as_json: bool, force: bool, timeline: P
     table.add_column()
     table.add_row("schedule", f"{schedule} ({sched.method or 'unknown method'})")
     table.add_row("valid", "[green]yes[/]")
-    table.add_row("peak", f"{fmt_amount(sim.peak, unit)}  = {100 * sim.peak / base.peak:.1f}% of baseline, "
-                          f"at step {sim.peak_step}")
+    table.add_row("peak", f"{fmt_amount(sim.peak, unit)}{of_baseline(sim.peak, base.peak)}, at step {sim.peak_step}")
     table.add_row("duration", f"{fmt_amount(sim.duration)}  overhead {data['overhead_pct']:+.3f}%")
     table.add_row("steps", f"{sim.num_steps} ({sim.computes} computes, {sim.recomputations} recomputations)")
     out.print(table)
@@ -488,9 +494,10 @@ def simulate(graph: str, schedule: Path, as_json: bool, force: bool, timeline: P
 def floor(graph: str, method: str, time_limit: float, as_json: bool) -> None:
     """The lowest feasible budget: the lowest peak a schedule reaches, and a peak no schedule goes below.
 
-    The schedule is the method's answer to `--budget min` (the least peak, then the least duration
-    there); the lower bound holds for every schedule (the memory floor, or all outputs resident when
-    the last is computed). Exit status 0 when a schedule was found, 1 otherwise.
+    The schedule is the method's answer to `--budget min`, ended as soon as its peak meets the
+    lower bound (the duration there is then not minimised); the lower bound holds for every
+    schedule (the memory floor, or all outputs resident when the last is computed). Exit status 0
+    when a schedule was found, 1 otherwise.
     """
     from remat_bench.app.pipeline import run
 
@@ -499,7 +506,7 @@ def floor(graph: str, method: str, time_limit: float, as_json: bool) -> None:
         status = err.status(f"searching the lowest peak of {g.name} with {method} (limit {time_limit:g} s)...") \
             if not as_json and err.is_terminal else contextlib.nullcontext()
         with status:
-            r = run(g, method, "min", time_limit)
+            r = run(g, method, "min", time_limit, peak_only=True)
     peak = r.peak if r.status.found_schedule else None
     found = peak is not None
     bound = r.peak_lower_bound
@@ -526,13 +533,14 @@ def floor(graph: str, method: str, time_limit: float, as_json: bool) -> None:
         table.add_row("graph", f"{g.name} ({g.n} nodes, {g.num_edges} edges)")
         table.add_row("baseline peak", fmt_amount(r.baseline_peak, unit))
         if peak is not None:
-            table.add_row("lowest peak found", f"{fmt_amount(peak, unit)}  = {100 * peak / r.baseline_peak:.1f}% "
-                          f"of baseline, by {data['found_by']} (overhead there {r.overhead_pct:+.3f}%)")
+            table.add_row("lowest peak found", f"{fmt_amount(peak, unit)}{of_baseline(peak, r.baseline_peak)}"
+                          f", by {data['found_by']} (overhead there {r.overhead_pct:+.3f}%, not minimised: "
+                          "`solve --budget min` minimises it)")
         else:
             table.add_row("lowest peak found", f"[red]none[/] ({escape(r.message)})")
         if bound is not None:
-            table.add_row("no schedule below", f"{fmt_amount(bound, unit)}  = {100 * bound / r.baseline_peak:.1f}% "
-                          f"of baseline ({escape(r.peak_lower_bound_reason)})")
+            table.add_row("no schedule below", f"{fmt_amount(bound, unit)}{of_baseline(bound, r.baseline_peak)} "
+                          f"({escape(r.peak_lower_bound_reason)})")
         if peak is not None and bound:
             table.add_row("gap", "[green]none: the lowest peak is proven[/]" if proven else
                           f"{100 * (peak / bound - 1):.1f}% (the lowest feasible budget lies between the two)")

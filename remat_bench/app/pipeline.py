@@ -23,7 +23,7 @@ from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import Simulation, baseline, clean_up_simulated, simulate
 from remat_bench.methods import Method, MethodResult, Status, get_method
 from remat_bench.methods.base import SolveContext, Termination
-from remat_bench.toolkit.bound import BoundCache, default_cache_folder
+from remat_bench.toolkit.bound import Bound, BoundCache, contradiction, default_cache_folder
 
 
 @dataclass
@@ -59,6 +59,7 @@ class RunResult:
     schedule_steps: int | None = None
     stats: dict[str, Any] = field(default_factory=dict)
     stats_bound: dict[str, Any] = field(default_factory=dict)
+    any_order: Bound | None = None  # the any-order bound the run is judged by (stats_bound describes it)
     cleanup: dict[str, Any] | None = None
     schedule: Schedule | None = None
     simulation: Simulation | None = None
@@ -186,13 +187,17 @@ def run(
     params: dict[str, Any] | None = None,
     bound: bool = True,
     bounds: BoundCache | None = None,
+    peak_only: bool = False,
 ) -> RunResult:
     """Solve ``graph`` with ``method`` at ``budget`` and score the result with the simulator.
 
     Raises MethodError / BudgetError for bad requests (exit status 2 on the
     command line); every other outcome, a failing method included, is a
     RunResult with a status and a message. ``bound=False`` skips the any-order
-    lower bound (no gap, and nothing can be proven optimal).
+    lower bound (no gap, and nothing can be proven optimal). The method may stop as soon
+    as its schedule meets the any-order bound (`SolveContext.duration_goal`); with
+    ``peak_only`` at ``budget=min`` (`remat-bench floor`), as soon as its peak meets the
+    peak no schedule goes below (`SolveContext.peak_goal`), leaving the duration there unpolished.
     """
     cls, parsed = resolve_method(method, params or {})
     # One bound cache per run unless the caller shares one: on disk it outlives the run anyway.
@@ -205,10 +210,13 @@ def run(
         result.peak_lower_bound, result.peak_lower_bound_reason = floor.amount, floor.reason
     if _refused(graph, cls, budget, result):
         return result
+    effort = bound_effort(time_limit)
     if bound:
         time_limit = _bound(graph, budget, time_limit, bounds, result)
+    context = SolveContext(bounds=bounds, duration_goal=result.lower_bound_any_order if budget.amount is not None
+                           else None, peak_goal=result.peak_lower_bound if peak_only else None)
     start = time.perf_counter()
-    answer = _solve(graph, method, cls, parsed, budget, time_limit, bounds)
+    answer = _solve(graph, method, cls, parsed, budget, time_limit, context)
     wall = time.perf_counter() - start
     result.termination = termination_of(answer, wall, time_limit)
     result.solve_time_s = answer.solve_time_s or wall
@@ -217,7 +225,13 @@ def run(
     result.stats = {**answer.stats, "bound_any_order": result.stats_bound}
     result.status = answer.status
     result.message = answer.message
-    return _score(graph, budget, answer, result)
+    result = _score(graph, budget, answer, result)
+    return _check_bound(graph, budget, bounds, effort, result)
+
+
+def bound_effort(time_limit: float | None) -> float:
+    """Seconds the any-order bound may take: a tenth of the limit, between 0.5 and 30 s (30 s with no limit)."""
+    return 30.0 if time_limit is None else max(0.5, min(30.0, time_limit / 10))
 
 
 def _new_result(graph: Graph, method: str, cls: type[Method], parsed: dict[str, Any], budget: Budget) -> RunResult:
@@ -263,9 +277,9 @@ def _bound(graph: Graph, budget: Budget, time_limit: float | None, bounds: Bound
     The bound is part of the run's time: at most a tenth of the limit, and the method gets the rest.
     """
     bound_start = time.perf_counter()
-    effort = 30.0 if time_limit is None else max(0.5, min(30.0, time_limit / 10))
-    any_order, from_cache = bounds.get(graph, budget.amount, effort)
+    any_order, from_cache = bounds.get(graph, budget.amount, bound_effort(time_limit))
     result.bound_time_s = time.perf_counter() - bound_start
+    result.any_order = any_order
     result.lower_bound_any_order = any_order.value
     result.stats_bound = {**any_order.as_dict(), "from_cache": from_cache}
     if time_limit is not None:
@@ -274,12 +288,12 @@ def _bound(graph: Graph, budget: Budget, time_limit: float | None, bounds: Bound
 
 
 def _solve(graph: Graph, method: str, cls: type[Method], parsed: dict[str, Any], budget: Budget,
-           time_limit: float | None, bounds: BoundCache) -> MethodResult:
+           time_limit: float | None, context: SolveContext) -> MethodResult:
     """The method's answer; its failures (out of memory, a model too large, a bug) are answers too."""
     try:
         method_params = {k: v for k, v in parsed.items() if k not in PIPELINE_PARAMS}
         solver = cls()
-        solver.context = SolveContext(bounds=bounds)
+        solver.context = context
         answer: MethodResult = solver.solve(graph, budget.amount, time_limit, **method_params)
     except KeyboardInterrupt:
         raise
@@ -359,6 +373,41 @@ def _score(graph: Graph, budget: Budget, answer: MethodResult, result: RunResult
     return result
 
 
+def _check_bound(graph: Graph, budget: Budget, bounds: BoundCache, effort: float, result: RunResult) -> RunResult:
+    """Hold the run's schedule against the any-order bound it reports: a schedule within the budget
+    shorter than the bound (or where the bound says none fits) contradicts it.
+
+    The bound may have come from the disk cache, which anyone can edit: a contradicted bound is
+    discarded and computed again. If the fresh bound is contradicted too, the bound is wrong and the
+    run is an error (never "proven optimal"); otherwise the fresh bound is the run's.
+    """
+    if result.any_order is None or result.peak is None or result.duration is None:
+        return result
+    why = contradiction(result.any_order, result.duration, result.peak, budget.amount)
+    if why is None:
+        return result
+    bounds.discard(graph, budget.amount)
+    start = time.perf_counter()
+    fresh, _ = bounds.get(graph, budget.amount, effort)
+    result.bound_time_s += time.perf_counter() - start
+    result.any_order = fresh
+    result.stats_bound = {**fresh.as_dict(), "from_cache": False, "discarded": why}
+    result.stats["bound_any_order"] = result.stats_bound
+    result.lower_bound_any_order = fresh.value
+    result.gap_pct = gap_pct(result.duration, fresh.value)
+    again = contradiction(fresh, result.duration, result.peak, budget.amount)
+    fits = budget.amount is None or result.peak <= budget.amount
+    result.proven_optimal = bool(fits and result.status.found_schedule and fresh.value is not None
+                                 and again is None and result.duration <= fresh.value)
+    if again is not None:
+        result.status = Status.ERROR
+        result.termination = Termination.ERROR
+        result.proven_optimal = False
+        result.message = (f"the any-order bound is wrong: {again} (recomputed after the cached bound failed "
+                          "the same check); this is a bug in remat-bench, please report it")
+    return result
+
+
 def run_side_by_side(graph: Graph, methods: list[str], budget: Budget, time_limit: float | None,
                      params: dict[str, dict[str, Any]], *, bound: bool = True, jobs: int = 2,
                      bounds: BoundCache | None = None) -> list[RunResult]:
@@ -377,8 +426,7 @@ def run_side_by_side(graph: Graph, methods: list[str], budget: Budget, time_limi
     bound_time = 0.0
     if bound:
         start = time.perf_counter()
-        effort = 30.0 if time_limit is None else max(0.5, min(30.0, time_limit / 10))
-        bounds.get(graph, budget.amount, effort)
+        bounds.get(graph, budget.amount, bound_effort(time_limit))
         bound_time = time.perf_counter() - start
         # Each run's share of the limit is what is left after the bound, as when it computes the bound itself.
         if time_limit is not None:

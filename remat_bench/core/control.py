@@ -60,25 +60,33 @@ def run_interruptibly(fn: Callable[[], T], stop: Callable[[], None]) -> T:
     The call runs in a worker thread while the main thread waits (Python handles
     signals only there); on Ctrl-C the main thread asks the solver to stop
     (``stop``), marks the solve interrupted, and keeps waiting for the solver to
-    return its best solution so far. Off the main thread, the call runs as is.
+    return its best solution so far; a second Ctrl-C aborts. Off the main thread, the call runs as is.
     """
     if threading.current_thread() is not threading.main_thread():
         return fn()
     box: dict[str, Any] = {}
+    # Waited on through an Event, not Thread.join: in CPython 3.11 a KeyboardInterrupt that lands in
+    # join() marks the thread stopped while it still runs (bpo-45274's handling), so the wait would
+    # end before the solver returned and its answer would be lost.
+    done = threading.Event()
 
     def target() -> None:
         try:
             box["value"] = fn()
         except BaseException as exc:  # handed back to the caller below
             box["error"] = exc
+        finally:
+            done.set()
 
     worker = threading.Thread(target=target, name="remat-bench-solver", daemon=True)
     worker.start()
     stopped = False
-    while worker.is_alive():
+    while not done.is_set():
         try:
-            worker.join(0.1)
+            done.wait(0.1)
         except KeyboardInterrupt:
+            if stopped:  # a second Ctrl-C after the stop was asked for: abort
+                raise
             _INTERRUPTED.set()
         if _INTERRUPTED.is_set() and not stopped:
             stopped = True

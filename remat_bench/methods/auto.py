@@ -42,7 +42,9 @@ is recorded with its error, and the others' best stands.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -60,7 +62,6 @@ from remat_bench.core.schedule import COMPUTE, Schedule
 from remat_bench.core.simulate import Simulation, baseline, clean_up_simulated, place_frees, simulate
 from remat_bench.methods.base import Method, Param, SolveContext
 from remat_bench.methods.candidates import run_method
-from remat_bench.toolkit.bound import BoundCache
 from remat_bench.toolkit.improve import drop_with_reorder
 
 # In the order they run: the ones that end in milliseconds first, so that their time passes on.
@@ -128,7 +129,7 @@ class Auto(Method):
         Param("members", str, "all", "methods to run, separated by commas (all: greedy, dtr, chen, fenghuang, "
               "twremat, knapsack, kusumoto, reorder, moccasin, checkmate, monet)", check=_members),
         Param("jobs", int, 0, "exact members run side by side in child processes, each with every core (0: one "
-              "per core, at most one per member; 1: one after another in this process)", minimum=0),
+              "per core, at most one per member; 1: one after another in this process)", minimum=0, maximum=64),
         Param("fast_share", float, 0.2, "largest share of the time limit the fast members take together",
               minimum=0.01, maximum=1),
         Param("polish", float, 0.1, "share of the time limit kept for undoing recomputations of the best "
@@ -143,6 +144,7 @@ class Auto(Method):
         keep = params["polish"] * limit if budget is not None else 0.0
         deadline = Deadline(limit - keep)
         names = _members(params["members"])
+        self.goals = self._goals(graph, budget, deadline)
         members: list[Member] = []
         hints: list[tuple[str, Schedule]] = []
         fast = [n for n in names if n not in EXACT]
@@ -158,9 +160,9 @@ class Auto(Method):
             runnable.remove("checkmate")
             members.append(Member("checkmate", "exact", "not_run", message="no backward nodes: moccasin's "
                                   "order-free search holds checkmate's space and takes every core"))
-        if runnable and self._proven(graph, budget, members, deadline):
-            for name in runnable:  # a fast member's schedule meets the any-order bound: nothing is faster
-                members.append(Member(name, "exact", "not_run", message="a fast member's schedule is proven optimal"))
+        if runnable and (reached := self._reached(budget, members)) is not None:
+            for name in runnable:  # a fast member's schedule meets the goal: nothing is faster (or lower)
+                members.append(Member(name, "exact", "not_run", message=f"{reached}'s schedule is proven optimal"))
         elif runnable and not deadline.expired():
             jobs = params["jobs"] or min(os.cpu_count() or 1, len(runnable))
             self._run_exact(graph, budget, runnable, deadline, min(jobs, len(runnable)), members, hints)
@@ -202,11 +204,14 @@ class Auto(Method):
             if deadline.expired() or interrupted():
                 members.append(Member(name, "fast", message="no time left"))
                 continue
+            if (reached := self._reached(budget, members)) is not None:
+                members.append(Member(name, "fast", message=f"{reached}'s schedule is proven optimal"))
+                continue
             left = stage.remaining()
             limit = None if left is None else max(0.05, left / (len(runnable) - k))
             if name == "reorder" and limit is not None and remaining is not None:
                 limit = min(limit, REORDER_SHARE * remaining)
-            context = SolveContext(bounds=self.context.bounds)
+            context = self._member_context()
             run = partial(run_method, graph, budget, name, MEMBER_PARAMS.get(name, {}), limit, context)
             member = _record(graph, budget, name, "fast", run, MEMBER_PARAMS.get(name, {}))
             members.append(member)
@@ -220,9 +225,12 @@ class Auto(Method):
 
         if jobs <= 1 or not can_spawn():
             for k, name in enumerate(names):
+                if (reached := self._reached(budget, members)) is not None:
+                    members.append(Member(name, "exact", "not_run", message=f"{reached}'s schedule is proven optimal"))
+                    continue
                 left = deadline.remaining()
                 limit = None if left is None else left / (len(names) - k)
-                context = SolveContext(bounds=self.context.bounds, hints=list(hints))
+                context = self._member_context(hints)
                 params = _exact_params(graph, name, members)
                 members.append(_record(graph, budget, name, "exact",
                                        partial(run_method, graph, budget, name, params, limit, context), params))
@@ -235,23 +243,46 @@ class Auto(Method):
         # Members beyond ``jobs`` wait for a slot: each gets the share of the time its wave has.
         waves = -(-len(names) // jobs)
         limit = None if left is None else max(0.5, left / waves - 1.0)
-        cache = self.context.bounds.for_graph(graph)
+        context = dataclasses.replace(self._member_context(hints), bounds=self.context.bounds.for_graph(graph))
+        # Set when a member's schedule meets the goal: the others are stopped (nothing they find is better).
+        proven = _Proven()
 
         def one(name: str) -> Member:
+            if proven.by:
+                return Member(name, "exact", "not_run", message=f"{proven.by}'s schedule is proven optimal")
             params = {"threads": threads, **_exact_params(graph, name, members)}
-            return _record(graph, budget, name, "exact",
-                           lambda: _in_child(graph, budget, name, params, limit, cache, hints, deadline), params)
+            member = _record(graph, budget, name, "exact",
+                             lambda: _in_child(graph, budget, name, params, limit, context, deadline, proven), params)
+            if self._reached(budget, [member]) is not None:
+                proven.found(name)
+            elif proven.by and proven.by != name and member.status == Status.ERROR.value:
+                member.status, member.message = "not_run", f"stopped: {proven.by}'s schedule is proven optimal"
+            return member
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             members.extend(pool.map(one, names))
 
-    def _proven(self, graph: Graph, budget: Number | None, members: list[Member], deadline: Deadline) -> bool:
-        """Whether a schedule found so far meets the any-order bound (no schedule is faster)."""
-        durations = [m.duration for m in members if m.schedule is not None and m.duration is not None]
-        if budget is None or not durations:
-            return False
-        bound = self._any_order(graph, budget, deadline)
-        return bound is not None and bound.value is not None and min(durations) <= bound.value
+    def _goals(self, graph: Graph, budget: Number | None, deadline: Deadline) -> SolveContext:
+        """The run's context with its goals: the caller's, and at a budget at least the any-order bound
+        (auto computes it when called without one; `SolveContext.reached`)."""
+        goals = self.context
+        if budget is not None and goals.duration_goal is None:
+            bound = self._any_order(graph, budget, deadline)
+            if bound is not None and bound.value is not None:
+                goals = dataclasses.replace(goals, duration_goal=bound.value)
+        return goals
+
+    def _member_context(self, hints: list[tuple[str, Schedule]] | None = None) -> SolveContext:
+        """A member's context: the run's bound cache and goals, and the schedules offered to it."""
+        return dataclasses.replace(self.goals, hints=list(hints or []))
+
+    def _reached(self, budget: Number | None, members: list[Member]) -> str | None:
+        """The member whose schedule meets the run's goal (nothing is faster, or lower at ``min``), if any."""
+        for m in members:
+            if m.schedule is not None and m.peak is not None and m.duration is not None \
+                    and self.goals.reached(budget, m.peak, m.duration):
+                return m.method
+        return None
 
     def _polish(self, graph: Graph, budget: Number, members: list[Member], deadline: Deadline) -> None:
         """Step 3: the members' schedules, fastest first, with recomputations undone and reordered to fit.
@@ -260,7 +291,7 @@ class Auto(Method):
         result when it is faster than every member's; schedules with operator implementations
         other than the default are left as they are (the reordering knows one implementation).
         """
-        if self._proven(graph, budget, members, deadline):
+        if self._reached(budget, members) is not None:
             return
         found = sorted((m for m in members if m.schedule is not None and m.duration is not None),
                        key=lambda m: (m.duration, m.peak))
@@ -437,31 +468,46 @@ def _exact_params(graph: Graph, name: str, members: list[Member]) -> dict[str, A
     return {"order": "free"}
 
 
+class _Proven:
+    """Which exact member's schedule met the run's goal first (empty: none yet); shared by their threads."""
+
+    def __init__(self) -> None:
+        self.by = ""
+        self._lock = threading.Lock()
+
+    def found(self, name: str) -> None:
+        with self._lock:
+            self.by = self.by or name
+
+
 def _in_child(graph: Graph, budget: Number | None, name: str, params: dict[str, Any], limit: float | None,
-              cache: BoundCache, hints: list[tuple[str, Schedule]], deadline: Deadline) -> MethodResult | None:
-    """One exact member in a spawned child process, stopped ``CHILD_GRACE`` seconds past its limit."""
+              context: SolveContext, deadline: Deadline, proven: _Proven) -> MethodResult | None:
+    """One exact member in a spawned child process, stopped ``CHILD_GRACE`` seconds past its limit, or
+    as soon as another member's schedule is proven optimal (``proven``)."""
     from remat_bench.methods import method_target
     from remat_bench.toolkit.child import run_in_child
 
     params = _declared(name, params)
     stop_at = None if limit is None else time.perf_counter() + limit + CHILD_GRACE
     target = method_target(name)
-    outcome = run_in_child(_member_main, (graph, budget, name, target, params, limit, cache, hints),
-                           stop=lambda: interrupted() or (stop_at is not None and time.perf_counter() > stop_at),
+    outcome = run_in_child(_member_main, (graph, budget, name, target, params, limit, context),
+                           stop=lambda: interrupted() or bool(proven.by) or (
+                               stop_at is not None and time.perf_counter() > stop_at),
                            daemon=False)
     if outcome.status == "done":
         answer: MethodResult | None = outcome.value
         return answer
     if outcome.status == "start_failed":  # no child could start: run it here
-        return run_method(graph, budget, name, params, deadline.remaining(), SolveContext(cache, list(hints)))
+        return run_method(graph, budget, name, params, deadline.remaining(), context)
     if outcome.status == "stopped":
-        why = "interrupted" if interrupted() else f"still running {CHILD_GRACE:g} s past its time limit; stopped"
+        why = ("interrupted" if interrupted() else f"stopped: {proven.by}'s schedule is proven optimal"
+               if proven.by else f"still running {CHILD_GRACE:g} s past its time limit; stopped")
         raise RuntimeError(why)
     raise RuntimeError(outcome.message)
 
 
 def _member_main(graph: Graph, budget: Number | None, name: str, target: str, params: dict[str, Any],
-                 limit: float | None, cache: BoundCache, hints: list[tuple[str, Schedule]]) -> MethodResult | None:
+                 limit: float | None, context: SolveContext) -> MethodResult | None:
     """The child's side of `_in_child` (module level, so that a spawned process can import it); the
     class comes by its place, as the parent's registry has it."""
-    return run_method(graph, budget, name, params, limit, SolveContext(bounds=cache, hints=hints), target)
+    return run_method(graph, budget, name, params, limit, context, target)

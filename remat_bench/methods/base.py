@@ -116,11 +116,24 @@ class SolveContext:
     and schedules it already has (``hints``: label and schedule; ``auto`` offers its fast members'
     answers to its exact ones, which start from them where they fit and never return worse).
 
+    ``duration_goal`` and ``peak_goal`` say when the caller is done: a schedule within the budget
+    that takes at most ``duration_goal`` (the any-order bound: none is faster), or, at ``budget=min``
+    for a caller that wants the peak only (`remat-bench floor`), one whose peak is at most
+    ``peak_goal`` (a peak no schedule goes below). A method that finds one may stop at once.
+
     A method called directly (tests, other code) gets an empty in-memory cache of its own and no hints.
     """
 
     bounds: BoundCache = field(default_factory=BoundCache)
     hints: list[tuple[str, Schedule]] = field(default_factory=list)
+    duration_goal: Number | None = None
+    peak_goal: Number | None = None
+
+    def reached(self, budget: Number | None, peak: Number, duration: Number) -> bool:
+        """Whether a schedule of ``peak`` and ``duration`` (simulated, after clean-up) ends the search."""
+        if budget is None:
+            return self.peak_goal is not None and peak <= self.peak_goal
+        return self.duration_goal is not None and peak <= budget and duration <= self.duration_goal
 
 
 class Method:

@@ -72,7 +72,7 @@ class Checkmate(Method):
     params = (
         Param("backend", str, "highs", "highs, or pulp:NAME for any PuLP solver (pulp:PULP_CBC_CMD, pulp:GUROBI_CMD)",
               check=parse_backend),
-        Param("threads", int, 0, "solver threads (0: the solver's default)", minimum=0),
+        Param("threads", int, 0, "solver threads (0: the solver's default)", minimum=0, maximum=1024),
         Param("mip_gap", float, 0.0, "relative gap at which to stop (HiGHS's own default, 1e-4, "
               "stops 0.01% of the duration short of optimal: overheads differ by less than that)",
               minimum=0, maximum=1),
@@ -95,7 +95,8 @@ class Checkmate(Method):
             # Each probe answers for the staged space alone: a faster candidate from outside it
             # (keep_best) would not say whether the space reaches that budget.
             return least_peak_by_bisection(
-                graph, lambda b, t: self.solve(graph, b, t, **{**params, "keep_best": False}), deadline)
+                graph, lambda b, t: self.solve(graph, b, t, **{**params, "keep_best": False}), deadline,
+                peak_goal=self.context.peak_goal)
         stats = check_fits(graph.n, graph.num_edges, "Checkmate")
         if (short := too_short(stats, deadline)) is not None:
             return short
@@ -117,11 +118,17 @@ class Checkmate(Method):
                                objective=None if start is None else float(cm.model.cost @ start),
                                message="the time limit ran out before the MILP could start")
             return best_of(graph, budget, milp_result(cm, sol, stats, deadline), pool)
+        options: dict[str, Any] | None = None
+        if params["backend"] == "highs":
+            options = {"mip_heuristic_effort": params["heuristic_effort"]}
+            if self.context.duration_goal is not None:
+                # HiGHS stops at an incumbent this good: the any-order bound, in the model's cost units
+                # (a relative 1e-9 above it, for the rounding of those units).
+                options["objective_target"] = self.context.duration_goal / cm.dur_scale * (1 + 1e-9)
         sol = solve_milp(
             cm.model, backend=params["backend"], time_limit=remaining,
             threads=params["threads"] or None, mip_gap=params["mip_gap"],
-            seed=params["seed"], start=start, keep_incumbents=True,
-            options={"mip_heuristic_effort": params["heuristic_effort"]} if params["backend"] == "highs" else None,
+            seed=params["seed"], start=start, keep_incumbents=True, options=options,
         )
         return best_of(graph, budget, milp_result(cm, sol, stats, deadline), pool)
 

@@ -170,10 +170,12 @@ class CheckmateLP(Method):
     search_space = "input-order stages (Checkmate's LP relaxation, rounded)"
     description = "Checkmate's LP relaxation (a lower bound) with two-phase deterministic and randomised rounding"
     params = (
-        Param("thresholds", int, 19, "deterministic rounding thresholds, evenly spread in (0, 1)", minimum=1),
-        Param("samples", int, 40, "randomised roundings per LP solution", minimum=0),
+        Param("thresholds", int, 19, "deterministic rounding thresholds, evenly spread in (0, 1)", minimum=1,
+              maximum=10_000),
+        Param("samples", int, 40, "randomised roundings per LP solution", minimum=0, maximum=100_000),
         Param("seed", int, 0, "seed of the randomised rounding", minimum=0, maximum=2**32 - 1),
-        Param("tighten", int, 6, "LP re-solves at budgets down to 70% when no rounding fits (0: none)", minimum=0),
+        Param("tighten", int, 6, "LP re-solves at budgets down to 70% when no rounding fits (0: none)", minimum=0,
+              maximum=100),
         Param("backend", str, "highs", "LP solver: highs, or pulp:NAME", check=parse_backend),
     )
     requires = ("highspy", "pulp")
@@ -185,7 +187,7 @@ class CheckmateLP(Method):
         if budget is None:
             # The least budget at which the rounding finds a schedule, by bisection on the budget.
             return least_peak_by_bisection(
-                graph, lambda b, t: self.solve(graph, b, t, **params), deadline)
+                graph, lambda b, t: self.solve(graph, b, t, **params), deadline, peak_goal=self.context.peak_goal)
         stats = check_fits(graph.n, graph.num_edges, "Checkmate LP")
         if (short := too_short(stats, deadline)) is not None:
             return short

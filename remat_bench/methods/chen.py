@@ -96,7 +96,7 @@ class Chen(Method):
     params = (
         Param("variant", str, "greedy", "sqrt: about sqrt(n) even segments; greedy: search Chen's threshold b",
               choices=("greedy", "sqrt")),
-        Param("grid", int, 48, "number of thresholds b the greedy variant tries", minimum=1),
+        Param("grid", int, 48, "number of thresholds b the greedy variant tries", minimum=1, maximum=10_000),
     )
 
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,

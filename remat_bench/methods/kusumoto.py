@@ -755,7 +755,8 @@ class Kusumoto(Method):
               "tc: least overhead within the budget; mc: largest overhead (coarse blocks, lower real peak)",
               choices=("tc", "mc")),
         Param("max_lower_sets", int, 10000,
-              "the exact variant gives up past this many lower sets (use variant=approx then)", minimum=1),
+              "the exact variant gives up past this many lower sets (use variant=approx then)", minimum=1,
+              maximum=10_000_000),
     )
 
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,

@@ -57,6 +57,7 @@ from remat_bench.methods.base import (
     MethodResult,
     Param,
     Status,
+    Termination,
     run_interruptibly,
 )
 from remat_bench.methods.candidates import (
@@ -577,7 +578,7 @@ def _duration_bound(m: Any, objective: Any, graph: Graph, budget: Number, bounds
 class _Recorder:
     """Solution callback: time and objective of every improving solution, for stats and benchmarks."""
 
-    def __init__(self, offset: float, on_solution: Any = None) -> None:
+    def __init__(self, offset: float, on_solution: Any = None, stop_at: float | None = None) -> None:
         from ortools.sat.python import cp_model
 
         class Callback(cp_model.CpSolverSolutionCallback):
@@ -588,6 +589,8 @@ class _Recorder:
                 self.points.append((round(offset + time.perf_counter() - self.t0, 3), inner.objective_value))
                 if on_solution is not None:
                     on_solution(inner)
+                if stop_at is not None and inner.objective_value <= stop_at:
+                    inner.stop_search()  # the goal is met: nothing better is wanted
 
         self.points: list[tuple[float, float]] = []
         self.t0 = time.perf_counter()
@@ -595,8 +598,9 @@ class _Recorder:
 
 
 def _solve(sm: StagedModel, seconds: float | None, params: dict[str, Any], offset: float,
-           on_solution: Any = None) -> tuple[Any, Any, list]:
-    """Solve ``sm`` for at most ``seconds`` (None: until proven), recording each solution's time and objective."""
+           on_solution: Any = None, stop_at: float | None = None) -> tuple[Any, Any, list]:
+    """Solve ``sm`` for at most ``seconds`` (None: until proven), recording each solution's time and objective;
+    the search stops at a solution of objective ``stop_at`` or less (the caller's goal, in model units)."""
     from ortools.sat.python import cp_model
 
     solver = cp_model.CpSolver()
@@ -610,7 +614,7 @@ def _solve(sm: StagedModel, seconds: float | None, params: dict[str, Any], offse
         solver.parameters.hint_conflict_limit = 100
     # Ctrl-C stops the search (not the program): see `run_interruptibly`.
     solver.parameters.catch_sigint_signal = False
-    recorder = _Recorder(offset, on_solution)
+    recorder = _Recorder(offset, on_solution, stop_at)
     status = run_interruptibly(lambda: solver.solve(sm.model, recorder.callback), solver.stop_search)
     return solver, status, recorder.points
 
@@ -679,8 +683,9 @@ class Moccasin(Method):
     search_space = "input-order stages, at most 2 retention intervals per node"
     description = "Bartan et al. 2023 retention intervals on CP-SAT (input-order stages or order=free)"
     params = (
-        Param("max_intervals", int, 0, "retention intervals per node, C (0: 2 staged, 3 order-free)", minimum=0),
-        Param("threads", int, 0, "CP-SAT workers (0: all cores)", minimum=0, aliases=("num_workers",)),
+        Param("max_intervals", int, 0, "retention intervals per node, C (0: 2 staged, 3 order-free)", minimum=0,
+              maximum=100),
+        Param("threads", int, 0, "CP-SAT workers (0: all cores)", minimum=0, maximum=1024, aliases=("num_workers",)),
         Param("phase1_share", float, 0.5, "largest share of the time limit phase 1 may use", minimum=0, maximum=1),
         Param("seed", int, 0, "CP-SAT random seed", minimum=0, maximum=2**31 - 1),
         Param("search", str, "default", "default: CP-SAT's portfolio; hint: repair and stay near the hint",
@@ -692,7 +697,7 @@ class Moccasin(Method):
               choices=("all", "baseline")),
         Param("order", str, "staged", "staged: the input-order stages (section 2.3); free: any order (section 2.1)",
               choices=("staged", "free")),
-        Param("events", int, 0, "events of the order-free model (0: 2n)", minimum=0),
+        Param("events", int, 0, "events of the order-free model (0: 2n)", minimum=0, maximum=1_000_000),
         KEEP_BEST,
     )
 
@@ -779,6 +784,12 @@ class Moccasin(Method):
                                if k.startswith(("phase", "hints", "candidates", "progress"))}
             staged_schedule = staged_result.schedule
             staged_sim = None if staged_schedule is None else simulate(graph, staged_schedule)
+            if staged_sim is not None and staged_sim.valid and staged_result.status.found_schedule and \
+                    self.context.reached(budget, staged_sim.peak, staged_sim.duration):
+                staged_result.stats = {**stats, **staged_result.stats}
+                staged_result.termination = Termination.CONVERGED
+                staged_result.message = "the staged step's schedule meets the any-order bound"
+                return staged_result
             if staged_schedule is not None and staged_sim is not None and staged_sim.valid:
                 # Within budget or not (phase 1's lowest peak): a better start than the order alone.
                 cleaned, _, _ = clean_up_simulated(graph, staged_schedule, staged_sim)
@@ -848,7 +859,14 @@ class Moccasin(Method):
             reached = self._phase1(graph, budget, deadline, params, p1, lowest.intervals, C, order, stats, progress)
             if isinstance(reached, MethodResult):
                 return reached
-            phase1_solution, budget = reached
+            phase1_solution, reached_budget = reached
+            if budget is None and self.context.peak_goal is not None and reached_budget <= self.context.peak_goal:
+                # The caller wants the peak only (`remat-bench floor`), and no schedule goes lower.
+                schedule = self._schedule_from_intervals(graph, phase1_solution, p1.horizon)
+                return MethodResult(Status.FEASIBLE, schedule, objective=simulate(graph, schedule).duration,
+                                    stats=stats, solve_time_s=deadline.elapsed(), termination=Termination.CONVERGED,
+                                    message="the lowest peak is proven; its duration was not minimised")
+            budget = reached_budget
         return self._phase2(graph, budget, deadline, params, C, order, events, phase1_solution, stats, progress)
 
     def _phase1(self, graph: Graph, budget: Number | None, deadline: Deadline, params: dict[str, Any],
@@ -874,7 +892,11 @@ class Moccasin(Method):
         share = min(max(params["phase1_share"], 0.0), 1.0)
         t1 = deadline.elapsed()
         remaining = deadline.remaining()
-        solver1, status1, points1 = _solve(p1, None if remaining is None else remaining * share, params, t1)
+        # At min for a caller that wants the peak only: stop at a peak no schedule goes below.
+        goal = self.context.peak_goal if budget is None else None
+        stop_at = None if goal is None else math.floor(goal / q) - math.ceil(graph.fixed_memory / q)
+        solver1, status1, points1 = _solve(p1, None if remaining is None else remaining * share, params, t1,
+                                           stop_at=stop_at)
         progress += [("phase1", t, v) for t, v in points1]
         stats["phase1_time_s"] = round(deadline.elapsed() - t1, 3)
         stats["phase1_status"] = solver1.status_name(status1)
@@ -914,7 +936,9 @@ class Moccasin(Method):
         p2 = self._build(graph, budget, C, order, events, params)
         p2.hint(phase1_solution)
         t2 = deadline.elapsed()
-        solver2, status2, points2 = _solve(p2, deadline.remaining(), params, t2)
+        goal = self.context.duration_goal
+        solver2, status2, points2 = _solve(p2, deadline.remaining(), params, t2,
+                                           stop_at=None if goal is None else goal / p2.dur_scale)
         progress += [("phase2", t, v * p2.dur_scale) for t, v in points2]
         stats["phase2_time_s"] = round(deadline.elapsed() - t2, 3)
         stats["phase2_status"] = solver2.status_name(status2)

@@ -1052,7 +1052,7 @@ class Monet(Method):
     params = (
         Param("backend", str, "highs", "highs, or pulp:NAME for any PuLP solver (pulp:PULP_CBC_CMD, pulp:GUROBI_CMD)",
               check=parse_backend),
-        Param("threads", int, 0, "solver threads (0: the solver's default)", minimum=0),
+        Param("threads", int, 0, "solver threads (0: the solver's default)", minimum=0, maximum=1024),
         Param("mip_gap", float, 0.0, "relative gap at which to stop (HiGHS's own default, 1e-4, stops 0.01% "
               "of the duration short of optimal)", minimum=0, maximum=1),
         Param("seed", int, 0, "solver random seed", minimum=0, maximum=2**31 - 1),

@@ -52,9 +52,10 @@ class Reorder(Method):
     search_space = "every topological order without recomputation"
     description = "the best topological order with no recomputation (list scheduling, local search, then CP-SAT)"
     params = (
-        Param("threads", int, 0, "CP-SAT workers (0: all cores)", minimum=0, aliases=("num_workers",)),
+        Param("threads", int, 0, "CP-SAT workers (0: all cores)", minimum=0, maximum=1024,
+              aliases=("num_workers",)),
         Param("seed", int, 0, "seed of the randomised list schedules and of CP-SAT", minimum=0, maximum=2**31 - 1),
-        Param("tries", int, 8, "randomised list schedules tried besides the plain one", minimum=0),
+        Param("tries", int, 8, "randomised list schedules tried besides the plain one", minimum=0, maximum=10_000),
         Param("search_share", float, 0.3, "share of the time limit given to the local search before CP-SAT",
               minimum=0, maximum=1),
     )

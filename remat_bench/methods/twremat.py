@@ -679,12 +679,13 @@ class TWRemat(Method):
     description = "Kumar et al. 2019: divide and conquer on a tree decomposition, TWRemat(k)"
     params = (
         Param("k", int, 0, "recursion cut-off: regions of fewer than k bags are scheduled in "
-              "topological order (1: Algorithm 1 in full); 0 searches k", minimum=0),
+              "topological order (1: Algorithm 1 in full); 0 searches k", minimum=0,
+              maximum=1_000_000),
         Param("heuristic", str, "min_degree", "tree decomposition heuristic: minimum degree, or "
               "networkx's minimum fill-in (cubic); both: try each and keep the better schedule",
               choices=(*HEURISTICS, "both")),
         Param("grid", int, 8, "how many values of k the search tries first (geometric over the "
-              "cut-offs; with a budget, a bisection follows)", minimum=1),
+              "cut-offs; with a budget, a bisection follows)", minimum=1, maximum=1000),
     )
 
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,

@@ -38,17 +38,42 @@ class ChildOutcome:
     message: str = ""
 
 
+def _die_with_parent() -> None:
+    """Have the kernel kill this process when its parent dies (Linux), so that a child killed by
+    `run_in_child` takes its own children (a HiGHS solve `auto`'s member started) with it."""
+    if not sys.platform.startswith("linux"):
+        return
+    import contextlib
+    import ctypes
+    import signal
+
+    # Without it, a stopped child's children end at their own time limits.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+
+
 def _child_main(conn: Any) -> None:
-    """Child process: receive (fn, args, name of the streaming keyword), call, send the answer back."""
+    """Child process: receive (fn, args, name of the streaming keyword), call, send the answer back.
+
+    When the parent has gone (it stopped this call), the child exits at once and silently.
+    """
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what Ctrl-C means
+    _die_with_parent()
+
+    def send(message: tuple[str, Any]) -> None:
+        try:
+            conn.send(message)
+        except (BrokenPipeError, ConnectionResetError, EOFError):
+            os._exit(0)  # nobody is listening: the parent stopped this call
+
     try:
         fn, args, stream_to = conn.recv()
-        kwargs = {stream_to: lambda message: conn.send(("message", message))} if stream_to else {}
-        conn.send(("done", fn(*args, **kwargs)))
+        kwargs = {stream_to: lambda message: send(("message", message))} if stream_to else {}
+        send(("done", fn(*args, **kwargs)))
     except BaseException as exc:  # reported to the parent
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
         conn.close()
 

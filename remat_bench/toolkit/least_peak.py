@@ -8,12 +8,13 @@ from typing import Any
 
 from remat_bench.core.control import Deadline, interrupted
 from remat_bench.core.graph import Graph, Number
-from remat_bench.core.outcome import MethodResult, Status
+from remat_bench.core.outcome import MethodResult, Status, Termination
 from remat_bench.core.schedule import Schedule
 
 
 def least_peak_by_bisection(graph: Graph, solve_at: Callable[[Number, float | None], MethodResult],
-                            deadline: Deadline, search_share: float = 0.5) -> MethodResult:
+                            deadline: Deadline, search_share: float = 0.5,
+                            peak_goal: Number | None = None) -> MethodResult:
     """``budget=min`` for a method that solves under a budget: bisect on the budget, then solve at the least.
 
     The budget is bisected between the memory floor (below it nothing fits) and the
@@ -25,7 +26,9 @@ def least_peak_by_bisection(graph: Graph, solve_at: Callable[[Number, float | No
     the least budget found, with the time left. The answer is optimal only when the
     least peak was proven (the two ends met on proofs) and the last solve proved its
     duration optimal. stats: ``least_peak``, ``least_peak_lower`` (no schedule of the
-    method's space peaks below it, when ``least_peak_proven``), ``probes``.
+    method's space peaks below it, when ``least_peak_proven``), ``probes``. A caller that wants
+    the peak only gives ``peak_goal``, a peak no schedule goes below (`SolveContext.peak_goal`):
+    once a schedule reaches it, the search ends there, its duration not minimised.
     """
     from remat_bench.core.budget import memory_floor
     from remat_bench.core.simulate import baseline, simulate
@@ -40,6 +43,8 @@ def least_peak_by_bisection(graph: Graph, solve_at: Callable[[Number, float | No
     proven = True
     probes: list[dict[str, Any]] = []
     while hi - lo > tolerance and not search.expired() and not interrupted():
+        if best is not None and peak_goal is not None and hi <= peak_goal:
+            break
         mid = (lo + hi) // 2 if whole else (lo + hi) / 2
         left = search.remaining()
         # Each probe gets the time of the probes still needed, at most: about log2 of the gap.
@@ -53,6 +58,13 @@ def least_peak_by_bisection(graph: Graph, solve_at: Callable[[Number, float | No
             lo = mid + 1 if whole else mid
             proven = proven and answer.status is Status.INFEASIBLE
             probes.append({"budget": mid, "status": answer.status.value})
+    if best is not None and peak_goal is not None and hi <= peak_goal:
+        best.stats = {**best.stats, "least_peak": hi, "least_peak_lower": hi, "least_peak_proven": True,
+                      "probes": probes}
+        best.status, best.termination = Status.FEASIBLE, Termination.CONVERGED
+        best.message = "the lowest peak is proven; its duration was not minimised"
+        best.solve_time_s = deadline.elapsed()
+        return best
     final = solve_at(hi, deadline.remaining())
     result = final if final.status.found_schedule else best
     if result is None:

@@ -47,6 +47,8 @@ def best_order(graph: Graph, budget: Number | None, deadline: Deadline, workers:
         return OrderAnswer(best, best_peak, False, False, stats)
     if budget is not None and _no_order_fits(graph, budget, best, deadline, probe_share, stats, bounds):
         return OrderAnswer(best, best_peak, False, True, stats)
+    if deadline.expired():  # the probes took what was left: no time for CP-SAT
+        return OrderAnswer(best, best_peak, False, False, stats)
     return _solve_order_model(graph, budget, deadline, best, best_peak, workers, seed, stats)
 
 
@@ -99,7 +101,8 @@ def _solve_order_model(graph: Graph, budget: Number | None, deadline: Deadline, 
 
     om = _order_model(graph, budget, best)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.05, deadline.remaining() or 60.0)
+    remaining = deadline.remaining()  # 0.0 once expired: never read it as "no limit"
+    solver.parameters.max_time_in_seconds = max(0.05, 60.0 if remaining is None else remaining)
     solver.parameters.num_workers = workers or (os.cpu_count() or 1)
     solver.parameters.random_seed = seed
     solver.parameters.catch_sigint_signal = False

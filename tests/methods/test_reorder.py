@@ -88,3 +88,28 @@ def test_prefix_probes_prove_that_no_order_fits(seed):
     assert r.status.value == "infeasible"
     assert "prefix bound" in r.message
     assert r.stats["order_peak_at_least"] == want
+
+
+def test_an_expired_deadline_never_reads_as_no_limit():
+    """Issue 30 item 1: a CP-SAT step given 0.0 s left once ran for 60 s (``remaining() or 60.0``)."""
+    from remat_bench.core.control import Deadline
+    from remat_bench.toolkit import order_search
+    from remat_bench.toolkit.orders import list_schedule as plain_order
+
+    g = random_layered(seed=3, nodes=300)
+    budget = 0.55 * baseline(g).peak
+    expired = Deadline(0.0)
+    stats: dict = {}
+    start = plain_order(g)
+    answer = order_search._solve_order_model(g, budget, expired, start, order_peak(g, start), 1, 0, stats)
+    # CP-SAT got its floor of 0.05 s, not a minute (it stops at its limit, give or take a few ms).
+    assert stats["cp_time_s"] < 2.0
+    assert answer.order == start or order_peak(g, answer.order) <= order_peak(g, start)
+    # And the whole search does not start CP-SAT at all once the time is gone.
+    assert "cp_status" not in order_search.best_order(g, budget, Deadline(0.0)).stats
+
+
+def random_layered(seed: int, nodes: int):
+    from remat_bench.generators import generate
+
+    return generate("random-layered", nodes=nodes, seed=seed)
