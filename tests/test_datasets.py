@@ -13,8 +13,13 @@ import functools
 import hashlib
 import http.server
 import json
+import os
 import shutil
+import stat
+import subprocess
 import threading
+import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,7 +48,7 @@ def small_dataset(base: str = "http://127.0.0.1:9/none") -> Dataset:
 
 def source_folder(tmp_path: Path, dataset: Dataset, original_names: bool = True) -> Path:
     folder = tmp_path / "source"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     for f in dataset.files:
         src = SHIPPED / f.name if f.name in SMALL else paper_graph(f.name.removesuffix(".json"))
         shutil.copyfile(src, folder / (f.original if original_names else f.name))
@@ -240,3 +245,201 @@ def test_the_real_dataset_fetched_from_a_local_server(tmp_path, monkeypatch):
     assert requests[4] == "/data/fcn_8_vgg%20%28MLSys%29_32_%28416%2C%20608%2C%203%29_train_nx.json"
     assert datasets.find("random_layered_n1000") == isolated / "graphs" / "paper" / "random_layered_n1000.json"
     assert datasets.PAPER.source.endswith("/haoming-codes/moccasin/4da8878932a0fb7edee4ef71ac8719dfdf5d9a07/data")
+
+
+# ---------------------------------------------------------------------- hostile sources
+
+
+class Hostile(http.server.BaseHTTPRequestHandler):
+    """Serves the files of ``folder`` (by the last part of the path) misbehaving in one way, ``mode``:
+
+    endless (a body that never ends), drip (one byte every 0.2 s), stall (the headers, then nothing),
+    garbage (no HTTP status line), loop (a redirect to itself), second-corrupt (the second file changed).
+    """
+
+    mode = "endless"
+    folder: Path
+    stop: threading.Event
+    served: list[str]
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.mode == "garbage":
+            self.wfile.write(b"HELLO garbage\r\n\r\n")
+            return
+        if self.mode == "loop":
+            self.send_response(302)
+            self.send_header("Location", self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        path = self.folder / urllib.parse.unquote(self.path.rsplit("/", 1)[-1])
+        if not path.is_file():
+            return self.send_error(404)
+        data = bytearray(path.read_bytes())
+        self.served.append(path.name)
+        if self.mode == "second-corrupt" and len(self.served) == 2:
+            data[len(data) // 2] ^= 0xFF
+        self.send_response(200)
+        if self.mode != "endless":
+            self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.close_connection = True
+        try:
+            if self.mode == "endless":
+                for _ in range(320):  # 20 MB, then give up: the client should have hung up long before
+                    if self.stop.is_set():
+                        break
+                    self.wfile.write(b"x" * 65536)
+            elif self.mode == "drip":
+                for byte in data:
+                    if self.stop.wait(0.2):
+                        break
+                    self.wfile.write(bytes([byte]))
+            elif self.mode == "stall":
+                self.stop.wait(30)
+            else:
+                self.wfile.write(bytes(data))
+        except (BrokenPipeError, ConnectionResetError):  # the client hung up, as it should
+            pass
+
+
+@contextmanager
+def hostile(folder: Path, mode: str) -> Iterator[str]:
+    stop = threading.Event()
+    handler = type("H", (Hostile,), {"mode": mode, "folder": folder, "stop": stop, "served": []})
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/data"
+    finally:
+        stop.set()
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def first_url(url: str, data: Dataset) -> str:
+    return f"{url}/{urllib.parse.quote(data.files[0].original)}"
+
+
+def test_an_endless_body_is_cut_off_one_byte_past_the_pinned_size(tmp_path, isolated):
+    data = small_dataset()
+    size = data.files[0].size
+    # The server gives up after 20 MB: a fetch that read on would end on the hash, not on the size.
+    with hostile(source_folder(tmp_path, data), "endless") as url, pytest.raises(DatasetError) as failed:
+        datasets.fetch(data, tmp_path / "out", source=url)
+    assert str(failed.value) == (f"{first_url(url, data)} sends more than the {size:,} bytes of chain-16-train.json; "
+                                 "nothing was saved: the source serves other bytes than the published file; give "
+                                 "--source a mirror or a local copy")
+    assert not (tmp_path / "out").exists()  # the folder the fetch created is gone with the partial file
+
+
+@pytest.mark.parametrize("mode", ["drip", "stall"])
+def test_a_source_that_drips_or_stalls_meets_the_deadline_of_the_whole_fetch(tmp_path, isolated, monkeypatch, mode):
+    data = small_dataset()
+    started = time.monotonic()
+    with hostile(source_folder(tmp_path, data), mode) as url, pytest.raises(DatasetError) as failed:
+        datasets.fetch(data, tmp_path / "out", source=url, deadline=1.0)
+    assert time.monotonic() - started < 10  # it ended at all (a drip took 22 minutes, a stall 60 s per read)
+    message = str(failed.value)
+    assert message.startswith(f"downloading chain-16-train.json from {first_url(url, data)} had not ended when "
+                              "the fetch's time limit of 1 s ran out (")
+    assert message.endswith(f" of {data.files[0].size:,} bytes arrived); nothing was saved: the source is slow or "
+                            "stalled: run the fetch again, or give --deadline more seconds")
+    assert not (tmp_path / "out").exists()
+    if mode == "stall":  # the command line sets the deadline too
+        monkeypatch.setitem(datasets.DATASETS, "paper", data)
+        with hostile(source_folder(tmp_path / "cli", data), mode) as url:
+            r = CliRunner().invoke(main, ["graphs", "fetch", "paper", "--source", url, "--deadline", "0.5",
+                                          "-o", str(tmp_path / "out")])
+        assert r.exit_code == 2 and "Traceback" not in r.output
+        assert "had not ended when the fetch's time limit of 0.5 s ran out" in " ".join(r.output.split())
+        assert not (tmp_path / "out").exists()
+
+
+def test_garbage_a_redirect_loop_and_an_ftp_url_are_one_sentence_each(tmp_path, isolated):
+    data = small_dataset()
+    folder = source_folder(tmp_path, data)
+    out = tmp_path / "out"
+    with hostile(folder, "garbage") as url, pytest.raises(DatasetError) as garbage:
+        datasets.fetch(data, out, source=url)
+    assert str(garbage.value) == (f"{first_url(url, data)} did not answer as an HTTP server does (BadStatusLine: "
+                                  "HELLO garbage); nothing was saved: check the address given to --source")
+    with hostile(folder, "loop") as url, pytest.raises(DatasetError) as loop:
+        datasets.fetch(data, out, source=url)
+    assert str(loop.value) == (f"{first_url(url, data)} redirects in a loop (HTTP 302, followed until it "
+                               "repeated); nothing was saved: give --source the address that serves the files")
+    # ftp:// at an HTTP port waited for an FTP greeting that never comes: refused before connecting.
+    with hostile(folder, "stall") as url:
+        ftp = url.replace("http://", "ftp://")
+        r = CliRunner().invoke(main, ["graphs", "fetch", "paper", "--source", ftp, "-o", str(out)])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    text = " ".join(r.output.split())
+    assert text[text.index("error: "):] == (
+        f"error: cannot fetch from {ftp}: ftp:// is not supported; give --source an http:// or https:// URL, a "
+        "file:// URL, or a local folder")
+    assert not out.exists()
+
+
+def test_a_fetch_that_fails_part_way_keeps_and_lists_the_files_that_arrived(tmp_path, isolated, monkeypatch):
+    data = small_dataset()
+    monkeypatch.setitem(datasets.DATASETS, "paper", data)
+    dest = tmp_path / "out"
+    with hostile(source_folder(tmp_path, data), "second-corrupt") as url:
+        r = CliRunner().invoke(main, ["graphs", "fetch", "paper", "--source", url, "-o", str(dest)])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    text = " ".join(r.output.split())
+    assert f"downloaded {dest / SMALL[0]} (sha256 ok, from {first_url(url, data)})" in text
+    assert "nothing was saved" not in text
+    assert ("does not match its pinned SHA-256 (got" in text
+            and text.endswith(f"it was not saved; the 1 file before it is in {dest}: the source serves other bytes "
+                              "than the published file; give --source a mirror or a local copy"))
+    assert listing(dest) == [SMALL[0]]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027], ids=["umask-022", "umask-027"])
+def test_fetched_files_are_readable_like_any_file_the_user_writes(tmp_path, isolated, umask):
+    data = small_dataset()
+    root = serve_at_data(source_folder(tmp_path, data))
+    previous = os.umask(umask)
+    try:
+        with server(root) as (url, _):
+            fetched = datasets.fetch(data, tmp_path / "out", source=url)
+        copied = datasets.fetch(data, tmp_path / "copy", source=str(root / "data"))
+    finally:
+        os.umask(previous)
+    for f in [*fetched, *copied]:
+        assert stat.S_IMODE(f.path.stat().st_mode) == 0o666 & ~umask, f.path
+
+
+@pytest.fixture
+def tiny_fs(tmp_path) -> Iterator[Path]:
+    """A real filesystem of 4 KiB (tmpfs), too small for the first file of the small dataset."""
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(mnt)], capture_output=True,
+                             text=True, check=False)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_fetch_into_a_full_filesystem_leaves_no_folder_behind(tmp_path, isolated, tiny_fs):
+    data = small_dataset()
+    dest = tiny_fs / "cache" / "graphs" / "paper"
+    source = str(source_folder(tmp_path, data))
+    with pytest.raises(DatasetError) as failed:
+        datasets.fetch(data, dest, source=source)
+    assert str(failed.value) == (f"saving {dest / SMALL[0]} failed: No space left on device; nothing was saved: "
+                                 "free some space, or choose another folder with -o or $REMAT_BENCH_CACHE")
+    assert listing(tiny_fs) == []  # cache/graphs/paper, made by the fetch, removed
+    # A folder that was there before stays.
+    (tiny_fs / "mine").mkdir()
+    with pytest.raises(DatasetError):
+        datasets.fetch(data, tiny_fs / "mine", source=source)
+    assert listing(tiny_fs) == ["mine"] and listing(tiny_fs / "mine") == []

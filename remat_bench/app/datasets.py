@@ -16,22 +16,31 @@ file by file, in this order:
 ``--source``: another base URL, or a local folder), checks its SHA-256
 against the hash pinned here, and only then renames it into place, so an
 interrupted or corrupted download never leaves a file that looks complete.
+A hostile or broken source cannot do worse than fail the fetch with one
+sentence: a body longer than the pinned size is cut off one byte past it,
+the whole fetch has a deadline (a per-read timeout alone lets a source that
+drips bytes hold it forever), and a failed fetch removes its partial file
+and any folder it created and did not fill, while the files that arrived stay.
 The standard library's urllib does the download: the files are small (800 kB
-in all) and a dependency for HTTP would buy nothing here.
+in all) and a dependency for HTTP would buy nothing here (none of the usual
+clients has a whole-transfer deadline either).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import os
-import tempfile
+import secrets
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from remat_bench.core.errors import RematBenchError
 from remat_bench.core.files import cache_dir
@@ -179,41 +188,125 @@ class Fetched:
     source: str
 
 
+class FetchError(DatasetError):
+    """A fetch that stopped part-way; ``fetched`` holds the files that are in place, checked, and stay."""
+
+    def __init__(self, message: str, fetched: list[Fetched]) -> None:
+        super().__init__(message)
+        self.fetched = fetched
+
+
 Progress = Callable[[str, int, int], None]  # (file name, bytes so far, bytes expected)
+
+SCHEMES = ("http", "https", "file")
+# The whole fetch: the seven files (800 kB) take seconds on any link, and a per-read timeout alone
+# lets a source that sends one byte now and then hold the fetch forever.
+DEADLINE_S = 600.0
+# One read: a source silent this long has stalled.
+READ_TIMEOUT_S = 60.0
+
+
+class _Failed(Exception):
+    """One file's failure: what happened and what to do, joined by `fetch` with what was kept."""
+
+    def __init__(self, what: str, hint: str) -> None:
+        super().__init__(what)
+        self.what, self.hint = what, hint
 
 
 def fetch(dataset: Dataset | None = None, dest: Path | None = None, source: str | None = None,
-          progress: Progress | None = None, timeout: float = 60.0) -> list[Fetched]:
+          progress: Progress | None = None, timeout: float = READ_TIMEOUT_S,
+          deadline: float = DEADLINE_S) -> list[Fetched]:
     """Put every file of ``dataset`` in ``dest`` (default: the cache), each checked against its SHA-256.
 
     ``source`` is a base URL (``http(s)://``, ``file://``) or a local folder;
     each file is looked for there under its original name, then under its
     name here. A file already in ``dest`` with the right hash is kept. A
     download goes to a hidden temporary file in ``dest``, is hashed as it
-    arrives and renamed into place only when the hash matches; a mismatch or
-    a failed download is a DatasetError, and leaves nothing behind.
+    arrives and renamed into place only when the hash matches; a source that
+    sends more than the file's pinned size is cut off just past it. The
+    whole fetch must end within ``deadline`` seconds, each read within
+    ``timeout``. A failure is a `FetchError` naming the files that did arrive
+    (they stay); it leaves no partial file, and no folder that the fetch
+    created and did not fill.
     """
     dataset = dataset or PAPER
     dest = (dest or cache_dir() / "graphs" / dataset.name).expanduser()
+    base = source or dataset.source
+    _check_scheme(base)
+    created = _first_missing(dest)
     try:
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
+        _remove_created(dest, created)
         raise DatasetError(f"cannot create the folder {dest}: {exc.strerror or exc}; "
                            "choose another with -o or $REMAT_BENCH_CACHE") from None
-    base = source or dataset.source
-    done = []
-    for f in dataset.files:
-        target = dest / f.name
-        if target.is_file() and sha256_of(target) == f.sha256:
-            done.append(Fetched(f.name, target, "present", str(target)))
-            continue
-        origin = _fetch_one(f, base, target, progress, timeout)
-        done.append(Fetched(f.name, target, "copied" if _is_folder(base) else "downloaded", origin))
+    end = time.monotonic() + deadline
+    done: list[Fetched] = []
+    try:
+        for f in dataset.files:
+            target = dest / f.name
+            if target.is_file() and sha256_of(target) == f.sha256:
+                done.append(Fetched(f.name, target, "present", str(target)))
+                continue
+            origin = _fetch_one(f, base, target, progress, timeout, end, deadline)
+            done.append(Fetched(f.name, target, "copied" if _is_folder(base) else "downloaded", origin))
+    except _Failed as failed:
+        if not done:
+            _remove_created(dest, created)
+        kept = ("nothing was saved" if not done else
+                f"it was not saved; the {_files(len(done))} before it {'are' if len(done) > 1 else 'is'} in {dest}")
+        raise FetchError(f"{failed.what}; {kept}: {failed.hint}", done) from None
+    except BaseException:  # Ctrl-C: the same clean-up
+        if not done:
+            _remove_created(dest, created)
+        raise
     return done
+
+
+def _files(n: int) -> str:
+    return f"{n} file{'s' if n != 1 else ''}"
+
+
+def _check_scheme(base: str) -> None:
+    if _is_folder(base):
+        return
+    scheme = urllib.parse.urlsplit(base).scheme.lower()
+    if scheme not in SCHEMES:
+        raise DatasetError(f"cannot fetch from {base}: {scheme or 'that'}:// is not supported; give --source an "
+                           "http:// or https:// URL, a file:// URL, or a local folder")
+
+
+def _first_missing(folder: Path) -> Path | None:
+    """The outermost folder of ``folder``'s path that does not exist yet: what ``mkdir -p`` creates."""
+    missing = None
+    for path in (folder, *folder.parents):
+        if path.exists() or path.is_symlink():
+            break
+        missing = path
+    return missing
+
+
+def _remove_created(folder: Path, created: Path | None) -> None:
+    """Remove the empty folders from ``folder`` up to ``created``, those a failed fetch made."""
+    if created is None:
+        return
+    for path in (folder, *folder.parents):
+        try:
+            path.rmdir()  # only an empty folder: a file someone put there meanwhile stays
+        except OSError:
+            return
+        if path == created:
+            return
 
 
 def _is_folder(base: str) -> bool:
     return "://" not in base
+
+
+def _one_line(text: object) -> str:
+    """An error's text on one line (urllib's redirect and HTTP reasons may hold several)."""
+    return " ".join(str(text).split())
 
 
 def _candidates(f: PublishedFile, base: str) -> list[str]:
@@ -224,12 +317,23 @@ def _candidates(f: PublishedFile, base: str) -> list[str]:
     return [f"{root}/{urllib.parse.quote(f.original)}", f"{root}/{urllib.parse.quote(f.name)}"]
 
 
-def _fetch_one(f: PublishedFile, base: str, target: Path, progress: Progress | None, timeout: float) -> str:
+def _late(f: PublishedFile, location: str, received: int, deadline: float) -> _Failed:
+    return _Failed(f"downloading {f.name} from {location} had not ended when the fetch's time limit of "
+                   f"{deadline:g} s ran out ({received:,} of {f.size:,} bytes arrived)",
+                   "the source is slow or stalled: run the fetch again, or give --deadline more seconds")
+
+
+def _fetch_one(f: PublishedFile, base: str, target: Path, progress: Progress | None, timeout: float,
+               end: float, deadline: float) -> str:
     """Copy or download one file to ``target`` through a checked temporary file; return where it came from."""
     tried = []
     for location in _candidates(f, base):
+        left = end - time.monotonic()
+        if left <= 0:
+            raise _late(f, location, 0, deadline)
         try:
-            stream = open(location, "rb") if _is_folder(base) else urllib.request.urlopen(location, timeout=timeout)  # noqa: SIM115
+            stream = (open(location, "rb") if _is_folder(base)  # noqa: SIM115
+                      else urllib.request.urlopen(location, timeout=min(timeout, left)))
         except FileNotFoundError:
             tried.append(location)
             continue
@@ -237,64 +341,87 @@ def _fetch_one(f: PublishedFile, base: str, target: Path, progress: Progress | N
             if exc.code == 404:
                 tried.append(location)
                 continue
-            raise DatasetError(f"downloading {f.name} from {location} failed: HTTP {exc.code} {exc.reason}; "
-                               "try again later, or give --source a mirror or a local copy") from None
+            if 300 <= exc.code < 400:  # urllib gives up on a loop, or after 10 redirects
+                raise _Failed(f"{location} redirects in a loop (HTTP {exc.code}, followed until it repeated)",
+                              "give --source the address that serves the files") from None
+            raise _Failed(f"downloading {f.name} from {location} failed: HTTP {exc.code} {_one_line(exc.reason)}",
+                          "try again later, or give --source a mirror or a local copy") from None
+        except http.client.HTTPException as exc:  # a garbage status line, a connection closed before one
+            raise _Failed(f"{location} did not answer as an HTTP server does ({type(exc).__name__}: "
+                          f"{_one_line(exc) or 'no answer'})",
+                          "check the address given to --source") from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", None) or exc
-            raise DatasetError(f"cannot reach {location}: {reason}; check the network, or give --source "
-                               "a mirror URL or a local folder holding the files") from None
+            if isinstance(reason, TimeoutError) and time.monotonic() >= end:
+                raise _late(f, location, 0, deadline) from None
+            raise _Failed(f"cannot reach {location}: {_one_line(reason)}", "check the network, or give --source "
+                          "a mirror URL or a local folder holding the files") from None
         with stream:
-            _write_checked(f, stream, location, target, progress)
+            _write_checked(f, stream, location, target, progress, timeout, end, deadline)
         return location
-    raise DatasetError(f"{f.name} is not at the source (tried {' and '.join(tried)}); "
-                       "give --source the folder or base URL that holds the published files")
+    raise _Failed(f"{f.name} is not at the source (tried {' and '.join(tried)})",
+                  "give --source the folder or base URL that holds the published files")
 
 
-def _write_checked(f: PublishedFile, stream, location: str, target: Path, progress: Progress | None) -> None:
+def _write_checked(f: PublishedFile, stream: Any, location: str, target: Path, progress: Progress | None,
+                   timeout: float, end: float, deadline: float) -> None:
     digest = hashlib.sha256()
     received = 0
+    tmp_path = target.parent / f".{f.name}.{secrets.token_hex(6)}.part"
     try:
-        tmp = tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{f.name}.", suffix=".part", delete=False)  # noqa: SIM115
+        # Created like any file (0666 less the umask), not private as tempfile's are: the cache is read by others.
+        fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError as exc:
-        raise DatasetError(f"cannot write in {target.parent}: {exc.strerror or exc}; "
-                           "choose another folder with -o or $REMAT_BENCH_CACHE") from None
-    tmp_path = Path(tmp.name)
+        raise _Failed(f"cannot write in {target.parent}: {exc.strerror or exc}",
+                      "choose another folder with -o or $REMAT_BENCH_CACHE") from None
+    # read1: whatever has arrived, so that the deadline is checked between blocks of a slow source.
+    read = getattr(stream, "read1", stream.read)
     try:
-        with tmp:
+        with os.fdopen(fd, "wb") as tmp:
             while True:
+                if time.monotonic() >= end:
+                    raise _late(f, location, received, deadline)
                 try:
-                    block = stream.read(1 << 16)
+                    block = read(min(1 << 16, f.size + 1 - received))  # at most one byte past the pinned size
+                except TimeoutError:
+                    if time.monotonic() >= end:
+                        raise _late(f, location, received, deadline) from None
+                    raise _Failed(f"{location} sent nothing for {timeout:g} s after {received:,} of {f.size:,} "
+                                  f"bytes of {f.name}", "run the fetch again") from None
                 except (http.client.HTTPException, OSError) as exc:  # the connection broke off
-                    raise DatasetError(
-                        f"downloading {f.name} from {location} broke off after {received:,} of {f.size:,} "
-                        f"bytes ({type(exc).__name__}); nothing was saved: run the fetch again") from None
+                    raise _Failed(f"downloading {f.name} from {location} broke off after {received:,} of "
+                                  f"{f.size:,} bytes ({type(exc).__name__})", "run the fetch again") from None
                 if not block:
                     break
                 digest.update(block)
                 tmp.write(block)
                 received += len(block)
+                if received > f.size:
+                    raise _Failed(f"{location} sends more than the {f.size:,} bytes of {f.name}",
+                                  "the source serves other bytes than the published file; give --source a "
+                                  "mirror or a local copy")
                 if progress:
                     progress(f.name, received, f.size)
             tmp.flush()
             os.fsync(tmp.fileno())
         announced = getattr(stream, "headers", None) and stream.headers.get("Content-Length")
         if announced and announced.isdigit() and received < int(announced):
-            raise DatasetError(
-                f"downloading {f.name} from {location} broke off after {received:,} of {int(announced):,} "
-                "bytes; nothing was saved: run the fetch again")
+            raise _Failed(f"downloading {f.name} from {location} broke off after {received:,} of "
+                          f"{int(announced):,} bytes", "run the fetch again")
         if digest.hexdigest() != f.sha256:
-            raise DatasetError(
+            raise _Failed(
                 f"{f.name} from {location} does not match its pinned SHA-256 (got {digest.hexdigest()[:16]}..., "
-                f"{received:,} bytes; expected {f.sha256[:16]}..., {f.size:,} bytes): the source serves other "
-                "bytes than the published file; nothing was saved"
-            )
+                f"{received:,} bytes; expected {f.sha256[:16]}..., {f.size:,} bytes)",
+                "the source serves other bytes than the published file; give --source a mirror or a local copy")
         os.replace(tmp_path, target)
-    except OSError as exc:
-        raise DatasetError(f"saving {target} failed: {exc.strerror or exc}; nothing was saved") from None
+    except OSError as exc:  # a full disk, a folder made read-only meanwhile
+        raise _Failed(f"saving {target} failed: {exc.strerror or exc}",
+                      "free some space, or choose another folder with -o or $REMAT_BENCH_CACHE") from None
     finally:
-        if tmp_path.exists():
+        with contextlib.suppress(OSError):
             tmp_path.unlink()
 
 
-__all__ = ["DATASETS", "FETCH_HINT", "PAPER", "PREFIX", "Dataset", "DatasetError", "Fetched", "PublishedFile",
-           "cache_dir", "fetch", "find", "locate", "matching", "missing", "resolve", "search_path"]
+__all__ = ["DATASETS", "DEADLINE_S", "FETCH_HINT", "PAPER", "PREFIX", "Dataset", "DatasetError", "FetchError",
+           "Fetched", "PublishedFile", "cache_dir", "fetch", "find", "locate", "matching", "missing", "resolve",
+           "search_path"]
