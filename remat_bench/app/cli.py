@@ -738,13 +738,16 @@ def graphs_list(as_json: bool) -> None:
 @click.option("--source", metavar="URL|DIR",
               help="Base URL of a mirror, or a local folder holding the files (default: the pinned commit "
                    "of haoming-codes/moccasin on GitHub).")
-def graphs_fetch(dataset: str, output: Path | None, source: str | None) -> None:
+@click.option("--deadline", type=SECONDS, metavar="SECONDS",
+              help="Give up on the whole fetch after this long (default 600; each read also times out after 60).")
+def graphs_fetch(dataset: str, output: Path | None, source: str | None, deadline: float | None) -> None:
     """Download the published graphs (DATASET: paper, the Moccasin paper's Table 2), SHA-256 checked.
 
     Each file is checked against the hash pinned in remat_bench/app/datasets.py
     before it is renamed into place; a file already there with the right hash
     is kept. The graphs are then named paper:<name> everywhere (solve,
-    graphs show, sweep configs).
+    graphs show, sweep configs). A fetch that fails part-way keeps the files
+    that arrived (listed), and leaves no partial file.
     """
     from remat_bench.app import datasets
 
@@ -764,9 +767,15 @@ def graphs_fetch(dataset: str, output: Path | None, source: str | None) -> None:
                 tasks[name] = bar.add_task(name, total=total)
             bar.update(tasks[name], completed=received)
 
-        fetched = datasets.fetch(data, dest, source, progress)
+        failed: datasets.FetchError | None = None
+        try:
+            fetched = datasets.fetch(data, dest, source, progress, deadline=deadline or datasets.DEADLINE_S)
+        except datasets.FetchError as exc:  # the files that arrived stay: list them before the error
+            fetched, failed = exc.fetched, exc
     for f in fetched:
         out.print(f"{f.action:>10}  {f.path}" + ("" if f.action == "present" else f"  (sha256 ok, from {f.source})"))
+    if failed is not None:
+        raise failed
     where = [p.resolve() for p in datasets.search_path(data)]
     if dest.resolve() not in where:
         out.print(f"the graphs are in {dest}; set PAPER_GRAPHS={dest} so that paper:<name> finds them")
