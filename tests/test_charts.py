@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -283,7 +284,8 @@ def test_coinciding_tradeoff_points_are_spread_and_identical_series_named(table)
             # Same point in the data, a few pixels apart on the page.
             assert gy == pytest.approx(cy) and 2 <= abs(gx - cx) <= 20
         assert "greedy = checkmate = moccasin: identical" in ax.get_title()
-    assert "spread sideways" in fig.legends[0].get_title().get_text()
+    assert "points at one budget that would cover one another are set side by side" in \
+        fig.legends[0].get_title().get_text()
 
 
 def test_scaling_chart_ticks_read_as_plain_numbers(table):
@@ -343,10 +345,13 @@ def test_plot_graph_accepts_the_graph_file_stem_as_well_as_its_name(tmp_path):
     assert list(select_runs(frame, tmp_path, graph="chain-16")["graph"]) == ["chain-16"]
 
 
+BOUND_ENTRY = "any-order lower bound (dotted): no schedule can be in the grey band below it"
+
+
 def test_the_tradeoff_chart_shades_the_overheads_below_the_bound(table):
     fig = charts.tradeoff_figure(table)
-    title = fig.legends[0].get_title().get_text()
-    assert "grey band: below the any-order lower bound" in title
+    # The dotted line and its band have a legend entry of their own (before: only a note in the legend's title).
+    assert BOUND_ENTRY in [t.get_text() for t in fig.legends[0].get_texts()]
     # The band's upper edge is the highest bound the runs computed at each budget (in overhead %).
     ax = fig.axes[0]
     edges = [line for line in ax.get_lines() if line.get_linestyle() == ":"]
@@ -356,4 +361,120 @@ def test_the_tradeoff_chart_shades_the_overheads_below_the_bound(table):
     y = edges[0].get_ydata()
     assert max(y) == pytest.approx(max(BOUND_PCT.values())) and min(y) == pytest.approx(min(BOUND_PCT.values()))
     without = table.assign(lower_bound_any_order=None)
-    assert "grey band" not in (charts.tradeoff_figure(without).legends[0].get_title().get_text() or "")
+    assert BOUND_ENTRY not in [t.get_text() for t in charts.tradeoff_figure(without).legends[0].get_texts()]
+
+
+# ---------------------------------------------------------------------- chart design (issue 30, item 17)
+
+
+def test_one_far_outlier_is_marked_at_the_top_instead_of_flattening_the_panel(table):
+    greedy = table[table["method"] == "moccasin"].assign(method="greedy", status="feasible", overhead_pct=6.0)
+    greedy.loc[greedy["budget_fraction"] == 0.6, "overhead_pct"] = 422.0
+    fig = charts.tradeoff_figure(pd.concat([table, greedy], ignore_index=True))
+    for ax in (a for a in fig.axes if a.get_visible()):
+        low, high = ax.get_ylim()
+        # The axis ends a margin above the largest ordinary value (chen (variant=sqrt) at 0.4: 55%), not at 422.
+        assert 55 < high < 80 and -5 < low <= 0, (low, high)
+        marks = [t for t in ax.texts if t.get_text() == "+422%"]
+        assert len(marks) == 1 and marks[0].xy == pytest.approx((0.6, high))
+        assert marks[0].get_color() == charts.method_style("greedy")["color"]
+    assert "marked at the top edge with its number" in fig.legends[0].get_title().get_text()
+    # Values that are merely spread out keep their whole axis.
+    assert charts.outlier_cap(np.array([0.0, 4.0, 9.0, 20.0, 30.0, 55.0])) is None
+    assert charts.outlier_cap(np.array([0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 9.0, 422.0])) == pytest.approx(9 + 0.3 * 9)
+    assert charts.outlier_cap(np.array([0.5, 1.0, 4.0])) is None  # small values are not outliers of one another
+    plain = charts.tradeoff_figure(table)
+    assert not [t for ax in plain.axes for t in ax.texts if t.get_text().startswith("+")]
+
+
+def test_a_budget_where_no_method_found_a_schedule_says_so(table):
+    nothing = table[table["budget_fraction"] == 0.4].assign(budget_fraction=0.2, budget_text="0.2",
+                                                            status="infeasible", overhead_pct=None)
+    fig = charts.tradeoff_figure(pd.concat([table, nothing], ignore_index=True))
+    for ax in (a for a in fig.axes if a.get_visible()):
+        notes = [t for t in ax.texts if t.get_text() == "no schedule found"]
+        assert [t.xy[0] for t in notes] == [0.2]
+    assert not [t for ax in charts.tradeoff_figure(table).axes for t in ax.texts if "no schedule" in t.get_text()]
+
+
+def test_panel_titles_stay_over_their_own_panel():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    twins = ("greedy", "checkmate", "moccasin", "kusumoto", "auto", "dtr", "knapsack", "checkmate-lp")
+    rows = [row(graph, nodes, method, fraction, "feasible", 5.0, 1.0)
+            for graph, nodes in (("chain-16", 33), ("random-layered-n60-seed7", 60), ("unet-train-b2-r64-d3", 77))
+            for method in twins for fraction in (0.9, 0.8)]
+    fig = charts.tradeoff_figure(build_table(rows))
+    FigureCanvasAgg(fig).draw()
+    boxes = [ax.title.get_window_extent() for ax in fig.axes if ax.get_visible()]
+    assert len(boxes) == 3 and " ".join(fig.axes[0].get_title().split()) == (
+        "chain-16 (33 nodes) greedy = checkmate = checkmate-lp = moccasin = kusumoto = auto = dtr = knapsack: "
+        "identical")
+    for left, right in itertools.pairwise(boxes):
+        assert left.x1 < right.x0, (left, right)  # before: the first panel's one-line note ran into the second's
+
+
+def test_the_scaling_chart_joins_points_only_within_a_graph_family(table):
+    # chain-8 (30 nodes), chain-64 (300), tree-9 (60), tree-81 (600): two families of two sizes each.
+    chains = table.assign(graph=table["graph"].map({"small": "chain-8", "large": "chain-64"}))
+    trees = table.assign(graph=table["graph"].map({"small": "tree-9", "large": "tree-81"}), nodes=2 * table["nodes"])
+    ax = charts.scaling_figure(pd.concat([chains, trees], ignore_index=True)).axes[0]
+    time_limit = "#555555"
+    joined = [set(line.get_xdata()) for line in ax.get_lines() if line.get_color() != time_limit]
+    assert joined and all(x in ({30, 300}, {60, 600}) for x in joined), joined  # before: 30-60-300-600 in one line
+    assert "a line joins the graphs of one family" in ax.get_legend().get_title().get_text()
+    assert charts.graph_family("random_layered_n100_w0.27_nlv0.75_ed0.2_scd0.14") == \
+        charts.graph_family("random_layered_n250_w0.43_nlv0.75_ed0.2_scd0.14") != charts.graph_family("chain-16")
+
+
+def test_the_timeline_nudge_is_stated_in_memory_units(schedules):
+    g, scheds = schedules
+    fig = charts.timeline_figure(g, [(m, s) for m, s in scheds if s is not None], budget=12)
+    ax = fig.axes[0]
+    note = ax.get_legend().get_title().get_text()
+    low, high = ax.get_ylim()
+    groups = len({tuple(charts.simulate(g, s).step_memory) for _, s in scheds if s is not None})
+    per_point = (high - low) / (ax.get_window_extent().height * 72 / fig.dpi)
+    amount = (groups - 1) / 2 * charts.LINE_GAP_PT * per_point
+    assert note == ("lines that would cover one another are drawn side by side,\n"
+                    f"at most {amount:.2g} units above or below their value")  # before: "1.2 pt apart"
+    assert " pt" not in note
+
+
+def test_schedule_files_are_drawn_one_colour_and_budget_each_named_by_file(tmp_path, schedules):
+    import dataclasses
+
+    from matplotlib.colors import to_hex
+
+    g, _ = schedules
+    tight, loose = run(g, "checkmate", "0.7", 10).schedule, run(g, "checkmate", "0.9", 10).schedule
+    # A long schedule: the loose one after 300 recomputations of the first node (valid, 600 steps longer).
+    steps = [("compute", 0), ("free", 0)] * 300 + list(zip(["compute" if k == 0 else "free" for k in loose.kinds],
+                                                            map(int, loose.nodes)))
+    long = dataclasses.replace(Schedule.from_steps(steps), method="checkmate", budget=loose.budget)
+    save_schedule(tight, g, tmp_path / "a.json")
+    save_schedule(long, g, tmp_path / "b.json")
+    r = CliRunner().invoke(main, ["plot", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--graph", str(CHAIN),
+                                  "--kind", "timeline", "-o", str(tmp_path / "t.png")])
+    assert r.exit_code == 0, r.output
+    assert non_blank(tmp_path / "t.png") > 0.05
+    fig = charts.timeline_figure(g, [("a.json (checkmate)", tight), ("b.json (checkmate)", long)],
+                                 budgets=[tight.budget, long.budget], colour_each=True)
+    ax = fig.axes[0]
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    a = next(ln for label, ln in lines.items() if label.startswith("a.json (checkmate): peak"))
+    b = next(ln for label, ln in lines.items() if label.startswith("b.json (checkmate): peak"))
+    assert to_hex(a.get_color()) == charts.method_style("checkmate")["color"] != to_hex(b.get_color())
+    budget_a = lines[f"budget {tight.budget} of a.json (checkmate)"]
+    budget_b = lines[f"budget {loose.budget} of b.json (checkmate)"]
+    assert budget_a.get_color() == a.get_color() and budget_b.get_color() == b.get_color()
+    assert budget_a.is_dashed() and budget_b.is_dashed()
+    # 77 and 669 steps: each drawn across the whole axis, against its own progress.
+    assert ax.get_xlabel() == "progress through each schedule (% of its steps)"
+    for line in (a, b):
+        assert line.get_xdata()[0] == 0 and line.get_xdata()[-1] == pytest.approx(100)
+    # Results of one budget keep the one neutral budget line and the step axis.
+    same = charts.timeline_figure(g, [("a", tight), ("b", tight)], budgets=[tight.budget, tight.budget])
+    assert same.axes[0].get_xlabel() == "step"
+    assert [ln.get_label() for ln in same.axes[0].get_lines() if ln.get_label().startswith("budget")] == \
+        [f"budget {tight.budget}"]

@@ -20,11 +20,17 @@ method (a parameter grid) share its colour and differ by line style.
   the step line is the running minimum over budgets (a schedule that fits a
   budget fits every larger one), so it shows the best overhead each method
   reached at or below each budget. Budgets where a method found nothing are
-  left empty; a panel where nothing was found says so, and how runs ended.
+  left empty, a budget where no method found anything says so, and so does a
+  panel where nothing was found, with how runs ended. A few values far above
+  the rest end above the axis, marked at its top edge with their value
+  (`outlier_cap`), so that they do not flatten the others onto zero.
 - `scaling`: solve time against graph size, log-log (ticks as plain numbers),
-  with each time limit dashed and runs killed at the limit marked with a cross.
+  with each time limit dashed and runs killed at the limit marked with a cross;
+  lines join graphs of one family only (`graph_family`).
 - `timeline`: memory at every step of one or more schedules of one graph,
-  with the budget (black, dashed: no method's colour) and the baseline peak.
+  with the budget (black, dashed: no method's colour) and the baseline peak;
+  schedules of different budgets each get their own budget line, and
+  schedules of very different lengths are drawn against their progress.
 - `intervals`: when each value is resident over one schedule, one row per
   node, as in Figure 3 of the Moccasin paper (Bartan et al., ICML 2023):
   first computations in blue, recomputations in orange.
@@ -36,6 +42,8 @@ import difflib
 import hashlib
 import io
 import math
+import re
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -48,6 +56,7 @@ from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.legend_handler import HandlerTuple
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 from matplotlib.transforms import offset_copy
 
 from remat_bench.core.errors import RematBenchError
@@ -75,6 +84,20 @@ DODGE_PT = 4.5
 NEAR = 0.02  # points closer than this fraction of the y span overlap on the page, markers being about that tall
 LINE_GAP_PT = 1.2
 DASH = 3.0
+# A tradeoff panel's y axis stops above its ordinary values when a few are far off (greedy at +422% beside
+# methods within 10%): at most this share of the points, each more than FAR times the largest value kept
+# (and than FLOOR_PCT), are marked at the top edge with their value written.
+OUTLIER_SHARE = 0.25
+FAR = 3.0
+FLOOR_PCT = 5.0
+# A panel's title lines are wrapped to this many characters, so that neighbouring titles do not meet.
+TITLE_CHARS = 52
+# Timelines whose lengths differ more than this factor are drawn against each schedule's progress (% of its
+# steps): on a shared step axis the short one would be squeezed into a sliver.
+STEPS_RATIO = 2.0
+BOUND_BAND = "#b0b0b0"
+BOUND_EDGE = "#707070"
+NOTE_COLOUR = "#555555"
 # Intervals show one schedule, so they use two fixed colours rather than the method's.
 FIRST_COLOUR = "#3b75af"
 RECOMPUTE_COLOUR = "#e8702a"
@@ -274,7 +297,7 @@ def tradeoff_figure(frame: pd.DataFrame, title: str | None = None) -> Figure:
     fig = Figure(figsize=(5.2 * cols, 3.8 * rows + 0.8), layout="constrained")
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
     order = _label_order(frame)
-    spread = identical = banded = False
+    spread = identical = banded = clipped = False
     for ax, graph in zip(axes, graphs):
         mine = usable[usable["graph"] == graph]
         fractions = frame.loc[frame["graph"] == graph, "budget_fraction"].dropna()
@@ -286,8 +309,10 @@ def tradeoff_figure(frame: pd.DataFrame, title: str | None = None) -> Figure:
                 best[label] = (b.index.to_numpy(dtype=float), b.to_numpy(dtype=float))
         style = {label: method_style(mine.loc[mine["label"] == label, "method"].iloc[0]) for label in best}
         linestyle = {label: mine.loc[mine["label"] == label, "linestyle"].iloc[0] for label in best}
+        top = outlier_cap(np.concatenate([y for _, y in best.values()]) if best else np.array([]))
         spread |= _spread_points(ax, fig, best, {
-            label: {"color": s["color"], "marker": s["marker"], "s": 22, "zorder": 3} for label, s in style.items()})
+            label: {"color": s["color"], "marker": s["marker"], "s": 22, "zorder": 3} for label, s in style.items()},
+            top=top)
         groups = _identical_groups(best)
         for group in groups:
             x, y = best[group[0]]
@@ -308,8 +333,12 @@ def tradeoff_figure(frame: pd.DataFrame, title: str | None = None) -> Figure:
             ax.text(0.5, 0.5, f"{what}\n{_status_note(theirs)}", transform=ax.transAxes, ha="center",
                     va="center", fontsize=9, color="#555555")
             ax.set_yticks([])  # no overhead was measured: an overhead scale would be made up
+        else:
+            _nothing_found_at(ax, sorted(set(fractions.astype(float)) - set(mine["budget_fraction"].astype(float))))
+        if top is not None:
+            clipped |= _clip_outliers(ax, best, style, top)
         nodes = frame.loc[frame["graph"] == graph, "nodes"].iloc[0]
-        ax.set_title(f"{graph} ({nodes} nodes)" + (f"\n{same}: identical" if same else ""), fontsize=10)
+        ax.set_title(panel_title(f"{graph} ({nodes} nodes)", f"{same}: identical" if same else None), fontsize=10)
         ax.set_xlabel("budget (fraction of the baseline peak)")
         ax.set_ylabel("overhead (% of baseline duration)")
         if len(fractions):
@@ -318,12 +347,18 @@ def tradeoff_figure(frame: pd.DataFrame, title: str | None = None) -> Figure:
         ax.grid(True, alpha=0.3)
     for ax in axes[len(graphs):]:
         ax.set_visible(False)
-    notes = [*(["points at (nearly) one place are spread sideways"] if spread else []),
+    notes = [*(["points at one budget that would cover one another are set side by side"] if spread else []),
              *(["identical series share one line in alternating colours"] if identical else []),
-             *(["grey band: below the any-order lower bound, where no schedule can be"] if banded else [])]
-    fig.legend(handles=_legend_handles(frame, [lab for lab in order if lab in set(usable["label"])]),
-               loc="outside lower center", ncols=min(6, len(order)), fontsize=9, frameon=False,
-               title="; ".join(notes) or None, title_fontsize=8)
+             *(["\u25b2: a value far above the others, marked at the top edge with its number"] if clipped else [])]
+    handles: list[Any] = _legend_handles(frame, [lab for lab in order if lab in set(usable["label"])])
+    names = [h.get_label() for h in handles]
+    if banded:
+        handles.append((Patch(facecolor=BOUND_BAND, alpha=0.35, linewidth=0),
+                        Line2D([], [], color=BOUND_EDGE, linestyle=":", linewidth=0.9)))
+        names.append("any-order lower bound (dotted): no schedule can be in the grey band below it")
+    fig.legend(handles, names, handler_map={tuple: HandlerTuple(ndivide=1, pad=0)}, loc="outside lower center",
+               ncols=min(6, len(names)), fontsize=9, frameon=False, title="; ".join(notes) or None,
+               title_fontsize=8)
     fig.suptitle(title or "Overhead against budget (line: best at or below each budget)")
     return fig
 
@@ -341,28 +376,85 @@ def _bound_band(ax: Axes, runs: pd.DataFrame) -> bool:
     best = overhead.groupby(bounds["budget_fraction"].astype(float)).max().sort_index()
     x, y = best.index.to_numpy(dtype=float), best.to_numpy(dtype=float)
     # A bound at budget b holds for every budget up to b: it steps down to the right, "pre".
-    ax.fill_between(x, np.minimum(0.0, y.min()), y, step="pre" if len(x) > 1 else None, color="#b0b0b0",
+    ax.fill_between(x, np.minimum(0.0, y.min()), y, step="pre" if len(x) > 1 else None, color=BOUND_BAND,
                     alpha=0.35, linewidth=0, zorder=1)
-    ax.step(x, y, where="pre", color="#707070", linewidth=0.9, linestyle=":", zorder=2)
+    ax.step(x, y, where="pre", color=BOUND_EDGE, linewidth=0.9, linestyle=":", zorder=2)
     return True
 
 
-def _spread_points(ax: Axes, fig: Figure, points: dict[str, tuple[np.ndarray, np.ndarray]],
-                   scatter: dict[str, dict[str, Any]], log: bool = False) -> bool:
-    """Scatter each label's points with its ``scatter`` keywords; True if any had to be spread.
+def panel_title(name: str, note: str | None = None) -> str:
+    """A panel's title: its name, then ``note`` wrapped to `TITLE_CHARS` so that it stays over its own panel."""
+    if not note:
+        return name
+    return name + "\n" + textwrap.fill(note, TITLE_CHARS, break_on_hyphens=False)
+
+
+def outlier_cap(values: np.ndarray) -> float | None:
+    """The top of a y axis that leaves out a few values far above the others, or None to show them all.
+
+    Sorted, the values are cut at the largest jump (ratio to the value below it, at least `FLOOR_PCT`) among
+    the top `OUTLIER_SHARE` of them, if it exceeds `FAR`; the axis then ends a margin above the largest value
+    kept, so those keep the height of the panel.
+    """
+    v = np.sort(np.asarray(values, dtype=float)[np.isfinite(values)])
+    if len(v) < 3:
+        return None
+    cut, ratio = None, FAR
+    for i in range(max(1, len(v) - max(1, int(len(v) * OUTLIER_SHARE))), len(v)):
+        jump = v[i] / max(v[i - 1], FLOOR_PCT)
+        if jump > ratio:
+            cut, ratio = i, jump
+    if cut is None:
+        return None
+    kept = float(v[cut - 1])
+    return kept + max(0.3 * (kept - min(float(v[0]), 0.0)), 1.0)
+
+
+def _clip_outliers(ax: Axes, best: dict[str, tuple[np.ndarray, np.ndarray]], style: dict[str, dict[str, str]],
+                   top: float) -> bool:
+    """End the y axis at ``top``; mark each point above it at the top edge, in its method's colour, with its value."""
+    low = min(0.0, float(ax.dataLim.y0))  # the autoscaled bottom left room for the outliers' height
+    ax.set_ylim(low - 0.05 * (top - low), top)
+    stacked: dict[float, int] = {}
+    marked = False
+    for label, (x, y) in best.items():
+        for xi, yi in zip(x, y):
+            if yi <= top:
+                continue
+            below = stacked[float(xi)] = stacked.get(float(xi), -1) + 1  # several at one budget: one under another
+            colour = style[label]["color"]
+            ax.scatter([xi], [top], marker="^", s=40, color=colour, clip_on=False, zorder=5)
+            ax.annotate(f"{yi:+.0f}%", (xi, top), textcoords="offset points", xytext=(6, -9 - 9 * below),
+                        ha="left", va="center", fontsize=8, color=colour, annotation_clip=False)
+            marked = True
+    return marked
+
+
+def _nothing_found_at(ax: Axes, fractions: Sequence[float]) -> None:
+    """Say so at each budget of a panel where no method found a schedule (an empty column reads as missing data)."""
+    for fraction in fractions:
+        ax.annotate("no schedule found", (fraction, 0), xycoords=("data", "axes fraction"), textcoords="offset points",
+                    xytext=(3, 6), rotation=90, ha="left", va="bottom", fontsize=8, color=NOTE_COLOUR,
+                    bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0, "pad": 1})
+
+
+def _spread_points(ax: Axes, fig: Figure, points: dict[K, tuple[np.ndarray, np.ndarray]],
+                   scatter: dict[K, dict[str, Any]], log: bool = False, top: float | None = None) -> bool:
+    """Scatter each key's points with its ``scatter`` keywords; True if any had to be spread.
 
     Points of one x (a budget, a graph size) whose y are within `NEAR` of the
-    y span of all points (on a log scale with ``log``) would sit on one another
-    on the page, so they are spread sideways, `DODGE_PT` apart in page units
-    (the data stay put), in the order of ``points``.
+    y span of all points in view (below ``top``; on a log scale with ``log``)
+    would sit on one another on the page, so they are spread sideways,
+    `DODGE_PT` apart in page units (the data stay put), in the order of ``points``.
     """
-    entries = [(label, i, float(x[i]), float(y[i])) for label, (x, y) in points.items() for i in range(len(x))]
+    entries = [(label, i, float(x[i]), float(y[i] if top is None else min(y[i], top)))
+               for label, (x, y) in points.items() for i in range(len(x))]
     height = {(label, i): math.log10(max(yi, 1e-300)) if log else yi for label, i, _, yi in entries}
     span = (max(height.values()) - min(height.values())) if height else 0.0
     shift = {(label, i): 0.0 for label, i, _, _ in entries}
     for xi in {xi for _, _, xi, _ in entries}:
         column = sorted((height[(label, i)], n, (label, i)) for n, (label, i, x, _) in enumerate(entries) if x == xi)
-        clusters: list[list[tuple[int, tuple[str, int]]]] = []
+        clusters: list[list[tuple[int, tuple[Any, int]]]] = []
         for k, (h, n, key) in enumerate(column):
             if k and h - column[k - 1][0] <= NEAR * span:
                 clusters[-1].append((n, key))
@@ -440,19 +532,27 @@ def scaling(frame: pd.DataFrame, path: str | Path, title: str | None = None) -> 
     return save(scaling_figure(frame, title), path)
 
 
+def graph_family(name: str) -> str:
+    """What a graph's name says of its kind, its numbers left out: ``chain-16`` and ``chain-64`` are ``chain-#``."""
+    return re.sub(r"\d+(?:\.\d+)?", "#", name)
+
+
 def scaling_figure(frame: pd.DataFrame, title: str | None = None) -> Figure:
     """Solve time (s) against nodes, log-log; time limits dashed, runs killed at the limit crossed.
 
-    Coinciding points and identical series are drawn as in `tradeoff_figure`.
+    A line joins a method's medians over the graphs of one family (`graph_family`: names alike but for
+    their numbers), never across families, whose times need not follow one trend. Coinciding points
+    and identical series are drawn as in `tradeoff_figure`.
     """
     frame = _labelled(frame)
     frame = frame[frame["status"] != "unsupported"]
     if frame.empty or frame["nodes"].nunique() < 1:
         raise ChartError("no applicable runs to draw solve times for")
+    frame = frame.assign(family=frame["graph"].astype(str).map(graph_family))
     fig = Figure(figsize=(7.5, 5.2), layout="constrained")
     ax = fig.subplots()
     order = _label_order(frame)
-    medians: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    medians: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}  # (label, family): one line
     killed: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     ended: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     style: dict[str, dict[str, str]] = {}
@@ -461,9 +561,10 @@ def scaling_figure(frame: pd.DataFrame, title: str | None = None) -> Figure:
         runs = frame[frame["label"] == label]
         style[label], linestyle[label] = method_style(runs["method"].iloc[0]), runs["linestyle"].iloc[0]
         ok = runs[runs["ok"] & runs["solve_time_s"].notna()]
-        if not ok.empty:
-            median = ok.groupby("nodes")["solve_time_s"].median().sort_index()
-            medians[label] = (median.index.to_numpy(dtype=float), np.maximum(median.to_numpy(dtype=float), 1e-4))
+        for family, theirs in ok.groupby("family", sort=False):
+            median = theirs.groupby("nodes")["solve_time_s"].median().sort_index()
+            medians[(label, str(family))] = (median.index.to_numpy(dtype=float),
+                                             np.maximum(median.to_numpy(dtype=float), 1e-4))
         timeouts = runs.loc[runs["status"] == "timeout", ["nodes", "time_limit"]].astype(float).drop_duplicates()
         if not timeouts.empty:
             killed[label] = (timeouts["nodes"].to_numpy(), timeouts["time_limit"].to_numpy())
@@ -473,11 +574,12 @@ def scaling_figure(frame: pd.DataFrame, title: str | None = None) -> Figure:
             ended[label] = (other["nodes"].to_numpy(), np.maximum(other["solve_time_s"].to_numpy(), 1e-4))
     groups = _identical_groups(medians)
     for group in groups:
-        _interleaved(ax.plot, medians[group[0]], [style[label]["color"] for label in group],
-                     linestyle=linestyle[group[0]])
+        if len(medians[group[0]][0]) > 1:  # one graph of a family: its point, no line
+            _interleaved(ax.plot, medians[group[0]], [style[label]["color"] for label, _ in group],
+                         linestyle=linestyle[group[0][0]])
     spread = _spread_points(ax, fig, medians, {
-        label: {"color": s["color"], "marker": s["marker"], "s": 25, "zorder": 3} for label, s in style.items()},
-        log=True)
+        key: {"color": style[key[0]]["color"], "marker": style[key[0]]["marker"], "s": 25, "zorder": 3}
+        for key in medians}, log=True)
     spread |= _spread_points(ax, fig, killed, {
         label: {"color": s["color"], "marker": "x", "s": 60, "zorder": 4} for label, s in style.items()}, log=True)
     spread |= _spread_points(ax, fig, ended, {
@@ -499,10 +601,15 @@ def scaling_figure(frame: pd.DataFrame, title: str | None = None) -> Figure:
         Line2D([], [], color="#555555", marker="x", linestyle="", label="killed at the time limit"),
         Line2D([], [], color="#555555", marker="o", markerfacecolor="none", linestyle="",
                label="ended without a schedule")]
-    notes = [*(f"{' = '.join(group)}: identical" for group in groups if len(group) > 1),
-             *(["points at (nearly) one place\nare spread sideways"] if spread else [])]
+    families = list(dict.fromkeys(frame["family"]))
+    notes = [*dict.fromkeys(f"{' = '.join(label for label, _ in group)}: identical"
+                            for group in groups if len(group) > 1),
+             *(["points that would cover one\nanother are set side by side"] if spread else []),
+             *(["a line joins the graphs of one family\n(names alike but for their numbers)"]
+               if len(families) > 1 else [])]
     ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
-              title="\n".join(notes) or None, title_fontsize=8, alignment="left")
+              title="\n".join("\u2022 " + note.replace("\n", "\n   ") for note in notes) or None, title_fontsize=8,
+              alignment="left")
     ax.set_title(title or "Solve time against graph size (median of successful runs)")
     return fig
 
@@ -511,13 +618,14 @@ def scaling_figure(frame: pd.DataFrame, title: str | None = None) -> Figure:
 
 
 def _memory_scale(graph: Graph, peak: Number) -> tuple[float, str]:
+    """The factor memory amounts are divided by on the axis, and the unit they are then in ("" if none)."""
     unit = graph.units.get("memory", "")
     if unit != "bytes":
-        return 1.0, f"memory ({unit})" if unit else "memory"
+        return 1.0, unit
     for factor, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
         if peak >= 2 * factor:
-            return float(factor), f"memory ({name})"
-    return 1.0, "memory (bytes)"
+            return float(factor), name
+    return 1.0, "bytes"
 
 
 def _amount(value: float) -> str:
@@ -525,13 +633,15 @@ def _amount(value: float) -> str:
 
 
 def timeline(graph: Graph, schedules: Sequence[tuple[str, Schedule]], path: str | Path,
-             budget: Number | None = None, title: str | None = None) -> Path:
+             budget: Number | None = None, title: str | None = None, *,
+             budgets: Sequence[Number | None] | None = None, colour_each: bool = False) -> Path:
     """Write `timeline_figure` to ``path``."""
-    return save(timeline_figure(graph, schedules, budget, title), path)
+    return save(timeline_figure(graph, schedules, budget, title, budgets=budgets, colour_each=colour_each), path)
 
 
 def timeline_figure(graph: Graph, schedules: Sequence[tuple[str, Schedule]], budget: Number | None = None,
-                    title: str | None = None) -> Figure:
+                    title: str | None = None, *, budgets: Sequence[Number | None] | None = None,
+                    colour_each: bool = False) -> Figure:
     """Memory at every step of each schedule (label, schedule), overlaid, with the budget line.
 
     Schedules often share stretches of memory (their first steps, or all of it:
@@ -539,11 +649,21 @@ def timeline_figure(graph: Graph, schedules: Sequence[tuple[str, Schedule]], bud
     hide the earlier one there. So schedules with the same memory at every step
     share one line in alternating colours, labelled "greedy = checkmate
     (identical)", and the distinct lines are drawn `LINE_GAP_PT` apart vertically
-    (page units, stated in the legend) so that equal stretches lie side by
-    side. The budget is a black dashed line, a colour no method has.
+    (page units; the legend says how far that is in memory) so that equal
+    stretches lie side by side. The budget is a black dashed line, a colour no
+    method has.
+
+    ``budgets`` gives each schedule its own budget (schedule files solved at
+    different budgets): when they differ, each is a dashed line in the colour
+    of its schedule, named after it. ``colour_each`` gives every schedule a
+    colour of its own (files of one method) instead of its method's. Schedules
+    whose lengths differ more than `STEPS_RATIO` times are drawn against their
+    progress (% of their own steps), so that a short one spans the axis too.
     """
     if not schedules:
         raise ChartError(f"no schedule of graph '{graph.name}' to draw")
+    if budgets is not None and (budget is not None or len(budgets) != len(schedules)):
+        raise ValueError("give either one budget, or one budget per schedule")
     base = baseline(graph)
     sims = []
     for label, schedule in schedules:
@@ -551,21 +671,27 @@ def timeline_figure(graph: Graph, schedules: Sequence[tuple[str, Schedule]], bud
         if not sim.valid:
             raise ChartError(f"the schedule '{label}' is not valid on graph '{graph.name}': {sim.violation}")
         sims.append((label, schedule, sim))
-    top = max([base.peak, *(s.peak for _, _, s in sims), *([budget] if budget is not None else [])])
-    scale, ylabel = _memory_scale(graph, top)
+    own = list(budgets) if budgets is not None else [budget] * len(sims)
+    if len({b for b in own if b is not None}) <= 1:  # one budget for all: the neutral line
+        budget, own = next((b for b in own if b is not None), None), [None] * len(sims)
+    top = max([base.peak, *(s.peak for _, _, s in sims), *(b for b in [budget, *own] if b is not None)])
+    scale, unit = _memory_scale(graph, top)
+    lengths = [max(sim.num_steps, 1) for _, _, sim in sims]
+    progress = max(lengths) > STEPS_RATIO * min(lengths)
     fig = Figure(figsize=(9, 4.6), layout="constrained")
     ax = fig.subplots()
     # Keyed by position: two schedules may carry one label (two files of one method).
     series: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    colour: dict[int, str] = {}
+    colour = _timeline_colours([schedule.method or label for label, schedule, _ in sims], colour_each)
     linestyle: dict[int, str] = {}
     seen: dict[str, int] = {}
     for i, (label, schedule, sim) in enumerate(sims):
         method = schedule.method or label
-        colour[i] = method_style(method)["color"]
         variant = seen[method] = seen.get(method, -1) + 1  # variants of one method: same colour, new line style
-        linestyle[i] = LINESTYLES[variant % len(LINESTYLES)]
-        steps = np.arange(sim.num_steps + 1)
+        linestyle[i] = "-" if colour_each else LINESTYLES[variant % len(LINESTYLES)]
+        steps = np.arange(sim.num_steps + 1, dtype=float)
+        if progress:
+            steps *= 100 / lengths[i]
         series[i] = (steps, np.append(sim.step_memory, sim.step_memory[-1] if sim.num_steps else 0) / scale)
     groups = _identical_groups(series)
     handles: list[Any] = []
@@ -585,25 +711,51 @@ def timeline_figure(graph: Graph, schedules: Sequence[tuple[str, Schedule]], bud
     if budget is not None:
         handles.append(ax.axhline(budget / scale, color=NEUTRAL, linestyle="--", linewidth=1.4))
         names.append(f"budget {_amount(budget / scale)}")
-    handles.append(ax.axhline(base.peak / scale, color="#555555", linestyle=":", linewidth=1.2))
+    for amount in dict.fromkeys(b for b in own if b is not None):  # each schedule's own budget, in its colour
+        whose = [i for i, b in enumerate(own) if b == amount]
+        handles.append(ax.axhline(amount / scale, color=colour[whose[0]], linestyle="--", linewidth=1.2))
+        names.append(f"budget {_amount(amount / scale)} of {', '.join(sims[i][0] for i in whose)}")
+    handles.append(ax.axhline(base.peak / scale, color=NOTE_COLOUR, linestyle=":", linewidth=1.2))
     names.append(f"baseline peak {_amount(base.peak / scale)}")
     for line, name in zip(handles, names):
         for part in line if isinstance(line, tuple) else (line,):
             part.set_label(name)
     ax.autoscale_view()
-    ax.set_xlabel("step")
-    ax.set_ylabel(ylabel)
+    ax.set_xlabel("progress through each schedule (% of its steps)" if progress else "step")
+    ax.set_ylabel(f"memory ({unit})" if unit else "memory")
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
-    note = None
-    if len(groups) > 1:
-        note = (f"lines drawn {LINE_GAP_PT:g} pt apart (at most {(len(groups) - 1) / 2 * LINE_GAP_PT:g} pt\n"
-                "off their value) so that equal stretches stay visible")
     # ndivide=1: the copies of an identical series overlap in their legend entry, alternating as in the chart.
-    ax.legend(handles, names, handler_map={tuple: HandlerTuple(ndivide=1, pad=0)}, fontsize=8, loc="upper left",
-              bbox_to_anchor=(1.01, 1.0), frameon=False, title=note, title_fontsize=7, alignment="left")
+    legend = ax.legend(handles, names, handler_map={tuple: HandlerTuple(ndivide=1, pad=0)}, fontsize=8,
+                       loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title_fontsize=7,
+                       alignment="left", title=_nudge_note(1.0, unit) if len(groups) > 1 else None)
     ax.set_title(title or f"{graph.name}: memory at every step")
+    if len(groups) > 1:
+        # The nudge in memory units: known once the layout has placed the axes (the note's size barely moves it).
+        fig.draw_without_rendering()
+        low, high = ax.get_ylim()
+        per_point = (high - low) / (ax.get_window_extent().height * 72 / fig.dpi)
+        legend.set_title(_nudge_note((len(groups) - 1) / 2 * LINE_GAP_PT * per_point, unit))
     return fig
+
+
+def _nudge_note(amount: float, unit: str) -> str:
+    return ("lines that would cover one another are drawn side by side,\n"
+            f"at most {amount:.2g}{' ' + unit if unit else ''} above or below their value")
+
+
+def _timeline_colours(methods: Sequence[str], each: bool) -> dict[int, str]:
+    """Each schedule's colour: its method's; with ``each``, a later schedule of a method already drawn gets
+    a colour no method here has."""
+    own = [method_style(m)["color"] for m in methods]
+    if not each:
+        return dict(enumerate(own))
+    # Not black (the budget's) nor grey (the baseline's, and `none`'s).
+    spare = [c for c in PALETTE if c not in own and c not in (NEUTRAL, PALETTE[0])]
+    colour: dict[int, str] = {}
+    for i, c in enumerate(own):
+        colour[i] = c if c not in colour.values() else (spare.pop(0) if spare else c)
+    return colour
 
 
 # ---------------------------------------------------------------------- intervals

@@ -1065,7 +1065,10 @@ def plot(sources: tuple[Path, ...], kind: str, output: Path, graph: str | None, 
         if kind == "intervals" and len(scheds) != 1:
             raise click.BadParameter("an intervals chart shows one schedule", param_hint="SOURCES")
         if kind == "timeline":
-            charts.timeline(g, [(s.method or name, s) for name, s in scheds], output, budget=scheds[0][1].budget)
+            # Named by file, a colour and a budget line each: two files are often one method at two budgets.
+            named = [(f"{path.name} ({s.method})" if s.method else path.name, s)
+                     for path, (_, s) in zip(sources, scheds)]
+            charts.timeline(g, named, output, budgets=[s.budget for _, s in scheds], colour_each=True)
         else:
             charts.intervals(g, scheds[0][1], output)
         out.print(f"wrote {output}: {kind} of {', '.join(str(p) for p in sources)}")
