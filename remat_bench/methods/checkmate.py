@@ -130,7 +130,7 @@ class Checkmate(Method):
             threads=params["threads"] or None, mip_gap=params["mip_gap"],
             seed=params["seed"], start=start, keep_incumbents=True, options=options,
         )
-        return best_of(graph, budget, milp_result(cm, sol, stats, deadline), pool)
+        return best_of(graph, budget, milp_result(cm, sol, stats, deadline, self.context.duration_goal), pool)
 
 
 def warm_start(cm: CheckmateModel, graph: Graph, budget: Number, deadline: Deadline,
@@ -186,8 +186,10 @@ def warm_start(cm: CheckmateModel, graph: Graph, budget: Number, deadline: Deadl
     return x, source, pool
 
 
-def milp_result(cm: CheckmateModel, sol: Any, stats: dict[str, Any], deadline: Deadline) -> MethodResult:
-    """Decode a MILP answer into a MethodResult (shared by checkmate's backends)."""
+def milp_result(cm: CheckmateModel, sol: Any, stats: dict[str, Any], deadline: Deadline,
+                goal: Number | None = None) -> MethodResult:
+    """Decode a MILP answer into a MethodResult (shared by checkmate's backends); optimal also when its
+    objective meets ``goal``, a duration no schedule goes below (`SolveContext.duration_goal`)."""
     graph = cm.graph
     stats.update({
         "solver": sol.solver, "solver_status": sol.message, "solve_time_s": round(sol.solve_time_s, 3),
@@ -214,8 +216,9 @@ def milp_result(cm: CheckmateModel, sol: Any, stats: dict[str, Any], deadline: D
         return MethodResult(Status.NO_SOLUTION, lower_bound=lower, solve_time_s=deadline.elapsed(), stats=stats,
                             message=f"no schedule found before the solver stopped ({sol.message})")
     schedule = cm.decode(sol.x)
-    status = Status.OPTIMAL if sol.status == "optimal" else Status.FEASIBLE
     objective = cm.objective(sol.x)
+    status = Status.OPTIMAL if sol.status == "optimal" or (goal is not None and objective <= goal) else \
+        Status.FEASIBLE
     if status is Status.OPTIMAL and lower is not None:
         lower = min(lower, objective)
     return MethodResult(status, schedule, objective=objective, lower_bound=lower,

@@ -958,7 +958,9 @@ class Moccasin(Method):
         schedule = p2.decode(solver2)
         objective = solver2.objective_value * p2.dur_scale
         lower = solver2.best_objective_bound * p2.dur_scale
-        status = Status.OPTIMAL if status2 == cp_model.OPTIMAL else Status.FEASIBLE
+        # Optimal when proven in its space, or when it meets the goal (a duration no schedule goes below).
+        met = goal is not None and objective <= goal
+        status = Status.OPTIMAL if status2 == cp_model.OPTIMAL or met else Status.FEASIBLE
         return MethodResult(status, schedule, objective=_number(objective), lower_bound=_number(lower),
                             solve_time_s=deadline.elapsed(), stats=stats)
 

@@ -65,8 +65,14 @@ def test_the_exact_members_side_by_side_in_child_processes_give_the_same_answer(
     side_by_side = solve_auto(g, b, jobs=2, members="moccasin,checkmate")
     assert side_by_side.status == alone.status
     assert cleaned_duration(g, side_by_side.schedule) == cleaned_duration(g, alone.schedule)
-    exact = {m["method"]: m for m in side_by_side.stats["members"] if m["role"] == "exact"}
-    assert exact["moccasin"]["status"] == exact["checkmate"]["status"] == "optimal"
+    # Both optimal, or (once one meets the any-order bound) the other stopped for it: nothing is faster.
+    for run in (alone, side_by_side):
+        exact = {m["method"]: m for m in run.stats["members"] if m["role"] == "exact"}
+        ran = [m for m in exact.values() if m["status"] != "not_run"]
+        assert ran and all(m["status"] == "optimal" for m in ran), exact
+        first = ran[0]["method"]
+        assert all(m["message"].endswith(f"{first}'s schedule is proven optimal")
+                   for m in exact.values() if m["status"] == "not_run"), exact
 
 
 def test_without_backward_nodes_checkmate_leaves_the_cores_to_moccasin_order_free():
@@ -118,6 +124,8 @@ def test_a_member_past_its_time_is_stopped_and_recorded(monkeypatch):
     monkeypatch.setitem(methods.BUILTIN, "sleepy", f"{__name__}:Sleepy")  # the child loads it by its place
     monkeypatch.setattr(auto_module, "EXACT", (*auto_module.EXACT, "sleepy"))
     monkeypatch.setattr(auto_module, "CHILD_GRACE", 0.5)
+    # No goal: moccasin's optimum would otherwise stop sleepy as soon as it is found.
+    monkeypatch.setattr(Auto, "_goals", lambda self, graph, budget, deadline: self.context)
     g = random_graph(2)
     b = budgets(g)[-1]
     start = time.perf_counter()
