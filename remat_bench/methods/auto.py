@@ -150,6 +150,12 @@ class Auto(Method):
         fast = [n for n in names if n not in EXACT]
         exact = [n for n in names if n in EXACT]
         self._run_fast(graph, budget, fast, deadline, params["fast_share"] if exact else 1.0, members, hints)
+        if keep > 0 and exact and not any(m.schedule is not None for m in members):
+            # Nothing to polish yet: the exact members take the polish's share too (what they find
+            # first matters more than a polish that may get no time).
+            left = whole.remaining()
+            deadline = Deadline(None if left is None else left)
+            keep = 0.0
         runnable = [n for n in exact if self._applies(graph, budget, n, members)]
         if not len(graph.backward_indices) and {"moccasin", "checkmate"} <= set(runnable):
             # No backward nodes: moccasin runs its order-free path (`_exact_params`), whose space holds

@@ -686,7 +686,8 @@ class Moccasin(Method):
         Param("max_intervals", int, 0, "retention intervals per node, C (0: 2 staged, 3 order-free)", minimum=0,
               maximum=100),
         Param("threads", int, 0, "CP-SAT workers (0: all cores)", minimum=0, maximum=1024, aliases=("num_workers",)),
-        Param("phase1_share", float, 0.5, "largest share of the time limit phase 1 may use", minimum=0, maximum=1),
+        Param("phase1_share", float, 0.5, "largest share of the time limit phase 1 may use at budget=min (with a "
+              "budget it ends as soon as a schedule fits)", minimum=0, maximum=1),
         Param("seed", int, 0, "CP-SAT random seed", minimum=0, maximum=2**31 - 1),
         Param("search", str, "default", "default: CP-SAT's portfolio; hint: repair and stay near the hint",
               choices=("default", "hint")),
@@ -889,7 +890,10 @@ class Moccasin(Method):
         if budget_units is not None:
             p1.model.add(z >= budget_units)
         p1.model.minimize(z)
-        share = min(max(params["phase1_share"], 0.0), 1.0)
+        # With a budget, phase 1 is optimal (and stops) as soon as a schedule fits, and without one
+        # phase 2 cannot run: it may take all the time. At ``min`` it minimises the peak, and phase 2,
+        # the duration at that peak, needs time of its own.
+        share = min(max(params["phase1_share"], 0.0), 1.0) if budget is None else 1.0
         t1 = deadline.elapsed()
         remaining = deadline.remaining()
         # At min for a caller that wants the peak only: stop at a peak no schedule goes below.

@@ -171,12 +171,15 @@ def shaved_order(graph: Graph, budget: Number, deadline: Deadline | None = None,
     early ones can become unnecessary once later ones are in: on the generated
     ResNet-50 with implementations at 0.5, undoing them took MONeT from
     -15.62% to -15.73% (`make bench BENCH=monet`, docs/benchmarks.md).
-    Runs for at most ``cap_s`` seconds and a quarter of what ``deadline`` leaves.
+    Shaving runs for at most ``cap_s`` seconds and half of what ``deadline`` leaves (it ends
+    as soon as the budget is reached, and only then is its schedule of use); the undoing for at
+    most ``cap_s`` and a quarter of what is left after it.
     """
     remaining = None if deadline is None else deadline.remaining()
-    cap = Deadline(cap_s if remaining is None else min(cap_s, remaining / 4))
-    shaved = shave_peaks(graph, np.arange(graph.n, dtype=np.int64), budget, cap, max_copies=max_copies)
-    return drop_recomputations(graph, shaved, budget, cap)
+    shaved = shave_peaks(graph, np.arange(graph.n, dtype=np.int64), budget,
+                         Deadline(cap_s if remaining is None else min(cap_s, remaining / 2)), max_copies=max_copies)
+    left = None if deadline is None else deadline.remaining()
+    return drop_recomputations(graph, shaved, budget, Deadline(cap_s if left is None else min(cap_s, left / 4)))
 
 
 def computations_graph(graph: Graph, nodes: list[int]) -> Graph:
