@@ -75,6 +75,22 @@ CONFIGS = {
     "config-unknown-method.yaml": "line 3: unknown method 'nosuch'; known methods: " + ", ".join(method_names()),
     "config-infinite-time-limit.yaml": "line 5: 'time_limit' must be a number above 0, not '.inf'",
     "config-unknown-param.yaml": "line 5: method 'chen' has no parameter 'colour' (its parameters: variant, grid)",
+    # Issue 30: a config is data, its derived paths stay in their folders, its sizes are counted first.
+    "config-python-tag.yaml": "line 5: the tag '!!python/object/apply:os.system' is not allowed; a config holds "
+                              "plain values (text, numbers, lists and mappings)",
+    "config-torch-os-system.yaml": "line 3: 'os:system' names the standard library (os), which is never called; a "
+                                   "model is a zoo name (mlp, vgg11, resnet18, resnet50, unet, gpt), an nn.Module "
+                                   "subclass, or a function in a file of your own (docs/sweeps.md, 'PyTorch models')",
+    "config-name-path.yaml": "line 1: the sweep's name '../../../escaped' must be a plain name, not a path (no '/', "
+                             "not '.' or '..'): it names the results folder results/<name>; choose another folder "
+                             "with 'output' or --output",
+    "config-too-many-runs.yaml": "line 5: the sweep has 1,000,000,000 runs (1 graph x 1 budget x 1 method setting x "
+                                 "1,000,000,000 repeats), more than the 1,000,000 one sweep may have; split it into "
+                                 "several sweeps",
+    "config-billion-laughs.yaml": "line 11: this value expands to more than 1,000,000 values through its aliases "
+                                  "(*name); a config that large is refused",
+    "config-generate-too-large.yaml": "line 3: random-layered: these options give a graph of 100,000,000 nodes, "
+                                      "more than the 1,000,000 a generated graph may have; choose a smaller --nodes",
 }
 
 

@@ -16,6 +16,7 @@ from remat_bench.generators import (
     chain,
     densenet121,
     generate,
+    generated_size,
     random_layered,
     resnet50,
     training_graph,
@@ -392,3 +393,62 @@ def test_generate_refuses_options_a_kind_does_not_take():
         generate("transformer", implementations=True)
     with pytest.raises(GraphError, match="unknown graph kind 'lenet'"):
         generate("lenet")
+
+
+# ---------------------------------------------------------------------- sizes, counted before building
+
+
+@pytest.mark.parametrize("kind, options", [
+    ("chain", {"layers": 1}), ("chain", {"layers": 37}),
+    ("random-layered", {"nodes": 3}), ("random-layered", {"nodes": 500, "seed": 2}),
+    ("random-layered", {"nodes": 2000, "width": 3}), ("random-layered", {"nodes": 300, "width": 10_000}),
+    ("transformer", {"layers": 1, "width": 16, "seq": 4, "batch": 1}), ("transformer", {"layers": 7}),
+    ("unet", {"layers": 1, "resolution": 8}), ("unet", {"layers": 6}),
+    ("vgg16", {}), ("densenet121", {}), ("resnet50", {"layers": 18}), ("resnet50", {"layers": 200}),
+])
+def test_the_size_counted_before_building_is_the_size_built(kind, options):
+    nodes, edges = generated_size(kind, **options)
+    g = generate(kind, **options)
+    assert nodes == g.n
+    assert g.num_edges <= edges <= 2 * g.num_edges + 8  # an estimate that errs high, never low
+
+
+@pytest.mark.parametrize("kind, options, message", [
+    ("random-layered", {"nodes": 100_000_000}, "random-layered: these options give a graph of 100,000,000 nodes, "
+     "more than the 1,000,000 a generated graph may have; choose a smaller --nodes"),
+    ("random-layered", {"nodes": 200_000}, "random-layered: these options give a graph of about 18,270,558 edges, "
+     "more than the 10,000,000 a generated graph may have; choose fewer nodes or a smaller --width"),
+    ("transformer", {"layers": 1_000_000}, "transformer: these options give a graph of 24,000,007 nodes, more than "
+     "the 1,000,000 a generated graph may have; choose a smaller --layers"),
+    ("chain", {"layers": 10**7}, "chain: these options give a graph of 20,000,001 nodes, more than the 1,000,000 a "
+     "generated graph may have; choose a smaller --layers"),
+    # Each of these raised a Python error before: 2**depth spelled out, a float overflow, a head search of
+    # 15 million steps.
+    ("unet", {"layers": 40}, "unet: depth 40 halves the resolution 40 times; give a resolution of at least 2**40 "
+     "(and divisible by it), or a smaller depth"),
+    ("unet", {"layers": 10**9}, "unet: these options give a graph of 22,000,000,011 nodes, more than the 1,000,000 a "
+     "generated graph may have; choose a smaller --layers"),
+    ("vgg16", {"batch": 10**400}, "vgg16: --batch must be at most 2**53 = 9,007,199,254,740,992, not a number of "
+     "about 400 digits"),
+    ("transformer", {"width": 2**40 + 1}, "transformer: --width must be at most 1,048,576, not 1,099,511,627,777"),
+])
+def test_a_graph_beyond_the_caps_is_one_sentence_before_anything_is_built(kind, options, message):
+    with pytest.raises(GraphError) as refused:
+        generate(kind, **options)
+    assert str(refused.value) == message
+
+
+def test_the_cli_refuses_a_graph_too_large_to_build_in_one_sentence(tmp_path):
+    from click.testing import CliRunner
+
+    from remat_bench.app.cli import main
+
+    for args, message in (
+        (["random-layered", "--nodes", "100000000"], "random-layered: these options give a graph of 100,000,000 "
+         "nodes, more than the 1,000,000 a generated graph may have; choose a smaller --nodes"),
+        (["transformer", "--layers", "1000000"], "transformer: these options give a graph of 24,000,007 nodes, "
+         "more than the 1,000,000 a generated graph may have; choose a smaller --layers"),
+    ):
+        result = CliRunner().invoke(main, ["graphs", "generate", *args, "-o", str(tmp_path / "g.json")])
+        assert (result.exit_code, result.output) == (2, f"error: {message}\n")
+        assert not (tmp_path / "g.json").exists()

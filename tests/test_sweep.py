@@ -24,7 +24,7 @@ from click.testing import CliRunner
 
 from remat_bench.app.cli import main
 from remat_bench.app.sweep import load_config, run_sweep
-from remat_bench.app.sweep.config import row_key
+from remat_bench.app.sweep.config import row_key, trace_torch_graphs
 from remat_bench.app.sweep.executors import _outcome
 from remat_bench.app.sweep.journal import Journal
 from remat_bench.app.sweep.results import (
@@ -444,10 +444,15 @@ graphs:
 methods: [none]
 budgets: [0.9]
 """)
-    cfg = load_config(path)
+    read = load_config(path)
+    # Reading a config traces nothing (tracing runs the model's code): the graphs wait for the sweep.
+    assert read.graphs == [] and read.runs == [] and read.planned_runs == 4
+    assert [g.name for g in read.pending] == ["torch-mlp-b2", "torch-mlp-b4", "torch-tiny-make-b2-width8",
+                                              "torch-tiny-make-b2-width16"]
+    cfg = trace_torch_graphs(read)
     names = [g.name for g in cfg.graphs]
     assert names == ["torch-mlp-b2", "torch-mlp-b4", "torch-tiny-make-b2-width8", "torch-tiny-make-b2-width16"]
-    assert len({g.sha256 for g in cfg.graphs}) == 4 and len(cfg.runs) == 4
+    assert len({g.sha256 for g in cfg.graphs}) == 4 and len(cfg.runs) == 4 and cfg.pending == []
     # Written under the results folder by the run, as generated graphs are; a resumed sweep traces again.
     assert all(str(g.path).startswith(str(cfg.output / "graphs")) for g in cfg.graphs)
 

@@ -13,6 +13,7 @@ Runs that must hang or print use the worker's test hooks (tests/test_sweep.py ex
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -23,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -421,3 +422,77 @@ def test_an_address_in_the_config_implies_dask(tmp_path):
                     "executor: local\n")
     with pytest.raises(Exception, match="'address' names a Dask scheduler; it needs 'executor: dask'"):
         load_config(path)
+
+
+# ------------------------------------------------------------ issue 30, item 13: full and read-only file systems
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
+    """``tmpfs(size, read_only=False)``: a fresh tmpfs mounted under tmp_path, a real file system that fills
+    (or refuses every write, for root too); unmounted after the test. Mounting needs root (CAP_SYS_ADMIN),
+    which the tests have on this machine and in CI."""
+    mounted: list[Path] = []
+
+    def mount(size: str = "64k", read_only: bool = False) -> Path:
+        where = tmp_path / f"fs{len(mounted)}"
+        where.mkdir()
+        options = f"size={size},mode=0755" + (",ro" if read_only else "")
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True,
+                              text=True)
+        if done.returncode:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in reversed(mounted):
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def fill(folder: Path, leave_pages: int = 0) -> None:
+    """Fill the file system of ``folder``, then free ``leave_pages`` pages of it."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"\0" * page)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC
+    os.ftruncate(fd, os.fstat(fd).st_size - leave_pages * page)
+    os.close(fd)
+
+
+def test_a_dry_run_into_a_read_only_file_system_is_refused_and_one_into_a_new_folder_makes_nothing(tmp_path, tmpfs):
+    frozen = tmpfs(read_only=True)
+    result = CliRunner().invoke(main, ["sweep", str(config(tmp_path)), "--dry-run", "-o", str(frozen / "out")])
+    assert (result.exit_code, result.output.splitlines()) == (2, [
+        f"error: the results folder {frozen / 'out'} cannot be written ({frozen}: Read-only file system); make it "
+        "writable or choose another --output"])
+    # Into a writable place, a dry run tries the folder above and makes nothing.
+    result = CliRunner().invoke(main, ["sweep", str(config(tmp_path)), "--dry-run", "-o", str(tmp_path / "a" / "b")])
+    assert result.exit_code == 0 and " ok; 2 runs " in result.output
+    assert not (tmp_path / "a").exists()
+
+
+def test_a_sweep_refused_on_a_full_file_system_leaves_no_folder_and_no_lock(tmp_path, tmpfs):
+    disk = tmpfs()
+    fill(disk)
+    out = disk / "new" / "out"
+    result = CliRunner().invoke(main, ["sweep", str(config(tmp_path)), "-o", str(out)])
+    assert (result.exit_code, result.output.splitlines()) == (2, [
+        f"error: the results folder {out} cannot be written (No space left on device); make it writable or choose "
+        "another --output"])
+    assert sorted(p.name for p in disk.iterdir()) == ["filler"]  # before: new/out/.sweep.lock stayed
+
+
+def test_a_sweep_whose_file_system_fills_names_no_empty_table(tmp_path, tmpfs):
+    disk = tmpfs()
+    fill(disk, leave_pages=2)  # the lock's text and the config copy fit; the journal does not
+    out = disk / "out"
+    result = CliRunner().invoke(main, ["sweep", str(config(tmp_path)), "-o", str(out), "-j", "1"])
+    assert result.exit_code == 1, result.output
+    assert [line for line in result.output.splitlines() if line.startswith("wrote")] == []  # was: "wrote  (0 runs"
+    assert error_lines(result.output) == [
+        f"error: cannot record runs in {out / 'journal.jsonl'} ([Errno 28] No space left on device); the sweep "
+        "stopped, the runs recorded before are kept, and --resume runs the others once it can be written"]

@@ -6,7 +6,9 @@
 - a wrong ``--input-shape`` answered in one sentence, without torch's logging;
 - a token-id language model from ``package.module:factory`` through the CLI
   (``--task``, ``--input-dtype``, ``--vocab``, ``--kwarg``) and its replay;
-- ``replay`` against the budget the schedule file holds.
+- ``replay`` against the budget the schedule file holds;
+- a factory or ``forward`` that never returns, exits or raises a ``BaseException``,
+  in ``graphs import-torch`` and in a sweep's ``torch:`` entry (issue 30, item 8).
 
 These tests need PyTorch, and fail without it (as tests/test_torch_import.py).
 """
@@ -21,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -108,6 +111,33 @@ class RealOnlyFailure(nn.Module):
 
 def real_only_failure() -> nn.Module:
     return RealOnlyFailure()
+
+
+def never_returns() -> nn.Module:
+    while True:
+        time.sleep(1)
+
+
+class ForwardNeverReturns(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        while True:
+            time.sleep(1)
+
+
+def exits() -> nn.Module:
+    sys.exit(3)
+
+
+class Abandon(BaseException):
+    """Not an Exception: `except Exception` lets it through."""
+
+
+def abandons() -> nn.Module:
+    raise Abandon("gave up")
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -335,3 +365,47 @@ def test_a_synthetic_replay_at_its_budget_is_within_it():
     assert measured.measured_peak == measured.simulated_peak == result.peak
     exact = replay(g, result.schedule.with_meta(budget=result.peak), "cpu", timing_run=False)
     assert exact.within_budget is True
+
+
+# ---------------------------------------------------------------------- issue 30, item 8: the user's code
+
+
+@pytest.mark.parametrize("model", ["never_returns", "ForwardNeverReturns"])
+def test_a_factory_or_forward_that_never_returns_is_stopped_at_the_time_limit(tmp_path, model):
+    started = time.monotonic()
+    done = _cli("graphs", "import-torch", f"tests.test_torch_faults:{model}", "--input-shape", "4", "-t", "3",
+                "-o", str(tmp_path / "x.json"))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.splitlines() == [
+        f"error: model 'tests.test_torch_faults:{model}' was not built and traced within 3 s, so it was stopped "
+        "(does its factory or forward pass ever return?); give it more time with --time-limit, or time_limit in a "
+        "torch entry"]
+    assert time.monotonic() - started < 120  # it ended (it ran forever before); start-up included
+    assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("model, raised", [("exits", "SystemExit: 3"), ("abandons", "Abandon: gave up")])
+def test_a_factory_that_exits_or_raises_a_base_exception_is_one_sentence(tmp_path, model, raised):
+    done = _cli("graphs", "import-torch", f"tests.test_torch_faults:{model}", "--input-shape", "4",
+                "-o", str(tmp_path / "x.json"))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.splitlines() == [
+        f"error: model 'tests.test_torch_faults:{model}' stopped with {raised} while it was built or traced"]
+
+
+def test_a_sweeps_torch_entry_gets_the_same_protection(tmp_path):
+    config = tmp_path / "c.yaml"
+    for entry, sentence in (
+        ('{model: "tests.test_torch_faults:never_returns", input_shape: [4], time_limit: 2}',
+         "model 'tests.test_torch_faults:never_returns' was not built and traced within 2 s, so it was stopped "
+         "(does its factory or forward pass ever return?); give it more time with --time-limit, or time_limit in a "
+         "torch entry"),
+        ('{model: "tests.test_torch_faults:exits", input_shape: [4]}',
+         "model 'tests.test_torch_faults:exits' stopped with SystemExit: 3 while it was built or traced"),
+    ):
+        config.write_text(f"output: out\ngraphs:\n  - {SHIPPED / 'chain-16-train.json'}\n  - torch: {entry}\n"
+                          "methods: [none]\nbudgets: [0.9]\n")
+        r = CliRunner().invoke(main, ["sweep", str(config)])
+        assert r.exit_code == 2 and "Traceback" not in r.output
+        assert r.output.splitlines()[-1] == f"error: {config}, line 4: {sentence}"
+        assert not (tmp_path / "out").exists()  # refused before the results folder was made

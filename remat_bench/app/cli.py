@@ -887,24 +887,30 @@ def graphs_generate(kind: str, output: Path, **options: Any) -> None:
 @click.option("--kwarg", "kwargs", multiple=True, metavar="KEY=VALUE",
               help="Argument for the model's factory or constructor, repeatable; VALUE is read as a JSON "
                    "literal (16, true, [1, 2], \"text\") when it is one, else as a string.")
+@click.option("--time-limit", "-t", type=SECONDS, default=600.0, show_default=True,
+              help="Seconds to build and trace the model; it runs in a child process, stopped then.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
 def graphs_import_torch(model: str, batch: int | None, input_shape: str | None, durations: str,
                         workspace: str | None, task: str | None, input_dtype: str | None, vocab: int | None,
-                        kwargs: tuple[str, ...], output: Path) -> None:
+                        kwargs: tuple[str, ...], time_limit: float, output: Path) -> None:
     """Trace MODEL's training step into a graph: a zoo name or package.module:factory.
 
-    Zoo: mlp, vgg11, resnet18, resnet50, unet, gpt. Tracing uses fake tensors,
-    so any batch size imports without allocating it (except --durations profile
-    and --workspace measure, which run the operators).
+    Zoo: mlp, vgg11, resnet18, resnet50, unet, gpt. A factory runs only when it
+    is an nn.Module subclass or a function in a file of your own (never the
+    standard library). Tracing uses fake tensors, so any batch size imports
+    without allocating it (except --durations profile and --workspace measure,
+    which run the operators).
     """
     _require_torch("graphs import-torch")
+    from remat_bench.app.sweep.config import trace_model
     from remat_bench.core.graph import save_graph
-    from remat_bench.torch.importer import import_model
 
     check_output(output, [], "remat-bench-graph")
     shape = _parse_shape(input_shape) if input_shape else None
-    g = import_model(model, batch=batch, input_shape=shape, durations=durations, workspace=workspace,
-                     task=task, input_dtype=input_dtype, input_range=vocab, model_kwargs=_parse_kwargs(kwargs))
+    # In a child process: the factory and forward pass are the user's code, which may hang or exit.
+    g = trace_model(dict(model=model, batch=batch, input_shape=shape, durations=durations, workspace=workspace,
+                         task=task, input_dtype=input_dtype, input_range=vocab, model_kwargs=_parse_kwargs(kwargs)),
+                    time_limit)
     save_graph(g, output)
     out.print(f"wrote {output}: {g.name} ({g.n} nodes, {g.num_edges} edges, fixed memory "
               f"{fmt_amount(g.fixed_memory, 'bytes')})")
@@ -974,28 +980,35 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
     cannot be written or is in use, 130 when interrupted (rerun with --resume).
     """
     from remat_bench.app.sweep import load_config, plan, run_sweep, summarize
-    from remat_bench.app.sweep.config import floor_notes
+    from remat_bench.app.sweep.config import floor_notes, trace_torch_graphs
     from remat_bench.app.sweep.progress import SweepProgress, summary_table
+    from remat_bench.app.sweep.runner import check_output as check_results_folder
 
     if executor == "local" and address:
         raise click.BadParameter("--address names a Dask scheduler; use it with --executor dask",
                                  param_hint="--address")
     cfg = load_config(config, output=output)
     if dry_run:
+        check_results_folder(cfg.output, csv, create=False)  # tried, nothing made
         pending, skipped = plan(cfg, resume)
-        out.print(f"{config}: ok; {len(cfg.runs)} runs ({len(cfg.graphs)} graphs, {len(cfg.methods)} methods), "
-                  f"{skipped} already in {cfg.output}, {len(pending)} to run; time limit {cfg.time_limit:g} s "
-                  f"(+{cfg.grace:g} s grace) per run")
+        traced = (f"; {len(cfg.pending)} of the graphs are PyTorch models, traced (running their code) when the "
+                  "sweep starts, and their budgets checked then" if cfg.pending else "")
+        out.print(f"{config}: ok; {cfg.planned_runs} runs ({len(cfg.graphs) + len(cfg.pending)} graphs, "
+                  f"{len(cfg.methods)} methods), {skipped} already in {cfg.output}, "
+                  f"{len(pending) + cfg.planned_runs - len(cfg.runs)} to run; time limit {cfg.time_limit:g} s "
+                  f"(+{cfg.grace:g} s grace) per run{traced}", markup=False, highlight=False)
         for note in floor_notes(cfg):
             out.print(f"warning: {note}", markup=False, highlight=False)
         return
+    cfg = trace_torch_graphs(cfg, lambda text: err.print(text, markup=False, highlight=False))
     for note in floor_notes(cfg):
         err.print(f"warning: {note}", markup=False, highlight=False)
     result = run_sweep(cfg, workers=workers, executor=executor, address=address, resume=resume, csv=csv,
                        reporter=SweepProgress(err))
     if len(result.table):
         out.print(summary_table(summarize(result.table), title=f"{cfg.name}: {len(result.table)} runs"))
-    out.print("wrote " + ", ".join(str(p) for p in result.written) + f" ({result.finished} runs this time)")
+    if result.written:  # else the table could not be written, and result.failure says why
+        out.print("wrote " + ", ".join(str(p) for p in result.written) + f" ({result.finished} runs this time)")
     if result.interrupted:
         err.print(f"interrupted: finished runs are recorded; continue with `remat-bench sweep {config} "
                   f"--output {cfg.output} --resume`")

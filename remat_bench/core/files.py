@@ -3,12 +3,18 @@
 Every output the package writes (graphs, schedules, charts, reports, results)
 goes through `atomic_write_bytes`, so a write that cannot happen is one
 `OutputError` sentence naming the path and the reason, whatever the cause.
+An output named by a symbolic link is written through it: the file the link
+points to is replaced, and the link stays.
+
+`safe_name` turns a name taken from data (a graph's name, a model's arguments)
+into one file name, so a path derived from it stays in its folder.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import re
 import stat
@@ -21,6 +27,30 @@ from remat_bench.core.errors import OutputError
 # starts with {"format": ...}; reading more could mean reading a device forever.
 HEAD_BYTES = 4096
 _FORMAT = re.compile(rb'^\s*\{\s*"format"\s*:\s*"([^"\\]{1,64})"')
+# A file name from data keeps these characters; the rest become '_'. Long names are cut (file systems
+# refuse names above 255 bytes), keeping a hash of the whole so that different names stay different.
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+NAME_CHARS = 100
+
+
+def safe_name(text: str, default: str = "graph") -> str:
+    """``text`` as one file name that stays in its folder: no separators, never ``.``/``..`` or hidden.
+
+    ``"chain-16"`` stays; ``".."`` becomes ``"_.."``, ``"a/b"`` becomes ``"a_b"``.
+    """
+    name = _UNSAFE.sub("_", text) or default
+    if name.startswith("."):
+        name = "_" + name
+    if len(name) > NAME_CHARS:
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        name = f"{name[:NAME_CHARS - 13]}-{digest}"
+    return name
+
+
+def _through_link(path: Path) -> Path:
+    """The file a write to ``path`` replaces: the target of a symbolic link (so the link stays), else
+    ``path``. A rename onto the link itself would replace the link by a plain file."""
+    return Path(os.path.realpath(path)) if os.path.islink(path) else path
 
 
 def cache_dir() -> Path:
@@ -61,43 +91,49 @@ def check_writable(path: str | Path) -> None:
 
     The target must be a regular file or absent (a device, pipe or socket cannot be
     replaced by rename, and replacing /dev/stdout would replace the device node), and
-    a temporary file must be creatable beside it. An immutable target is only found
-    when it is replaced; `atomic_write_bytes` then raises the same kind of error.
+    a temporary file must be creatable beside it (beside the file a symbolic link points
+    to, which is what is written). An immutable target is only found when it is
+    replaced; `atomic_write_bytes` then raises the same kind of error.
     """
-    path = Path(path)
+    shown = Path(path)
+    path = _through_link(shown)
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         mode = None
     except OSError as exc:
-        raise _cannot(path, exc) from None
+        raise _cannot(shown, exc) from None
     if mode is not None and stat.S_ISDIR(mode):
-        raise OutputError(f"{path}: is a folder; give a file name for the output")
+        raise OutputError(f"{shown}: is a folder; give a file name for the output")
     if mode is not None and not stat.S_ISREG(mode):
-        raise OutputError(f"{path}: is not a regular file (a device, pipe or socket); outputs are written "
+        raise OutputError(f"{shown}: is not a regular file (a device, pipe or socket); outputs are written "
                           "to a file and renamed into place: give a file path (or use --json for standard output)")
     parent = path.parent
     if parent.exists() and not parent.is_dir():
-        raise OutputError(f"cannot write {path}: {parent} is a file, not a folder; choose another path")
+        raise OutputError(f"cannot write {shown}: {parent} is a file, not a folder; choose another path")
     try:
         parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=parent)
         os.close(fd)
         os.unlink(tmp)
     except OSError as exc:
-        raise _cannot(path, exc) from None
+        raise _cannot(shown, exc) from None
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write to a temporary file beside ``path``, fsync it, then rename it into place."""
-    path = Path(path)
+    """Write to a temporary file beside ``path``, fsync it, then rename it into place.
+
+    A symbolic link is written through: the temporary file goes beside its target, which it replaces.
+    """
+    shown = Path(path)
+    path = _through_link(shown)
     try:
         if path.parent.exists() and not path.parent.is_dir():
             raise NotADirectoryError(errno.ENOTDIR, f"{path.parent} is a file, not a folder")
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise _cannot(path, exc) from None
+        raise _cannot(shown, exc) from None
     try:
         # mkstemp makes the file private (0600); give it the mode a plain open() would.
         try:
@@ -117,7 +153,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             os.unlink(tmp)
         if isinstance(exc, OutputError):
             raise
-        raise _cannot(path, exc) from None
+        raise _cannot(shown, exc) from None
     except BaseException:
         # Ctrl-C: leave the old file untouched and no litter behind.
         with contextlib.suppress(FileNotFoundError):

@@ -284,7 +284,10 @@ def unet(
     _check_int("unet", "batch", batch)
     _check_int("unet", "depth", depth)
     _check_int("unet", "base_channels", base_channels)
-    _check_int("unet", "resolution", resolution, 2**depth)
+    _check_int("unet", "resolution", resolution)
+    if depth >= resolution.bit_length():  # resolution < 2**depth, told without computing 2**depth
+        raise GraphError(f"unet: depth {depth} halves the resolution {depth} times; give a resolution of at "
+                         f"least 2**{depth} (and divisible by it), or a smaller depth")
     if resolution % 2**depth:
         raise GraphError(
             f"unet: resolution {resolution} is not divisible by 2**depth = {2**depth}; "

@@ -55,7 +55,7 @@ import torch.utils._pytree as pytree
 from torch import fx
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
-from remat_bench.core.errors import GraphError
+from remat_bench.core.errors import GraphError, RematBenchError
 from remat_bench.core.graph import Graph, Node
 from remat_bench.torch.measure import measure_peak, measured_where
 from remat_bench.torch.program import (
@@ -139,6 +139,31 @@ def import_model(
     if scratch is not None:
         graph.metadata[METADATA_KEY]["workspace"] = measured_where(dev)
     return graph
+
+
+def import_model_reporting(options: dict[str, Any], search: Sequence[str] = ()) -> tuple[str, Any]:
+    """`import_model(**options)` for a child process: ``("graph", graph dict)`` or ``("refused", sentence)``.
+
+    The model's factory is the user's code: whatever it raises, ``SystemExit`` and other
+    ``BaseException``s included, becomes one sentence for the parent, which also enforces the time
+    limit (`remat_bench.app.sweep.config.trace_model`). ``search`` folders go first on the import path
+    (a sweep config's folder, where its factories live).
+    """
+    import sys
+
+    for folder in reversed(search):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    model = options.get("model", "?")
+    try:
+        return "graph", import_model(**options).to_dict()
+    except RematBenchError as exc:
+        return "refused", str(exc)
+    except BaseException as exc:  # the user's code may raise anything, SystemExit included
+        text = str(exc).strip()
+        first = text.splitlines()[0][:300] if text else ""
+        return "refused", (f"model '{model}' stopped with {type(exc).__name__}"
+                           f"{f': {first}' if first else ''} while it was built or traced")
 
 
 def default_name(spec: ModelSpec) -> str:

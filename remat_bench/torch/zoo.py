@@ -33,9 +33,10 @@ equal the first computation, which the replay checks.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -290,31 +291,154 @@ class ModelSpecError(RematBenchError):
     """A model name, factory or input shape that cannot be used."""
 
 
-def load_factory(model: str) -> Callable[..., nn.Module]:
-    """The callable behind a zoo name or a ``package.module:factory`` path."""
+# Where a factory's module lives decides whether it may be called (`locate_factory`).
+USER, INSTALLED, STANDARD = "your own code", "an installed package", "the standard library"
+# Said wherever a factory is refused: what may be called, and where the rule is written down.
+FACTORY_RULE = ("a model is a zoo name ({zoo}), an nn.Module subclass, or a function in a file of your own "
+                "(docs/sweeps.md, 'PyTorch models')")
+
+
+@dataclass(frozen=True)
+class FactoryPlace:
+    """Where ``module:attr`` would be imported from, found without importing it."""
+
+    module: str
+    attr: str
+    origin: str | None
+    kind: str  # USER, INSTALLED or STANDARD
+
+
+def _rule() -> str:
+    return FACTORY_RULE.format(zoo=", ".join(ZOO))
+
+
+def _roots() -> tuple[list[str], list[str]]:
+    """Folders of installed packages (site-packages, and this package itself) and of the standard library."""
+    import site
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    installed = [*site.getsitepackages(), site.getusersitepackages(), paths["purelib"], paths["platlib"],
+                 *(p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")),
+                 os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]  # remat_bench/
+    standard = [paths["stdlib"], paths["platstdlib"],
+                sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})["stdlib"]]
+    return ([os.path.realpath(p) for p in installed if p], [os.path.realpath(p) for p in standard if p])
+
+
+def place_of(filename: str | None) -> str:
+    """Whose code a file is: USER, INSTALLED (site-packages, remat-bench) or STANDARD (no file: built in)."""
+    if not filename or not os.path.isabs(filename):
+        return STANDARD  # built-in, frozen or generated code
+    path = os.path.realpath(filename)
+    installed, standard = _roots()
+    # Installed first: a virtual environment's site-packages lies inside its standard library folder.
+    if any(path.startswith(root + os.sep) for root in installed):
+        return INSTALLED
+    if any(path.startswith(root + os.sep) for root in standard):
+        return STANDARD
+    return USER
+
+
+def locate_factory(model: str, search: Sequence[str] = ()) -> FactoryPlace | None:
+    """Where ``package.module:factory`` would come from, found without importing or running anything.
+
+    None for a zoo name. ``search`` folders come first (a sweep config's folder), then the current
+    folder, then the Python path, as `load_factory` imports. Raises `ModelSpecError` for a name that is
+    not ``module:attr``, a module that cannot be found, and any module of the standard library
+    (``os:system``, ``subprocess:run``, ``builtins:eval``): nothing there builds a model.
+    """
     if model in ZOO:
-        return ZOO[model].build
+        return None
     module_name, sep, attr = model.partition(":")
     if not sep or not module_name or not attr:
         raise ModelSpecError(
             f"'{model}' is neither a zoo model ({', '.join(ZOO)}) nor a factory written as "
             "package.module:factory"
         )
+    parts = module_name.split(".")
+    if not all(part.isidentifier() for part in (*parts, *attr.split("."))):
+        raise ModelSpecError(f"'{model}' is not of the form package.module:factory (Python names separated by dots)")
+    if parts[0] in sys.stdlib_module_names or parts[0] in sys.builtin_module_names:
+        raise ModelSpecError(f"'{model}' names the standard library ({parts[0]}), which is never called; {_rule()}")
+    loaded = sys.modules.get(module_name)
+    if loaded is not None:
+        origin = getattr(loaded, "__file__", None)
+    else:
+        origin = _find_module(parts, [*search, os.getcwd(), *sys.path])
+        if origin is None:
+            raise ModelSpecError(f"'{model}': cannot find module '{module_name}' (looked "
+                                 f"{'beside the config, ' if search else ''}in the current folder and on the "
+                                 "Python path)")
+    kind = place_of(origin)
+    if kind == STANDARD:
+        raise ModelSpecError(f"'{model}' names the standard library ({module_name}), which is never called; "
+                             f"{_rule()}")
+    return FactoryPlace(module_name, attr, origin, kind)
+
+
+def _find_module(parts: list[str], path: list[str]) -> str | None:
+    """The file of module ``parts`` (its package's ``__init__.py``), found by the path finder alone.
+
+    ``importlib.util.find_spec`` would import every parent package to read its ``__path__``; the path
+    finder is given each package's folders instead, so nothing runs.
+    """
+    from importlib.machinery import PathFinder
+
+    locations: list[str] | None = [p for p in path if isinstance(p, str)]
+    spec = None
+    for i in range(len(parts)):
+        spec = PathFinder.find_spec(".".join(parts[: i + 1]), locations)
+        if spec is None:
+            return None
+        locations = list(spec.submodule_search_locations or [])
+        if i < len(parts) - 1 and not locations:
+            return None  # a module, not a package: it has no submodules
+    assert spec is not None
+    origin = spec.origin if spec.has_location else None
+    if origin is None and spec.submodule_search_locations:  # a namespace package: its first folder
+        origin = os.path.join(next(iter(spec.submodule_search_locations)), "__init__.py")
+    return origin
+
+
+def load_factory(model: str) -> Callable[..., nn.Module]:
+    """The callable behind a zoo name or a ``package.module:factory`` path, checked before it is called.
+
+    A factory is called only when it is an ``nn.Module`` subclass, or a Python function in a file of
+    the user's own (outside the standard library and installed packages, `place_of`); a module of the
+    standard library is refused before it is imported (`locate_factory`). Importing the module runs its
+    top-level code: a ``torch:`` entry or ``import-torch`` runs the code it names.
+    """
+    if model in ZOO:
+        return ZOO[model].build
     # Like `python -m`, look in the current folder first, so `mypkg.models:make` works from a checkout.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
+    place = locate_factory(model)
+    assert place is not None
     try:
-        module = importlib.import_module(module_name)
+        module = importlib.import_module(place.module)
     except ImportError as exc:
-        raise ModelSpecError(f"'{model}': cannot import module '{module_name}' ({exc})") from None
+        raise ModelSpecError(f"'{model}': cannot import module '{place.module}' ({exc})") from None
     factory: Any = module
-    for part in attr.split("."):
+    for part in place.attr.split("."):
         factory = getattr(factory, part, None)
         if factory is None:
-            raise ModelSpecError(f"'{model}': module '{module_name}' has no attribute '{attr}'")
-    if not callable(factory):
-        raise ModelSpecError(f"'{model}': '{attr}' is not callable")
-    return factory
+            raise ModelSpecError(f"'{model}': module '{place.module}' has no attribute '{place.attr}'")
+    if isinstance(factory, type) and issubclass(factory, nn.Module):
+        return factory
+    if inspect.isfunction(factory):
+        kind = place_of(factory.__code__.co_filename)
+        if kind == USER:
+            return factory
+        what = f"a function of {kind} ({factory.__module__})"
+    elif isinstance(factory, type):
+        what = f"a class that is not an nn.Module ({factory.__name__})"
+    elif callable(factory):
+        what = f"a {type(factory).__name__}, not a function of your own"
+    else:
+        raise ModelSpecError(f"'{model}': '{place.attr}' is not callable")
+    raise ModelSpecError(f"'{model}' is {what}, so it is not called; {_rule()}")
 
 
 def build_module(model: str, kwargs: dict[str, Any]) -> nn.Module:

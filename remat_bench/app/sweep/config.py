@@ -27,6 +27,14 @@ unknown or unavailable method, an unknown or mistyped parameter, a budget that
 does not parse against one of the graphs. Line numbers come from the YAML node
 tree (`yaml.compose`), which keeps every node's position.
 
+A config is data: reading it imports and calls nothing it names. Its size is
+checked before anything is built: a YAML tag other than plain values, aliases
+expanding beyond `MAX_VALUES` values, more than `MAX_RUNS` runs or generated
+graphs of more than `MAX_SWEEP_NODES` nodes together are refused. A ``torch:``
+entry's model is only located (`remat_bench.torch.zoo.locate_factory`); it is
+traced, which runs its code, when the sweep starts (`trace_torch_graphs`), in a
+child process stopped after its time limit (`trace_model`).
+
 Each run is keyed by (graph sha256, method, parameters, budget text, seed,
 repeat, time limit): the journal uses the key to skip finished runs on
 ``--resume``, and the results table to drop duplicates.
@@ -42,7 +50,9 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping
+import stat
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -53,6 +63,7 @@ from remat_bench.app import datasets
 from remat_bench.app.pipeline import PIPELINE_PARAMS, parse_method_params
 from remat_bench.core.budget import memory_floor, parse_budget
 from remat_bench.core.errors import BudgetError, ConfigError, GraphError, MethodError, RematBenchError
+from remat_bench.core.files import safe_name
 from remat_bench.core.graph import Graph
 from remat_bench.core.simulate import baseline
 
@@ -61,9 +72,24 @@ TOP_KEYS = ("name", "description", "output", "graphs", "methods", "budgets", "ti
 METHOD_KEYS = ("name", "params")
 GRAPH_KEYS = ("path", "glob", "generate", "torch")
 # Keys of a ``torch:`` graph entry: a PyTorch model traced into a training graph (`import_model`).
-TORCH_KEYS = ("model", "batch", "input_shape", "task", "input_dtype", "vocab", "durations", "kwargs")
+TORCH_KEYS = ("model", "batch", "input_shape", "task", "input_dtype", "vocab", "durations", "kwargs", "time_limit")
 EXECUTORS = ("local", "dask")
 DEFAULT_TIME_LIMIT = 300.0
+# Seconds a model may take to be built and traced (GPT-48 at width 768 takes about 10 s on a laptop core).
+TRACE_TIME_LIMIT = 600.0
+# What a config may hold, checked before anything is built: the project aims at sweeps of thousands of
+# runs on graphs of ~10,000 nodes, and these leave two orders of magnitude above that.
+MAX_CONFIG_BYTES = 2**20
+MAX_VALUES = 1_000_000  # YAML values after aliases are expanded ("billion laughs")
+MAX_RUNS = 1_000_000
+MAX_SWEEP_NODES = 2_000_000  # every generated graph of a sweep is held in memory until the sweep writes it
+# An error message quotes at most this much of a value, and is at most MESSAGE_CHARS long.
+QUOTE_CHARS = 60
+MESSAGE_CHARS = 1000
+# Tags of plain values: what yaml.safe_load builds, and merge keys. Any other tag (!!python/object/apply:...)
+# is refused by name, rather than in PyYAML's four lines.
+_PLAIN_TAGS = {tag for tag in yaml.SafeLoader.yaml_constructors if tag is not None} | {"tag:yaml.org,2002:merge"}
+_YAML_TAG = "tag:yaml.org,2002:"
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
                "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
@@ -165,6 +191,31 @@ class SweepConfig:
     address: str | None
     workers: int | None
     methods: list[str]
+    # ``torch:`` graphs, read but not traced: tracing runs the model's code, which waits for the sweep
+    # to start (`trace_torch_graphs`), and their runs are added then.
+    pending: list[TorchGraph] = field(default_factory=list)
+    budgets: list[str] = field(default_factory=list)
+    budget_lines: list[int] = field(default_factory=list)
+    grids: list[MethodGrid] = field(default_factory=list, repr=False)
+    # Runs each graph gets (budgets x method settings x seeds x repeats): what a pending graph will add.
+    runs_per_graph: int = 0
+
+    @property
+    def planned_runs(self) -> int:
+        """Every run of the sweep, those of the ``torch:`` graphs still to be traced included."""
+        return len(self.runs) + len(self.pending) * self.runs_per_graph
+
+
+@dataclass
+class TorchGraph:
+    """A ``torch:`` graph of a config, read but not traced: `import_model` keywords and where it was written."""
+
+    name: str
+    model: str
+    options: dict[str, Any]
+    line: int
+    search: tuple[str, ...]
+    time_limit: float
 
 
 def floor_notes(config: SweepConfig) -> list[str]:
@@ -205,32 +256,69 @@ class _Document:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such config file") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot be read ({exc})") from None
+        text = _read_config(path)
         self.loader = yaml.SafeLoader(text)
         try:
             self.root = self.loader.get_single_node()
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
             where = f", line {mark.line + 1}" if mark is not None else ""
-            raise ConfigError(f"{path}{where}: not valid YAML: {exc.problem or exc.context}") from None
+            raise ConfigError(_capped(f"{path}{where}: not valid YAML: {exc.problem or exc.context}")) from None
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+            raise ConfigError(_capped(f"{path}: not valid YAML: {exc}")) from None
+        except RecursionError:
+            raise ConfigError(f"{path}: its lists or mappings are nested too deeply to read") from None
         if self.root is None:
             raise ConfigError(f"{path}: the config is empty; it needs at least graphs, methods and budgets")
+        self._check_tree()
+
+    def _check_tree(self) -> None:
+        """Refuse tags that are not plain values, values that hold themselves, and aliases that expand
+        beyond `MAX_VALUES` values, before any value is built. Iterative: a deep tree must not overflow
+        Python's stack; each node's expanded size is counted once (an alias shares its anchor's node)."""
+        size: dict[int, int] = {}
+        open_nodes: set[int] = set()
+        stack: list[tuple[yaml.Node, bool]] = [(self.root, False)]
+        while stack:
+            node, closing = stack.pop()
+            key = id(node)
+            if closing:
+                open_nodes.discard(key)
+                size[key] = 1 + sum(size[id(child)] for child in _children(node))
+                if size[key] > MAX_VALUES:
+                    raise self.error(node, f"this value expands to more than {MAX_VALUES:,} values through its "
+                                           "aliases (*name); a config that large is refused")
+                continue
+            if key in size:
+                continue
+            if key in open_nodes:
+                raise self.error(node, "this value contains itself through an alias (*name); a config must be "
+                                       "finite")
+            if node.tag not in _PLAIN_TAGS:
+                tag = "!!" + node.tag[len(_YAML_TAG):] if node.tag.startswith(_YAML_TAG) else node.tag
+                raise self.error(node, f"the tag {_quote(tag)} is not allowed; a config holds plain values "
+                                       "(text, numbers, lists and mappings)")
+            open_nodes.add(key)
+            stack.append((node, True))
+            stack.extend((child, False) for child in _children(node))
 
     def error(self, node: yaml.Node, message: str) -> ConfigError:
-        return ConfigError(f"{self.path}, line {node.start_mark.line + 1}: {message}")
+        return _error_at(self.path, node.start_mark.line + 1, message)
 
     def value(self, node: yaml.Node) -> Any:
         try:
             return self.loader.construct_object(node, deep=True)
         except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise self.error(node, f"cannot read this value ({problem})") from None
+        except ValueError as exc:  # an integer of more digits than Python converts
             raise self.error(node, f"cannot read this value ({exc})") from None
+
+    def shown(self, node: yaml.Node) -> str:
+        """A value as an error message quotes it: a scalar's text (cut short), else what kind of value it is."""
+        if isinstance(node, yaml.ScalarNode):
+            return _quote(str(node.value))
+        return "a list" if isinstance(node, yaml.SequenceNode) else "a mapping"
 
     def mapping(self, node: yaml.Node, what: str, allowed: tuple[str, ...]) -> dict[str, tuple[yaml.Node, yaml.Node]]:
         """``{key: (key_node, value_node)}``, refusing unknown and repeated keys."""
@@ -240,9 +328,9 @@ class _Document:
         for key_node, value_node in node.value:
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
             if key not in allowed:
-                close = difflib.get_close_matches(str(key), allowed, n=1)
+                close = difflib.get_close_matches(str(key)[:QUOTE_CHARS], allowed, n=1)
                 hint = f" (did you mean '{close[0]}'?)" if close else ""
-                raise self.error(key_node, f"unknown key '{key}' in {what}{hint}; the keys are "
+                raise self.error(key_node, f"unknown key {self.shown(key_node)} in {what}{hint}; the keys are "
                                            f"{', '.join(allowed)}")
             if key in out:
                 raise self.error(key_node, f"key '{key}' appears twice in {what}")
@@ -267,7 +355,7 @@ class _Document:
             value > minimum if strict else value >= minimum)
         if not ok or (integer and isinstance(value, float) and not value.is_integer()):
             relation = "above" if strict else "at least"
-            raise self.error(node, f"'{what}' must be {kind} {relation} {minimum:g}, not {node.value!r}")
+            raise self.error(node, f"'{what}' must be {kind} {relation} {minimum:g}, not {self.shown(node)}")
         return int(value) if integer else float(value)
 
     def text(self, node: yaml.Node, what: str) -> str:
@@ -280,8 +368,8 @@ class _Document:
         for match in _VARIABLE.finditer(text):
             name = match.group(1) if match.group(1) is not None else match.group(2)
             if name not in env:
-                raise self.error(node, f"environment variable {name} is not set (used in '{text}'); "
-                                       f"set it, e.g. `export {name}=...`")
+                raise self.error(node, f"environment variable {_quote(name)[1:-1]} is not set (used in "
+                                       f"{_quote(text)}); set it, e.g. `export {_quote(name)[1:-1]}=...`")
         expanded = _VARIABLE.sub(lambda m: env[m.group(1) if m.group(1) is not None else m.group(2)], text)
         expanded = os.path.expanduser(expanded)
         if not os.path.isabs(expanded):
@@ -289,6 +377,54 @@ class _Document:
         # Absolute: runs and results read it from other folders (a config named by a relative path
         # gave paths relative to where the sweep started, which charts then read against the results).
         return os.path.abspath(expanded)
+
+
+def _read_config(path: Path) -> str:
+    """The config's text; refuses what is not a regular file (a device never ends) or is over the size cap."""
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            what = "a folder" if stat.S_ISDIR(info.st_mode) else "a device, pipe or socket"
+            raise ConfigError(f"{path}: is not a config file ({what}); give a YAML file")
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: is {info.st_size:,} bytes, more than the {MAX_CONFIG_BYTES:,} a config may "
+                              "be; split it into several sweeps")
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_CONFIG_BYTES + 1)
+        return data.decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc})") from None
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [item for pair in node.value for item in pair]
+    return []
+
+
+def _counted(n: int, one: str, many: str) -> str:
+    return f"{n:,} {one if n == 1 else many}"
+
+
+def _quote(text: str) -> str:
+    """``'text'``, cut to `QUOTE_CHARS` characters: an error message names a value, it does not repeat it."""
+    return repr(text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS - 3] + "...")
+
+
+def _capped(message: str) -> str:
+    """At most `MESSAGE_CHARS` characters, keeping the start (where) and the end (what to do)."""
+    if len(message) <= MESSAGE_CHARS:
+        return message
+    half = MESSAGE_CHARS // 2 - 3
+    return f"{message[:half]} ... {message[-half:]}"
+
+
+def _error_at(path: Path, line: int, message: str) -> ConfigError:
+    return ConfigError(_capped(f"{path}, line {line}: {message}"))
 
 
 def load_config(path: str | Path, *, output: str | Path | None = None,
@@ -306,17 +442,27 @@ def load_config(path: str | Path, *, output: str | Path | None = None,
             raise doc.error(doc.root, f"the config has no '{required}'; a sweep needs graphs, methods and budgets")
     settings = _settings(doc, top)
     out_dir = _output_folder(doc, top, output, settings.name, env)
-    loaded = _graphs(doc, top["graphs"][1], env, out_dir / "graphs")
-    methods = _methods(doc, top["methods"][1], seeds_given="seeds" in top)
+    grids = _methods(doc, top["methods"][1], seeds_given="seeds" in top)
     budget_nodes = doc.items(top["budgets"][1], "budgets")
     budgets = [_budget_text(doc, node) for node in budget_nodes]
-    graphs = _with_floors(doc, loaded, budget_nodes, budgets)
+    entries = _graph_entries(doc, top["graphs"][1], env)
+    _check_size(doc, top, entries, budgets, grids, settings)
+    loaded, pending = _build_graphs(doc, entries, out_dir / "graphs")
+    graphs = _with_floors(doc.path, loaded, [n.start_mark.line + 1 for n in budget_nodes], budgets)
+
+    def expand(sources: list[GraphSource]) -> list[RunSpec]:
+        return _expand_runs(sources, budgets=budgets, grids=grids, seeds=settings.seeds, repeats=settings.repeats,
+                            time_limit=settings.time_limit, grace=settings.grace,
+                            memory_limit=settings.memory_limit)
+
     return SweepConfig(
         path=doc.path, name=settings.name, description=settings.description, output=out_dir, graphs=graphs,
-        runs=_expand_runs(graphs, budgets, methods, settings), time_limit=settings.time_limit,
+        runs=expand(graphs), time_limit=settings.time_limit,
         grace=settings.grace, memory_limit=settings.memory_limit, repeats=settings.repeats, seeds=settings.seeds,
         executor=settings.executor, address=settings.address, workers=settings.workers,
-        methods=list(dict.fromkeys(m for m, _ in methods)),
+        methods=list(dict.fromkeys(grid.name for grid in grids)), pending=pending, budgets=budgets,
+        budget_lines=[n.start_mark.line + 1 for n in budget_nodes], grids=grids,
+        runs_per_graph=len(expand([_PLACEHOLDER])),
     )
 
 
@@ -340,7 +486,9 @@ def _settings(doc: _Document, top: dict[str, tuple[yaml.Node, yaml.Node]]) -> _S
     def scalar(key: str, default: Any, read: Any) -> Any:
         return read(top[key][1]) if key in top and doc.value(top[key][1]) is not None else default
 
-    name = scalar("name", doc.path.stem, lambda n: doc.text(n, "name"))
+    name = scalar("name", None, lambda n: _plain_name(doc, n, doc.text(n, "name")))
+    if name is None:
+        name = _plain_name(doc, doc.root, doc.path.stem)
     description = scalar("description", "", lambda n: doc.text(n, "description"))
     time_limit = scalar("time_limit", DEFAULT_TIME_LIMIT, lambda n: doc.number(n, "time_limit", 0))
     grace = scalar("grace", default_grace(time_limit),
@@ -352,7 +500,7 @@ def _settings(doc: _Document, top: dict[str, tuple[yaml.Node, yaml.Node]]) -> _S
         int(doc.number(item, "seeds", 0, integer=True, strict=False)) for item in doc.items(n, "seeds")])
     executor = scalar("executor", "local", lambda n: doc.text(n, "executor"))
     if executor not in EXECUTORS:
-        raise doc.error(top["executor"][1], f"executor '{executor}' is not known; use local or dask")
+        raise doc.error(top["executor"][1], f"executor {_quote(executor)} is not known; use local or dask")
     address = scalar("address", None, lambda n: doc.text(n, "address"))
     if address and "executor" in top and executor != "dask":
         raise doc.error(top["address"][1], "'address' names a Dask scheduler; it needs 'executor: dask'")
@@ -360,6 +508,15 @@ def _settings(doc: _Document, top: dict[str, tuple[yaml.Node, yaml.Node]]) -> _S
         executor = "dask"  # a scheduler's address implies Dask, as --address does on the command line
     return _Settings(name=name, description=description, time_limit=time_limit, grace=grace, repeats=repeats,
                      workers=workers, memory_limit=memory_limit, seeds=seeds, executor=executor, address=address)
+
+
+def _plain_name(doc: _Document, node: yaml.Node, name: str) -> str:
+    """The sweep's name, which names its results folder (``results/<name>``): one plain name, not a path."""
+    if "/" in name or "\\" in name or "\0" in name or name.strip() in ("", ".", ".."):
+        raise doc.error(node, f"the sweep's name {_quote(name)} must be a plain name, not a path (no '/', not "
+                              "'.' or '..'): it names the results folder results/<name>; choose another folder "
+                              "with 'output' or --output")
+    return name
 
 
 def _output_folder(doc: _Document, top: dict[str, tuple[yaml.Node, yaml.Node]], output: str | Path | None,
@@ -375,48 +532,75 @@ def _output_folder(doc: _Document, top: dict[str, tuple[yaml.Node, yaml.Node]], 
     return Path(os.path.abspath(out_dir))  # runs may start in another folder, or on another machine
 
 
-def _with_floors(doc: _Document, loaded: list[tuple[GraphSource, Graph]], budget_nodes: list[yaml.Node],
+def _with_floors(path: Path, loaded: list[tuple[GraphSource, Graph]], budget_lines: list[int],
                  budgets: list[str]) -> list[GraphSource]:
     """Each graph with its memory floor, its baseline peak and the budgets below its floor; refuses a
     budget that does not parse against one of the graphs."""
     floors = {source.sha256: memory_floor(graph).amount for source, graph in loaded}
     below: dict[str, list[str]] = {source.sha256: [] for source, _ in loaded}
-    for node, text in zip(budget_nodes, budgets):
+    for line, text in zip(budget_lines, budgets):
         for source, graph in loaded:
             try:
                 budget = parse_budget(text, graph)
             except BudgetError as exc:
-                raise doc.error(node, f"{exc} (for graph '{source.name}')") from None
+                raise _error_at(path, line, f"{exc} (for graph '{source.name}')") from None
             if budget.amount is not None and budget.amount < floors[source.sha256] and text not in below[source.sha256]:
                 below[source.sha256].append(text)
     return [replace(source, floor=floors[source.sha256], baseline_peak=baseline(graph).peak,
                     below_floor=tuple(below[source.sha256])) for source, graph in loaded]
 
 
-def _expand_runs(graphs: list[GraphSource], budgets: list[str], methods: list[tuple[str, Any]],
-                 settings: _Settings) -> list[RunSpec]:
+# Stands for a graph not yet traced when counting the runs each graph gets.
+_PLACEHOLDER = GraphSource(name="", path=Path(), sha256="", nodes=0, edges=0, line=0)
+
+
+def _expand_runs(graphs: list[GraphSource], *, budgets: list[str], grids: list[MethodGrid], seeds: list[int],
+                 repeats: int, time_limit: float, grace: float, memory_limit: int | None) -> list[RunSpec]:
     """Every graph x budget x method parameters x seed x repeat, each key once (in that order)."""
     runs: dict[tuple, RunSpec] = {}
     for source in graphs:
         for budget in budgets:
-            for method, grid in methods:
-                for params, seed in grid(settings.seeds):
-                    for repeat in range(settings.repeats):
-                        key = run_key(source.sha256, method, params, budget, seed, repeat, settings.time_limit)
+            for grid in grids:
+                for params, seed in grid.expand(seeds):
+                    for repeat in range(repeats):
+                        key = run_key(source.sha256, grid.name, params, budget, seed, repeat, time_limit)
                         runs.setdefault(key, RunSpec(
                             run_id=run_id(key), graph=source.name, graph_sha256=source.sha256,
                             graph_path=str(source.path), nodes=source.nodes, edges=source.edges,
-                            method=method, params=params, budget_text=budget, seed=seed, repeat=repeat,
-                            time_limit=settings.time_limit, grace=settings.grace,
-                            memory_limit=settings.memory_limit))
+                            method=grid.name, params=params, budget_text=budget, seed=seed, repeat=repeat,
+                            time_limit=time_limit, grace=grace, memory_limit=memory_limit))
     return list(runs.values())
+
+
+def _check_size(doc: _Document, top: dict[str, tuple[yaml.Node, yaml.Node]], entries: list[_Entry],
+                budgets: list[str], grids: list[MethodGrid], settings: _Settings) -> None:
+    """Refuse, before any graph is built or run listed, a sweep of more than `MAX_RUNS` runs, or generated
+    graphs of more than `MAX_SWEEP_NODES` nodes together (each generator refuses a graph above its own cap)."""
+    graphs = sum(entry.count for entry in entries)
+    cells = sum(grid.count(settings.seeds) for grid in grids)
+    factors = {"graphs": graphs, "budgets": len(set(budgets)), "methods": cells, "repeats": settings.repeats}
+    runs = math.prod(factors.values())
+    if runs > MAX_RUNS:
+        largest = max((key for key in factors if key in top), key=lambda key: factors[key], default="graphs")
+        counts = " x ".join((_counted(graphs, "graph", "graphs"), _counted(factors["budgets"], "budget", "budgets"),
+                             _counted(cells, "method setting", "method settings and seeds"),
+                             _counted(settings.repeats, "repeat", "repeats")))
+        raise doc.error(top[largest][1], f"the sweep has {runs:,} runs ({counts}), more than the {MAX_RUNS:,} one "
+                                         "sweep may have; split it into several sweeps")
+    nodes = 0
+    for entry in entries:
+        for kind, options in entry.generated():
+            nodes += _generated_size(doc, entry.node, kind, options)[0]
+            if nodes > MAX_SWEEP_NODES:
+                raise doc.error(entry.node, f"the generated graphs add up to more than {MAX_SWEEP_NODES:,} nodes, "
+                                            "more than one sweep holds in memory; split it into several sweeps")
 
 
 def _memory_limit(doc: _Document, node: yaml.Node) -> int:
     try:
         return parse_size(doc.value(node))
     except ValueError:
-        raise doc.error(node, f"memory_limit '{node.value}' is not a size; write it like 4GiB, 500MB "
+        raise doc.error(node, f"memory_limit {doc.shown(node)} is not a size; write it like 4GiB, 500MB "
                               "or a number of bytes") from None
 
 
@@ -430,21 +614,34 @@ def _budget_text(doc: _Document, node: yaml.Node) -> str:
 # ---------------------------------------------------------------------- graphs
 
 
-def _graphs(doc: _Document, node: yaml.Node, env: Mapping[str, str],
-            generated_dir: Path) -> list[tuple[GraphSource, Graph]]:
-    """Every graph once (by hash), in config order, with the loaded graph for the budget checks.
+@dataclass
+class _Entry:
+    """One graph entry of the config, read and checked but not built: files found, or the combinations
+    of a ``generate:`` or ``torch:`` spec, counted before any is built."""
 
-    A generated graph is to be written under ``generated_dir`` (by the runner,
-    once the whole config is checked) so that every run reads a file.
-    """
-    from remat_bench.core.graph import load_graph
+    node: yaml.Node
+    paths: list[str] = field(default_factory=list)
+    kind: str = ""  # a generator's kind, or "torch"
+    axes: dict[str, list[Any]] = field(default_factory=dict)
+    torch: Callable[[dict[str, Any]], TorchGraph] | None = None
 
-    found: dict[str, tuple[GraphSource, Graph]] = {}
+    @property
+    def count(self) -> int:
+        return len(self.paths) if not self.kind else math.prod(len(values) for values in self.axes.values())
 
-    def add(graph: Graph, path: Path, item: yaml.Node, generated: bool) -> None:
-        found.setdefault(graph.sha256, (GraphSource(
-            name=graph.name, path=path, sha256=graph.sha256, nodes=graph.n, edges=graph.num_edges,
-            line=item.start_mark.line + 1, generated=graph if generated else None), graph))
+    def combinations(self) -> Iterator[dict[str, Any]]:
+        for values in itertools.product(*self.axes.values()):
+            yield dict(zip(self.axes, values))
+
+    def generated(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        if self.kind and self.torch is None:
+            for options in self.combinations():
+                yield self.kind, options
+
+
+def _graph_entries(doc: _Document, node: yaml.Node, env: Mapping[str, str]) -> list[_Entry]:
+    """Every graph entry read and checked: files found, generator and model options checked; nothing built."""
+    entries: list[_Entry] = []
 
     def published(item: yaml.Node, text: str, pattern: bool = False) -> list[str] | None:
         """``paper:<name>`` (or a pattern of names) -> the paths; None when ``text`` names no published graph."""
@@ -456,20 +653,18 @@ def _graphs(doc: _Document, node: yaml.Node, env: Mapping[str, str],
         except datasets.DatasetError as exc:
             raise doc.error(item, str(exc)) from None
 
-    def read(item: yaml.Node, path: str) -> None:
-        if not os.path.isfile(path):
-            why = "is a folder; use 'glob: <folder>/*.json' for its graphs" if os.path.isdir(path) else "does not exist"
-            raise doc.error(item, f"graph file {path} {why}")
-        try:
-            add(load_graph(path), Path(path), item, generated=False)
-        except GraphError as exc:
-            raise doc.error(item, str(exc)) from None
+    def files(item: yaml.Node, paths: list[str]) -> _Entry:
+        for path in paths:
+            if not os.path.isfile(path):
+                why = ("is a folder; use 'glob: <folder>/*.json' for its graphs" if os.path.isdir(path)
+                       else "does not exist")
+                raise doc.error(item, f"graph file {path} {why}")
+        return _Entry(item, paths=paths)
 
     for item in doc.items(node, "graphs"):
         if isinstance(item, yaml.ScalarNode):
             text = doc.text(item, "graphs")
-            for path in published(item, text) or [doc.expand_path(item, text, env)]:
-                read(item, path)
+            entries.append(files(item, published(item, text) or [doc.expand_path(item, text, env)]))
             continue
         entry = doc.mapping(item, "a graph entry", GRAPH_KEYS)
         if len(entry) != 1:
@@ -478,79 +673,133 @@ def _graphs(doc: _Document, node: yaml.Node, env: Mapping[str, str],
         key, (_, value) = next(iter(entry.items()))
         if key == "path":
             text = doc.text(value, "path")
-            for path in published(value, text) or [doc.expand_path(value, text, env)]:
-                read(value, path)
+            entries.append(files(value, published(value, text) or [doc.expand_path(value, text, env)]))
         elif key == "glob":
             text = doc.text(value, "glob")
             matches = published(value, text, pattern=True)
             pattern = text
             if matches is None:
                 pattern = doc.expand_path(value, text, env)
-                matches = sorted(p for p in globbing.glob(pattern, recursive=True) if os.path.isfile(p))
+                matches = sorted(p for p in globbing.iglob(pattern, recursive=True) if os.path.isfile(p))
             if not matches:
                 raise doc.error(value, f"the pattern {pattern} matches no graph file")
-            for match in matches:
-                read(value, match)
+            entries.append(files(value, matches))
+        elif key == "generate":
+            entries.append(_generate_entry(doc, value))
         else:
-            for graph in _generate(doc, value) if key == "generate" else _import_torch(doc, value):
-                add(graph, generated_dir / f"{graph.name}-{graph.sha256[:8]}.json", value, generated=True)
-    return list(found.values())
+            entries.append(_torch_entry(doc, value))
+    return entries
 
 
-def _import_torch(doc: _Document, node: yaml.Node) -> list[Graph]:
-    """A ``torch:`` spec: a zoo model or ``module:factory`` (looked up beside the config first) traced
-    into a training graph, as `remat-bench graphs import-torch` does; a list in ``batch`` or in a
-    ``kwargs`` value is a grid axis (one graph per combination)."""
-    import sys
+def _build_graphs(doc: _Document, entries: list[_Entry],
+                  generated_dir: Path) -> tuple[list[tuple[GraphSource, Graph]], list[TorchGraph]]:
+    """Every graph once (by hash), in config order, with the loaded graph for the budget checks; and the
+    ``torch:`` graphs, which are traced when the sweep starts.
 
+    A generated graph is to be written under ``generated_dir`` (by the runner,
+    once the whole config is checked) so that every run reads a file.
+    """
+    from remat_bench.core.graph import load_graph
+
+    found: dict[str, tuple[GraphSource, Graph]] = {}
+    pending: list[TorchGraph] = []
+    for entry in entries:
+        line = entry.node.start_mark.line + 1
+        if entry.torch is not None:
+            pending.extend(entry.torch(options) for options in entry.combinations())
+            continue
+        for path in entry.paths:
+            try:
+                graph = load_graph(path)
+            except GraphError as exc:
+                raise doc.error(entry.node, str(exc)) from None
+            found.setdefault(graph.sha256, (_source(graph, Path(path), line), graph))
+        for kind, options in entry.generated():
+            graph = _generate(doc, entry.node, kind, options)
+            written = generated_dir / f"{safe_name(graph.name)}-{graph.sha256[:8]}.json"
+            found.setdefault(graph.sha256, (_source(graph, written, line, generated=True), graph))
+    return list(found.values()), pending
+
+
+def _source(graph: Graph, path: Path, line: int, generated: bool = False) -> GraphSource:
+    return GraphSource(name=graph.name, path=path, sha256=graph.sha256, nodes=graph.n, edges=graph.num_edges,
+                       line=line, generated=graph if generated else None)
+
+
+def _torch_entry(doc: _Document, node: yaml.Node) -> _Entry:
+    """A ``torch:`` spec, checked as data: its keys and values, and where its model would come from
+    (`locate_factory`, which imports nothing and refuses the standard library). A list in ``batch`` or in
+    a ``kwargs`` value is a grid axis (one graph per combination)."""
     spec = doc.mapping(node, "a torch spec", TORCH_KEYS)
     if "model" not in spec:
         raise doc.error(node, "a torch spec needs a 'model': a zoo name (gpt, resnet50, unet, ...) or "
                               "module:factory")
     try:
-        from remat_bench.torch.importer import import_model
+        from remat_bench.torch.importer import DURATIONS
+        from remat_bench.torch.program import INPUT_DTYPES
+        from remat_bench.torch.zoo import TASKS, locate_factory
     except ImportError:
         raise doc.error(node, "a torch graph needs PyTorch: install it with `pip install torch==2.13.0` "
                               "(or remat-bench[torch])") from None
-    model = doc.text(spec["model"][1], "model")
-    fixed = {k: doc.value(v) for k, (_, v) in spec.items() if k not in ("model", "batch", "kwargs")}
-    if "input_shape" in fixed:
-        fixed["input_shape"] = tuple(fixed["input_shape"])
-    if "vocab" in fixed:
-        fixed["input_range"] = fixed.pop("vocab")
+    model_node = spec["model"][1]
+    model = doc.text(model_node, "model")
+    search = (str(doc.path.parent),)  # a factory written beside the config imports as `module:factory`
+    try:
+        locate_factory(model, search)
+    except RematBenchError as exc:
+        raise doc.error(model_node, str(exc)) from None
+
+    def whole(n: yaml.Node, what: str) -> int:
+        return int(doc.number(n, what, 1, integer=True, strict=False))
+
+    def choice(key: str, allowed: tuple[str, ...]) -> str:
+        text = doc.text(spec[key][1], key)
+        if text not in allowed:
+            raise doc.error(spec[key][1], f"'{key}' must be one of {', '.join(allowed)}, not {_quote(text)}")
+        return text
+
+    fixed: dict[str, Any] = {}
+    if "input_shape" in spec:
+        shape_node = spec["input_shape"][1]
+        if not isinstance(shape_node, yaml.SequenceNode) or not shape_node.value:
+            raise doc.error(shape_node, "'input_shape' must be a list of sizes per sample, such as [3, 32, 32]")
+        fixed["input_shape"] = tuple(whole(n, "input_shape") for n in shape_node.value)
+    for key, allowed in (("task", TASKS), ("input_dtype", INPUT_DTYPES), ("durations", DURATIONS)):
+        if key in spec:
+            fixed[key] = choice(key, allowed)
+    if "vocab" in spec:
+        fixed["input_range"] = whole(spec["vocab"][1], "vocab")
+    limit = doc.number(spec["time_limit"][1], "time_limit", 0) if "time_limit" in spec else TRACE_TIME_LIMIT
     axes: dict[str, list[Any]] = {}
     if "batch" in spec:
-        axes["batch"] = [doc.value(n) for n in doc.items(spec["batch"][1], "batch")]
-    kwargs_node = spec["kwargs"][1] if "kwargs" in spec else None
-    kwargs = doc.value(kwargs_node) if kwargs_node is not None else {}
-    if not isinstance(kwargs, dict):
-        raise doc.error(kwargs_node or node, "'kwargs' must be a mapping of the model's arguments")
-    for key, value in kwargs.items():
-        axes[f"kwargs.{key}"] = value if isinstance(value, list) else [value]
-    folder = str(doc.path.parent)
-    if folder not in sys.path:  # a factory written beside the config imports as `module:factory`
-        sys.path.insert(0, folder)
-    graphs = []
-    for values in itertools.product(*axes.values()):
-        chosen = dict(zip(axes, values))
+        axes["batch"] = [whole(n, "batch") for n in doc.items(spec["batch"][1], "batch")]
+    if "kwargs" in spec:
+        kwargs_node = spec["kwargs"][1]
+        if not isinstance(kwargs_node, yaml.MappingNode):
+            raise doc.error(kwargs_node, "'kwargs' must be a mapping of the model's arguments")
+        for key_node, value_node in kwargs_node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else ""
+            if not str(key).isidentifier() or f"kwargs.{key}" in axes:
+                raise doc.error(key_node, f"{doc.shown(key_node)} is not a Python argument name, or is given twice")
+            value = doc.value(value_node)
+            axes[f"kwargs.{key}"] = value if isinstance(value, list) else [value]
+    line = node.start_mark.line + 1
+    label = model.replace(":", "-").replace(".", "-")
+
+    def pending(chosen: dict[str, Any]) -> TorchGraph:
         model_kwargs = {k[len("kwargs."):]: v for k, v in chosen.items() if k.startswith("kwargs.")}
         # Named by model, batch and arguments: GPTs of 12 and 48 layers must not share a name.
-        label = model.replace(":", "-").replace(".", "-")
         name = "-".join([f"torch-{label}", f"b{chosen.get('batch') or 'default'}",
                          *(f"{k}{v}" for k, v in model_kwargs.items())])
-        try:
-            graphs.append(import_model(model, batch=chosen.get("batch"), model_kwargs=model_kwargs, name=name,
-                                       **fixed))
-        except RematBenchError as exc:
-            raise doc.error(node, str(exc)) from None
-        except TypeError as exc:  # a key of the wrong type reached the importer
-            raise doc.error(node, f"{model}: {exc}") from None
-    return graphs
+        options = dict(model=model, batch=chosen.get("batch"), model_kwargs=model_kwargs, name=name, **fixed)
+        return TorchGraph(name=name, model=model, options=options, line=line, search=search, time_limit=limit)
+
+    return _Entry(node, kind="torch", axes=axes, torch=pending)
 
 
-def _generate(doc: _Document, node: yaml.Node) -> list[Graph]:
+def _generate_entry(doc: _Document, node: yaml.Node) -> _Entry:
     """A ``generate:`` spec: ``kind`` plus options of `remat_bench.generators.generate`; lists are grid axes."""
-    from remat_bench.generators import GENERATORS, generate
+    from remat_bench.generators import GENERATORS
 
     spec = doc.mapping(node, "a generate spec", ("kind", "batch", "layers", "nodes", "seed", "resolution",
                                                  "width", "seq"))
@@ -558,25 +807,127 @@ def _generate(doc: _Document, node: yaml.Node) -> list[Graph]:
         raise doc.error(node, f"a generate spec needs a 'kind' ({', '.join(GENERATORS)})")
     kind = doc.text(spec["kind"][1], "kind")
     if kind not in GENERATORS:
-        raise doc.error(spec["kind"][1], f"unknown graph kind '{kind}'; choose one of {', '.join(GENERATORS)}")
+        raise doc.error(spec["kind"][1], f"unknown graph kind {_quote(kind)}; choose one of {', '.join(GENERATORS)}")
     axes = {k: [doc.value(n) for n in doc.items(v, k)] for k, (_, v) in spec.items() if k != "kind"}
-    graphs = []
-    for values in itertools.product(*axes.values()):
-        options = dict(zip(axes, values))
+    return _Entry(node, kind=kind, axes=axes)
+
+
+def _generated_size(doc: _Document, node: yaml.Node, kind: str, options: dict[str, Any]) -> tuple[int, int]:
+    """(nodes, edges) a ``generate:`` combination would have; its options checked as `generate` checks them."""
+    from remat_bench.generators import generated_size
+
+    return _generating(doc, node, kind, lambda: generated_size(kind, **options))
+
+
+def _generate(doc: _Document, node: yaml.Node, kind: str, options: dict[str, Any]) -> Graph:
+    from remat_bench.generators import generate
+
+    return _generating(doc, node, kind, lambda: generate(kind, **options))
+
+
+def _generating(doc: _Document, node: yaml.Node, kind: str, call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except GraphError as exc:
+        raise doc.error(node, str(exc)) from None
+    except TypeError as exc:  # a value of the wrong type reached the generator
+        raise doc.error(node, f"{kind}: {exc}") from None
+
+
+# ---------------------------------------------------------------------- PyTorch graphs
+
+
+def trace_model(options: Mapping[str, Any], time_limit: float = TRACE_TIME_LIMIT,
+                search: Sequence[str] = ()) -> Graph:
+    """`import_model(**options)` in a child process, stopped after ``time_limit`` seconds.
+
+    Building and tracing a model runs its factory and its forward pass, the user's code: one that never
+    returns is stopped, and one that exits (``sys.exit``) or raises anything is one sentence, a
+    `GraphError`, instead of ending or hanging this process. ``search`` folders come first on the
+    child's import path. Where no child can start (a script read from standard input), the call runs
+    here, without the time limit.
+    """
+    from remat_bench.core.graph import graph_from_dict
+    from remat_bench.toolkit.child import can_spawn, run_in_child
+    from remat_bench.torch.importer import import_model_reporting
+
+    model = options.get("model", "?")
+    end = time.monotonic() + time_limit
+    outcome = (run_in_child(import_model_reporting, (dict(options), list(search)), lambda: time.monotonic() > end)
+               if can_spawn() else None)
+    if outcome is None or outcome.status == "start_failed":
+        kind, payload = import_model_reporting(dict(options), list(search))
+    elif outcome.status == "done":
+        kind, payload = outcome.value
+    elif outcome.status == "stopped":
+        raise GraphError(f"model '{model}' was not built and traced within {time_limit:g} s, so it was stopped "
+                         "(does its factory or forward pass ever return?); give it more time with --time-limit, "
+                         "or time_limit in a torch entry")
+    else:
+        raise GraphError(f"model '{model}' could not be traced: {outcome.message} (did its code end the process?)")
+    if kind != "graph":
+        raise GraphError(payload)
+    return graph_from_dict(payload, source=str(options.get("name") or model))
+
+
+def trace_torch_graphs(config: SweepConfig, note: Callable[[str], None] | None = None) -> SweepConfig:
+    """The config with its ``torch:`` graphs traced (`trace_model`) and their runs added.
+
+    Runs the code of each model: a sweep calls it when it starts, never when a config is only read or
+    checked (``--dry-run``). Refuses, as a `ConfigError` naming the config's line, a model that cannot
+    be traced, and a budget that does not parse against a traced graph.
+    """
+    if not config.pending:
+        return config
+    known = {source.sha256 for source in config.graphs}
+    traced: list[tuple[GraphSource, Graph]] = []
+    for i, pending in enumerate(config.pending, 1):
+        if note is not None:
+            note(f"tracing {pending.name} ({i}/{len(config.pending)}): {pending.model}")
         try:
-            graphs.append(generate(kind, **options))
-        except GraphError as exc:
-            raise doc.error(node, str(exc)) from None
-        except TypeError as exc:  # a value of the wrong type reached the generator
-            raise doc.error(node, f"{kind}: {exc}") from None
-    return graphs
+            graph = trace_model(pending.options, pending.time_limit, pending.search)
+        except RematBenchError as exc:
+            raise _error_at(config.path, pending.line, str(exc)) from None
+        if graph.sha256 in known:
+            continue
+        known.add(graph.sha256)
+        path = config.output / "graphs" / f"{safe_name(graph.name)}-{graph.sha256[:8]}.json"
+        traced.append((_source(graph, path, pending.line, generated=True), graph))
+    added = _with_floors(config.path, traced, config.budget_lines, config.budgets)
+    runs = _expand_runs(added, budgets=config.budgets, grids=config.grids, seeds=config.seeds,
+                        repeats=config.repeats, time_limit=config.time_limit, grace=config.grace,
+                        memory_limit=config.memory_limit)
+    return replace(config, graphs=[*config.graphs, *added], runs=[*config.runs, *runs], pending=[])
 
 
 # ---------------------------------------------------------------------- methods
 
 
-def _methods(doc: _Document, node: yaml.Node, seeds_given: bool) -> list[tuple[str, Any]]:
-    """``[(method name, grid)]`` where ``grid(seeds)`` yields ``(parsed params, seed)`` pairs."""
+@dataclass
+class MethodGrid:
+    """A method of the config and its parameter grid: each axis a list of parsed values."""
+
+    name: str
+    cls: Any
+    axes: dict[str, list[Any]]
+    takes_seed: bool
+
+    def count(self, seeds: list[int]) -> int:
+        """Parameter sets x seeds, counted without listing them."""
+        return math.prod(len(values) for values in self.axes.values()) * (len(seeds) if self.takes_seed else 1)
+
+    def expand(self, seeds: list[int]) -> Iterator[tuple[dict[str, Any], int | None]]:
+        """``(parsed params, seed)`` of every grid point and seed."""
+        for values in itertools.product(*self.axes.values()):
+            given = dict(zip(self.axes, values))
+            # A method without a `seed` parameter is deterministic here: it runs once, with no seed.
+            for seed in (seeds if self.takes_seed else [None]):
+                params = parse_method_params(self.cls, {**given, **({"seed": seed} if seed is not None else {})})
+                yield params, seed
+
+
+def _methods(doc: _Document, node: yaml.Node, seeds_given: bool) -> list[MethodGrid]:
+    """Each method entry with its parameter grid, every value checked."""
     from remat_bench.methods import get_method
 
     out = []
@@ -623,16 +974,5 @@ def _methods(doc: _Document, node: yaml.Node, seeds_given: bool) -> list[tuple[s
                     except MethodError as exc:
                         raise doc.error(value_item, str(exc)) from None
         takes_seed = any(p.name == "seed" for p in cls.params) and "seed" not in axes
-        out.append((name, _grid(cls, axes, takes_seed)))
+        out.append(MethodGrid(name, cls, axes, takes_seed))
     return out
-
-
-def _grid(cls: Any, axes: dict[str, list[Any]], takes_seed: bool) -> Any:
-    def expand(seeds: list[int]) -> Any:
-        for values in itertools.product(*axes.values()):
-            given = dict(zip(axes, values))
-            # A method without a `seed` parameter is deterministic here: it runs once, with no seed.
-            for seed in (seeds if takes_seed else [None]):
-                params = parse_method_params(cls, {**given, **({"seed": seed} if seed is not None else {})})
-                yield params, seed
-    return expand

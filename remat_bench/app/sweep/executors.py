@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import select
 import shutil
 import signal
@@ -42,6 +41,7 @@ from typing import Any
 from remat_bench.app.sweep.results import make_row
 from remat_bench.app.sweep.worker import OOM_SIGNS, SWEEP_FAULT
 from remat_bench.core.errors import ConfigError
+from remat_bench.core.files import safe_name
 
 # Statuses of a failed run, whose output is kept in logs/.
 LOGGED = ("error", "oom", "timeout")
@@ -62,9 +62,12 @@ class RunInterrupted(Exception):
 
 
 def schedule_path(output: Path, spec: dict[str, Any]) -> Path:
-    """Where a run's cleaned schedule goes: ``<output>/schedules/<graph>/<run id>.json``."""
-    folder = re.sub(r"[^A-Za-z0-9._-]+", "_", spec["graph"]) or "graph"
-    return output / "schedules" / folder / f"{spec['run_id']}.json"
+    """Where a run's cleaned schedule goes: ``<output>/schedules/<graph>/<run id>.json``.
+
+    The graph's name comes from its file: made one safe file name (a graph named ``..`` must not put
+    its schedules beside the results folder).
+    """
+    return output / "schedules" / safe_name(spec["graph"]) / f"{safe_name(spec['run_id'], 'run')}.json"
 
 
 def supervise(spec: dict[str, Any], output: str) -> dict[str, Any]:

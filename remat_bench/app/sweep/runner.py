@@ -12,7 +12,9 @@ again; so is every run of a Dask cluster left without workers for
 Before any run, the results folder is checked for writing (one sentence, exit
 status 2, rather than a traceback or runs whose results cannot be kept) and
 locked for this sweep (`LOCK`), so that a second sweep or a ``--resume`` on the
-same folder is refused instead of running the same runs twice.
+same folder is refused instead of running the same runs twice. A sweep refused
+then leaves nothing behind: the folders it made and its lock file go. A dry run
+checks the folder the same way without making anything.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
-from remat_bench.app.sweep.config import RunSpec, SweepConfig
+from remat_bench.app.sweep.config import RunSpec, SweepConfig, trace_torch_graphs
 from remat_bench.app.sweep.executors import (
     RunInterrupted,
     live_workers,
@@ -116,13 +118,15 @@ def plan(config: SweepConfig, resume: bool) -> tuple[list[RunSpec], int]:
     return pending, len(config.runs) - len(pending)
 
 
-def check_output(out: Path, csv: bool = False) -> None:
+def check_output(out: Path, csv: bool = False, create: bool = True) -> None:
     """Refuse, before any run, a results folder the sweep could not write: one `ConfigError` sentence.
 
     The folder is created if needed (so a read-only parent is found here); then a file is created and
     removed in it and in each subfolder it already has, and every file the sweep appends to or replaces
     is opened for writing (nothing is written). Only trying finds out: permission bits do not stop root,
     while an immutable folder (``chattr +i``), a read-only mount or a file where a folder belongs do.
+    With ``create=False`` (``--dry-run``) nothing is made: a folder that does not exist yet is tried in
+    the nearest folder above it that does, where the sweep would make it.
     """
     def refuse(path: Path, exc: OSError) -> ConfigError:
         detail = ("" if path == out else f"{path}: ") + (exc.strerror or str(exc))
@@ -133,6 +137,18 @@ def check_output(out: Path, csv: bool = False) -> None:
 
     if out.exists() and not out.is_dir():
         raise ConfigError(f"the results folder {out} is a file, not a folder; choose another --output")
+    if not create and not out.exists():
+        above = next(folder for folder in out.parents if folder.exists())
+        if not above.is_dir():
+            raise ConfigError(f"the results folder {out} cannot be made: {above} is a file, not a folder; choose "
+                              "another --output")
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".probe-", dir=above)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            raise refuse(above, exc) from None
+        return
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -159,6 +175,22 @@ def check_output(out: Path, csv: bool = False) -> None:
                 os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
             except OSError as exc:
                 raise refuse(path, exc) from None
+
+
+def _missing(out: Path) -> list[Path]:
+    """The folders a sweep into ``out`` would make: ``out`` and those above it that do not exist, deepest first."""
+    return [folder for folder in (out, *out.parents) if not folder.exists()]
+
+
+def _tidy(made_folders: list[Path], made_files: list[Path]) -> None:
+    """Remove what a sweep refused before its first run made (its lock, its config copy, generated
+    graphs), and the folders it made, when they are empty; never anything it did not make."""
+    for path in made_files:
+        with contextlib.suppress(OSError):
+            path.unlink()
+    for folder in sorted(set(made_folders), key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only an empty folder goes
 
 
 @contextlib.contextmanager
@@ -218,43 +250,62 @@ def run_sweep(
     sweep holds, and for an old sweep without ``resume``.
     """
     reporter = reporter or _Silent()
+    config = trace_torch_graphs(config, reporter.note)  # runs the models' code: only when the sweep runs
     out = config.output
-    check_output(out, csv)
-    with _locked(out):
-        pending, skipped = plan(config, resume)
-        try:
-            atomic_write_text(out / "config.yaml", config.path.read_text(encoding="utf-8"))
-            for source in config.graphs:
-                if source.generated is not None and not source.path.exists():
-                    save_graph(source.generated, source.path)
-        except OSError as exc:
-            raise ConfigError(f"the results folder {out} cannot be written ({exc}); make it writable or choose "
-                              "another --output") from None
-
-        journal = Journal(out / JOURNAL)
-        outcome = SweepOutcome(out, pd.DataFrame(), len(config.runs), skipped, 0)
-        kind = executor or ("dask" if address else config.executor)
-        where = address or config.address
-        reporter.start(len(config.runs), skipped, len(pending))
-        try:
-            with open_executor(kind, workers or config.workers, where) as pool:
-                futures = {pool.submit(supervise, spec.to_json(), str(out)): spec for spec in pending}
-                try:
-                    _collect(futures, pool, journal, outcome, reporter, where)
-                except KeyboardInterrupt:
-                    outcome.interrupted = True
-                    stop_all()
-                    for future in futures:
-                        future.cancel()
-        finally:
-            reporter.close()
-            outcome.table = build_table(journal.rows())
+    made_folders = _missing(out)
+    made_files = [path for path in (out / LOCK, out / "config.yaml") if not path.exists()]
+    started = False
+    try:
+        check_output(out, csv)
+        with _locked(out):
+            pending, skipped = plan(config, resume)
             try:
-                outcome.written = write_table(outcome.table, out, csv=csv)
+                atomic_write_text(out / "config.yaml", config.path.read_text(encoding="utf-8"))
+                for source in config.graphs:
+                    if source.generated is not None and not source.path.exists():
+                        made_folders += _missing(source.path.parent)
+                        made_files.append(source.path)
+                        save_graph(source.generated, source.path)
             except OSError as exc:
-                outcome.failure = outcome.failure or (
-                    f"cannot write the table in {out} ({exc}); every finished run is in {journal.path}, and the "
-                    "table is rebuilt from it by the next `sweep --resume`, `report` or `plot`")
+                why = os.strerror(exc.errno) if exc.errno else str(exc)
+                raise ConfigError(f"the results folder {out} cannot be written ({why}); make it writable or "
+                                  "choose another --output") from None
+            started = True
+            return _run(config, pending, skipped, workers, executor, address, csv, reporter)
+    except ConfigError:
+        if not started:
+            _tidy(made_folders, made_files)  # refused before any run: leave nothing behind
+        raise
+
+
+def _run(config: SweepConfig, pending: list[RunSpec], skipped: int, workers: int | None, executor: str | None,
+         address: str | None, csv: bool, reporter: Reporter) -> SweepOutcome:
+    """Run the pending runs of a checked, locked results folder; journal each; write the table."""
+    out = config.output
+    journal = Journal(out / JOURNAL)
+    outcome = SweepOutcome(out, pd.DataFrame(), len(config.runs), skipped, 0)
+    kind = executor or ("dask" if address else config.executor)
+    where = address or config.address
+    reporter.start(len(config.runs), skipped, len(pending))
+    try:
+        with open_executor(kind, workers or config.workers, where) as pool:
+            futures = {pool.submit(supervise, spec.to_json(), str(out)): spec for spec in pending}
+            try:
+                _collect(futures, pool, journal, outcome, reporter, where)
+            except KeyboardInterrupt:
+                outcome.interrupted = True
+                stop_all()
+                for future in futures:
+                    future.cancel()
+    finally:
+        reporter.close()
+        outcome.table = build_table(journal.rows())
+        try:
+            outcome.written = write_table(outcome.table, out, csv=csv)
+        except OSError as exc:
+            outcome.failure = outcome.failure or (
+                f"cannot write the table in {out} ({exc}); every finished run is in {journal.path}, and the "
+                "table is rebuilt from it by the next `sweep --resume`, `report` or `plot`")
     return outcome
 
 
