@@ -77,3 +77,16 @@ def test_a_dangling_link_gets_its_file_and_stays_a_link(tmp_path):
     check_writable(link)
     atomic_write_text(link, '{"format": "x"}\n')
     assert link.is_symlink() and (tmp_path / "made.json").read_text() == '{"format": "x"}\n'
+
+
+def test_a_report_named_by_a_link_is_written_through_it(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(f"output: out\ngraphs: [{CHAIN}]\nmethods: [none]\nbudgets: [1.0]\n")
+    cli("sweep", str(config), "-j", "1")
+    target = tmp_path / "real" / "report.md"
+    target.parent.mkdir()
+    target.write_text("an old report\n")
+    link = tmp_path / "report.md"
+    link.symlink_to(target)
+    cli("report", str(tmp_path / "out"), "-o", str(link))
+    assert link.is_symlink() and target.read_text().startswith("# ")
