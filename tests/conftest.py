@@ -49,7 +49,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     tried = test_bad_input.TRIED["inputs"]
     if tried:
         failed = [r for r in terminalreporter.stats.get("failed", []) if "test_bad_input" in r.nodeid]
-        verdict = "none gave a traceback or more than one sentence" if not failed else \
+        verdict = "none gave a traceback, a hang (60 s each) or more than one sentence" if not failed else \
             f"{len(failed)} failed (see above)"
         terminalreporter.write_line(f"bad-input corpus: {tried} inputs tried, {verdict}")
     others = [r for r in skipped if r not in for_paper]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,13 @@ GRAPHS = {
     "graph-fixed-memory-huge.json": f"{MEMORY}1e+308{TOTAL}give memory in a larger unit (KiB, MiB)",
     "graph-workspace-huge.json": f"{MEMORY}1e+308{TOTAL}give memory in a larger unit (KiB, MiB)",
     "graph-memory-2-pow-70.json": f"{MEMORY}1.18059e+21{TOTAL}give memory in a larger unit (KiB, MiB)",
+    # Issue 30 item 19: one sentence in plain words, and a control character never printed raw.
+    "graph-control-character-id.json": 'node nodes[0] has an id with a control character ("a\\u0000b"); ids must '
+                                       "be printable text",
+    "graph-control-character-input.json": "node 'a' lists input 'zz\\x00', which is not a node of the graph",
+    "graph-input-not-a-string.json": "node 'a' (nodes[0]), field inputs[0] must be a string, not a number (5)",
+    "graph-empty-implementations.json": "node 'a' (nodes[0]), field implementations is an empty list; give at least "
+                                        "1 item",
     "graph-duration-huge.json": "its duration (every node computed once, each at its slowest implementation) adds up "
                                 f"to 1e+308{TOTAL}give durations in a larger unit",
 }
@@ -60,6 +68,7 @@ SCHEDULES = {
                                             "have (it has: default)",
     "schedule-unknown-node.json": "step 2 (compute 'Z') names a node that is not in graph 'kumar-figure1'",
     "schedule-wrong-format.json": "is a graph file, not a schedule; give the graph first and the schedule second",
+    "schedule-nests-too-deeply.json": "the JSON nests too deeply to be read (remat-bench files nest a few levels)",
     "schedule-no-format.json": "is not a remat-bench schedule file (it has no 'format' field; a schedule file has "
                                "format 'remat-bench-schedule', as `remat-bench solve -o` writes)",
 }
@@ -98,9 +107,23 @@ CONFIGS = {
 TRIED = {"inputs": 0}
 
 
+HANG_S = 60  # an input that takes longer than this to refuse counts as a hang
+
+
+def _hang(signum, frame):
+    raise TimeoutError(f"no answer within {HANG_S} s: the input hangs the command")
+
+
 def error_of(args: list[str]) -> str:
     TRIED["inputs"] += 1
-    result = CliRunner().invoke(main, args, prog_name="remat-bench")
+    previous = signal.signal(signal.SIGALRM, _hang)
+    signal.alarm(HANG_S)
+    try:
+        result = CliRunner().invoke(main, args, prog_name="remat-bench")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not isinstance(result.exception, TimeoutError), result.exception
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
@@ -173,7 +196,7 @@ ARGUMENTS = [
     (["-m", "moccasin", "-b", "0.8", "-p", "max_intervals=-3"], "parameter 'max_intervals' of method 'moccasin' must "
      "be at least 0 (retention intervals per node, C (0: 2 staged, 3 order-free)), got '-3'"),
     (["-m", "moccasin", "-b", "0.8", "-p", "phase1_share=2"], "parameter 'phase1_share' of method 'moccasin' must be "
-     "at most 1 (largest share of the time limit phase 1 may use), got '2'"),
+     "at most 1, got '2'"),
     (["-m", "moccasin", "-b", "0.8", "-p", "phase1_share=nan"],
      "parameter 'phase1_share' of method 'moccasin' must be a finite number, got 'nan'"),
     (["-m", "moccasin", "-b", "0.8", "-p", "num_workers=-4"],

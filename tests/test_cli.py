@@ -380,3 +380,53 @@ def test_auto_ends_once_a_members_schedule_meets_the_any_order_bound():
     assert data["solve_time_s"] < 40  # of 120 s: moccasin meets the bound in about a second on 2 cores
     exact = {m["method"]: m for m in data["stats"]["members"] if m["role"] == "exact"}
     assert any(m["status"] in ("optimal", "feasible") for m in exact.values())
+
+
+def test_below_the_floor_is_said_once_for_the_graph_in_the_budgets_own_terms():
+    """Issue 30 item 14: the same raw-bytes sentence once per method, never naming a budget that works."""
+    r = invoke("solve", str(SHIPPED / "resnet18-b8-r64-train.json"), "-m", "greedy", "-m", "checkmate", "-m",
+               "moccasin", "-b", "0.6", "-t", "5")
+    assert r.exit_code == 1
+    assert r.output.count("below the memory floor") == 1
+    assert ("every method: the budget (60.0% of the baseline peak, 39.13 MiB) is below the memory floor (80.6%, "
+            "52.59 MiB): node 'bn1_grad' needs that much with its inputs, output, workspace and the fixed memory, "
+            "whatever the schedule; no budget below 0.81 of the baseline peak can fit") in r.output
+
+
+def test_a_schedule_over_budget_shows_no_overhead_and_a_tiny_gap_is_not_zero():
+    """Issue 30 items 15 and 16: numbers for a schedule that does not fit; 0.000% gap beside an empty proof."""
+    from remat_bench.app.cli import gap_text
+
+    r = invoke("solve", CHAIN, "-m", "none", "-m", "chen", "-b", "0.5", "-t", "5")
+    row = next(line for line in r.output.splitlines() if line.startswith("│ none"))
+    assert "infeasible" in row and "%" not in row.split("│")[4]  # the overhead column is '-'
+    assert gap_text(0.0) == "0.000%" and gap_text(0.0002) == "<0.001%" and gap_text(0.0123) == "0.012%"
+
+
+def test_graphs_list_never_cuts_the_name_a_user_types(tmp_path, monkeypatch):
+    """Issue 30 item 18: `graphs list` cut 'paper:checkmate_fcn8_vgg_...' even at 160 columns."""
+    long_stem = "a-graph-with-a-rather-long-file-name-to-type"
+    data = json.loads((SHIPPED / "chain-16-train.json").read_text())
+    data["name"] = "a much longer descriptive name (MLSys)_256_(224, 224, 3)_train, as published"
+    (tmp_path / f"{long_stem}.json").write_text(json.dumps(data))
+    monkeypatch.setenv("REMAT_BENCH_GRAPHS", str(tmp_path))
+    r = invoke("graphs", "list")
+    assert r.exit_code == 0, r.output
+    assert f"│ {long_stem} " in r.output
+
+
+def test_graphs_show_and_bound_say_what_their_numbers_are():
+    """Issue 30 item 18: 'total memory' unexplained; 'overhead >= 0.04445% (optimal)'; raw durations."""
+    shown = invoke("graphs", "show", str(SHIPPED / "resnet18-b8-r64-train.json")).output
+    assert "baseline duration           7,150,116,288" in shown
+    assert "all values at once" in shown and "fixed memory not included" in shown
+    bounded = invoke("bound", str(SHIPPED / "resnet18-b8-r64-train.json"), "-b", "0.85").output
+    assert "no schedule within the budget has an overhead below 0.04445%" in bounded
+    assert "(optimal)" not in bounded
+
+
+def test_a_graph_file_with_a_byte_order_mark_loads(tmp_path):
+    """Issue 30 item 19: a BOM (as Windows editors write) said 'decode using utf-8-sig'."""
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + (SHIPPED / "chain-16-train.json").read_bytes())
+    assert load_graph(path).sha256 == load_graph(CHAIN).sha256

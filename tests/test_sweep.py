@@ -472,3 +472,17 @@ def test_the_production_config_names_registered_methods_with_valid_parameters():
                 method.parse_params({key: value})
         names.add(name)
     assert {"torch-budget", "knapsack", "dtr", "policy", "auto"} <= names
+
+
+def test_progress_lines_name_the_variant_and_where_a_proof_holds():
+    """Issue 30 item 15: the lines dropped '(in its space)' and the method's variant ('chen ... at 0.9' twice)."""
+    from remat_bench.app.sweep.progress import describe
+
+    row = {"method": "chen", "params": '{"variant":"greedy"}', "graph": "chain-16", "budget_text": "0.9",
+           "status": "feasible", "overhead_pct": 16.3265, "solve_time_s": 0.02, "status_holds_for": None}
+    assert describe(row) == "chen (variant=greedy) on chain-16 at 0.9: feasible, +16.33 %, 0.02 s"
+    none = {**row, "method": "none", "params": "{}", "status": "infeasible", "overhead_pct": 0.0,
+            "status_holds_for": "the method's space"}
+    assert describe(none) == "none on chain-16 at 0.9: infeasible (in its space), 0.02 s"
+    proven = {**row, "status": "feasible", "status_holds_for": "every schedule", "proven_optimal": True}
+    assert describe(proven) == "chen (variant=greedy) on chain-16 at 0.9: feasible (proven), +16.33 %, 0.02 s"

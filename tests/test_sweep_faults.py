@@ -385,10 +385,10 @@ def test_dry_run_names_each_graph_whose_budgets_are_below_its_memory_floor(tmp_p
     assert result.exit_code == 0, result.output
     warnings = [line for line in result.output.splitlines() if line.startswith("warning:")]
     assert warnings == [
-        "warning: graph chain-16: budget 0.2 is below its memory floor 4 (22.2% of its baseline peak 18); those "
-        "2 runs will answer infeasible",
-        "warning: graph random-layered-n60-seed7: every budget is below its memory floor 16110 (43.4% of its "
-        "baseline peak 37110); all 4 runs will answer infeasible",
+        "warning: graph chain-16: budget 0.2 is below its memory floor 4 (22.2% of its baseline peak 18; no budget "
+        "below 0.23 can fit); those 2 runs will answer infeasible",
+        "warning: graph random-layered-n60-seed7: every budget is below its memory floor 16,110 (43.4% of its "
+        "baseline peak 37,110; no budget below 0.44 can fit); all 4 runs will answer infeasible",
     ]
     assert not (tmp_path / "out").exists()
     quiet = CliRunner().invoke(main, ["sweep", str(config(tmp_path, budgets="[0.8]", name="q.yaml")), "--dry-run"])

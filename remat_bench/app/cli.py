@@ -23,11 +23,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from remat_bench import __version__
-from remat_bench.core.errors import RematBenchError
+from remat_bench.core.budget import format_amount
+from remat_bench.core.errors import RematBenchError, printable
 from remat_bench.core.graph import Graph, Number
 
 # Piped or captured output gets room for the comparison tables (rich assumes 80 columns there).
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 120)
+out = Console(highlight=False, soft_wrap=True,
+              width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -57,21 +59,18 @@ def print_json(data: Any) -> None:
     click.echo(json.dumps(_finite(data), default=_json_default))
 
 
-def fmt_amount(value: Number | None, unit: str = "") -> str:
-    """A number with thousands separators, and a binary-prefixed size beside byte counts."""
-    if value is None:
-        return "-"
-    text = f"{value:,}" if isinstance(value, int) else f"{value:,.6g}"
-    if unit == "bytes" and value >= 1024:
-        exponent = min(int(math.log(value, 1024)), 5)
-        prefix = ("", "KiB", "MiB", "GiB", "TiB", "PiB")[exponent]
-        text += f" ({value / 1024**exponent:.2f} {prefix})"
-    return text
+fmt_amount = format_amount  # the CLI's name for it
 
 
 def of_baseline(amount: Number, baseline_peak: Number) -> str:
     """``"  = 80.0% of baseline"``, or nothing when the baseline peak is zero (an all-zero graph)."""
     return f"  = {100 * amount / baseline_peak:.1f}% of baseline" if baseline_peak else ""
+
+
+def gap_text(gap_pct: float) -> str:
+    """A gap to three decimals; one above zero that rounds to zero reads ``<0.001%``, so that only a
+    schedule that meets the bound shows ``0.000%``."""
+    return "<0.001%" if 0 < gap_pct < 0.0005 else f"{gap_pct:.3f}%"
 
 
 def graph_search_path() -> list[Path]:
@@ -204,11 +203,11 @@ class RematGroup(click.Group):
         except click.UsageError as exc:
             # One sentence, as for every other bad input (click would add its usage lines).
             where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
-            err.print(f"[bold red]error:[/] {escape(exc.format_message())} (see `{where} -h`)",
+            err.print(f"[bold red]error:[/] {escape(printable(exc.format_message()))} (see `{where} -h`)",
                       markup=True, highlight=False)
             sys.exit(exc.exit_code)
         except RematBenchError as exc:
-            err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False)
+            err.print(f"[bold red]error:[/] {escape(printable(str(exc)))}", markup=True, highlight=False)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             err.print("interrupted")
@@ -339,12 +338,14 @@ def _print_comparison(g: Graph, results: list[Any]) -> None:
     for r in results:
         mark = " *" if best is not None and r.status.found_schedule and r.duration == best else ""
         proof = {"every schedule": "all schedules", "the method's space": "its space"}.get(r.status_holds_for, "")
+        # A schedule that does not fit the budget has no overhead or gap to show: only its peak.
+        fits = r.status.found_schedule
         table.add_row(
             r.method + mark, r.status.value, proof,
-            "-" if r.overhead_pct is None else f"{r.overhead_pct:+.3f}%",
+            "-" if r.overhead_pct is None or not fits else f"{r.overhead_pct:+.3f}%",
             "-" if r.peak is None else f"{100 * r.peak / r.baseline_peak:.1f}%" if r.baseline_peak else str(r.peak),
             f"{r.solve_time_s:.2f}", f"{r.bound_time_s:.2f}",
-            "-" if r.gap_pct is None else f"{r.gap_pct:.3f}%",
+            "-" if r.gap_pct is None or not fits else gap_text(r.gap_pct),
         )
     out.print(table)
     bound = first.lower_bound_any_order
@@ -354,9 +355,15 @@ def _print_comparison(g: Graph, results: list[Any]) -> None:
         notes.append(f"gap to the any-order bound {fmt_amount(bound)} (baseline duration "
                      f"{fmt_amount(first.baseline_duration)})")
     out.print("; ".join(notes))
+    below = [r for r in results if r.below_floor]
+    if below:  # the same sentence for every method: once, for the graph
+        out.print(f"{'every method' if len(below) == len(results) else ', '.join(r.method for r in below)}: "
+                  f"{escape(below[0].message)}")
     for r in results:
         # Why nothing was found; which member won (auto); whose schedule an exact method returned.
         returned = r.stats.get("returned")
+        if r.below_floor:
+            continue
         if r.message and (not r.status.found_schedule or "winner" in r.stats or returned not in (None, "search")):
             out.print(f"{r.method}: {escape(r.message)}")
 
@@ -390,7 +397,7 @@ def _print_result(g: Graph, r: Any, output: Path | None) -> None:
     if r.lower_bound is not None:
         table.add_row("lower bound", f"{fmt_amount(r.lower_bound)} (in {r.method}'s space only)")
     if r.lower_bound_any_order is not None:
-        gap = "" if r.gap_pct is None else f"; gap {r.gap_pct:.3f}%"
+        gap = "" if r.gap_pct is None else f"; gap {gap_text(r.gap_pct)}"
         how = "from the cache" if r.stats_bound.get("from_cache") else f"computed in {r.bound_time_s:.2f} s"
         if r.stats_bound.get("discarded"):
             how += f"; the cached bound was discarded: {r.stats_bound['discarded']}"
@@ -594,7 +601,11 @@ def bound(graph: str, budget: str, time_limit: float, as_json: bool) -> None:
         if result.value is None:
             table.add_row("bound", "[red]no schedule fits this budget[/] (below the memory floor)")
         else:
-            table.add_row("bound", f"{fmt_amount(result.value)}  overhead >= {overhead:.5f}% ({result.status})")
+            how = {"optimal": "exact: its 0/1 program was solved to the end",
+                   "limit": "its 0/1 program stopped at the time limit; more time may raise it",
+                   "trivial": "every node computed once; no cut applies"}.get(result.status, result.status)
+            table.add_row("bound", f"{fmt_amount(result.value)}: no schedule within the budget has an overhead "
+                          f"below {overhead:.5f}% ({how})")
             if result.recomputed:
                 shown = ", ".join(result.recomputed[:8]) + (" ..." if len(result.recomputed) > 8 else "")
                 table.add_row("must recompute", f"{len(result.recomputed)} values: {shown}")
@@ -720,8 +731,11 @@ def graphs_list(as_json: bool) -> None:
         print_json(rows)
         return
     table = Table(title="graphs")
-    for col in ("graph", "name", "nodes", "edges", "kind", "baseline peak"):
-        table.add_column(col)
+    # The first column is what a user types: never cut; the long names give way first.
+    table.add_column("graph", no_wrap=True, min_width=max((len(r["graph"]) for r in rows), default=5))
+    table.add_column("name", overflow="fold", ratio=1)
+    for col in ("nodes", "edges", "kind", "baseline peak"):
+        table.add_column(col, no_wrap=True)
     for r in rows:
         if "error" in r:
             table.add_row(r["graph"], f"[red]{escape(r['error'])}[/]", "", "", "", "")
@@ -815,10 +829,16 @@ def graphs_show(graph: str, as_json: bool) -> None:
     for key, value in data.items():
         if key in ("baseline_peak", "memory_floor", "fixed_memory", "total_memory"):
             value = fmt_amount(value, unit)
+        elif key == "baseline_duration":
+            value = fmt_amount(value)
         elif key == "memory_floor_fraction" and value is not None:
             value = f"{value:.4f} of the baseline peak (no budget below it is feasible)"
         elif key == "outputs":
             value = ", ".join(value[:8]) + (f" ... ({len(value)} in all)" if len(value) > 8 else "")
+        if key == "total_memory":
+            table.add_row("all values at once", f"{value}: every node's value held together, the fixed memory "
+                          "not included")
+            continue
         table.add_row(key.replace("_", " "), str(value))
     out.print(table)
 

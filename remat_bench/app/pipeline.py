@@ -258,7 +258,7 @@ def _refused(graph: Graph, cls: type[Method], budget: Budget, result: RunResult)
     floor = memory_floor(graph)
     if budget.amount is not None and budget.amount < floor.amount:
         result.status = Status.INFEASIBLE
-        result.message = floor.message(budget.amount)
+        result.message = floor.message(budget.amount, graph)
         result.below_floor = True
         result.termination = Termination.CONVERGED  # proven at once by the memory floor
         return True

@@ -120,6 +120,36 @@ def _from_fraction(frac: Fraction, peak: Number, raw: str) -> Budget:
     return Budget(value, float(frac), raw)
 
 
+def format_amount(value: Number | None, unit: str = "", short: bool = False) -> str:
+    """A number with thousands separators, and a binary-prefixed size beside byte counts:
+    ``41,030,956 (39.13 MiB)``, or with ``short`` the size alone (``39.13 MiB``); ``-`` for None."""
+    if value is None:
+        return "-"
+    text = f"{value:,}" if isinstance(value, int) else f"{value:,.6g}"
+    if unit == "bytes" and value >= 1024:
+        exponent = min(int(math.log(value, 1024)), 5)
+        prefix = ("", "KiB", "MiB", "GiB", "TiB", "PiB")[exponent]
+        size = f"{value / 1024**exponent:.2f} {prefix}"
+        return size if short else f"{text} ({size})"
+    return text
+
+
+def memory_text(value: Number, graph: Graph) -> str:
+    """An amount of ``graph``'s memory as a message gives it: ``39.13 MiB`` for bytes, else ``41,030,956``."""
+    return format_amount(value, graph.units.get("memory", ""), short=True)
+
+
+def lowest_fraction(amount: Number, peak: Number) -> float:
+    """The least fraction of ``peak``, in hundredths, whose budget (rounded down as `parse_budget`
+    rounds it) is at least ``amount``."""
+    if not peak:
+        return 1.0
+    hundredths = math.ceil(100 * Fraction(amount) / Fraction(peak))
+    while hundredths < 100 and Fraction(hundredths, 100) * Fraction(peak) < amount:
+        hundredths += 1
+    return min(hundredths, 100) / 100
+
+
 @dataclass(frozen=True)
 class Floor:
     """The hard memory floor: no schedule peaks below it."""
@@ -127,11 +157,18 @@ class Floor:
     amount: Number
     node: str
 
-    def message(self, budget: Number) -> str:
-        return (
-            f"budget {budget} is below the memory floor {self.amount}: node '{self.node}' needs "
-            f"{self.amount} with its inputs, output, workspace and the fixed memory, whatever the schedule"
-        )
+    def message(self, budget: Number, graph: Graph) -> str:
+        """Why ``budget`` cannot fit ``graph``, in the budget's own terms: the fraction of the baseline
+        peak it is, the floor in memory units, and the lowest fraction worth trying."""
+        unit = graph.units.get("memory", "")
+        peak = baseline(graph).peak
+        share = f"{100 * budget / peak:.1f}% of the baseline peak, " if peak else ""
+        floor_share = f"{100 * self.amount / peak:.1f}%, " if peak else ""
+        lowest = (f"; no budget below {lowest_fraction(self.amount, peak):.2f} of the baseline peak can fit "
+                  f"(`remat-bench floor` finds the lowest that does)") if peak else ""
+        return (f"the budget ({share}{format_amount(budget, unit, short=True)}) is below the memory floor "
+                f"({floor_share}{format_amount(self.amount, unit, short=True)}): node '{self.node}' needs that much "
+                f"with its inputs, output, workspace and the fixed memory, whatever the schedule{lowest}")
 
 
 def memory_floor(graph: Graph) -> Floor:

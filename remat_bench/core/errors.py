@@ -5,6 +5,17 @@ of a user-caused error ever reaches the terminal.
 """
 
 
+import re
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters shown as escapes (``\\x00``): a name quoted from a user's file
+    must not reach the terminal raw."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 class RematBenchError(Exception):
     """Base class: a problem with what the user asked for, explained in one sentence."""
 

@@ -98,7 +98,8 @@ def check_writable(path: str | Path) -> None:
     shown = Path(path)
     path = _through_link(shown)
     try:
-        mode = os.stat(path).st_mode
+        # What the name leads to, links followed (/dev/stdout is a link to a pipe or terminal).
+        mode = os.stat(shown).st_mode
     except FileNotFoundError:
         mode = None
     except OSError as exc:

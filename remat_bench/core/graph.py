@@ -509,7 +509,8 @@ def parse_json(text: str, source: str, error: type[Exception] = GraphError) -> A
             where = f" at line {line}, column {col}"
         raise error(f"{source}: {exc} is not a valid JSON number{where}; numbers must be finite") from None
     except RecursionError:
-        raise error(f"{source}: the JSON nests too deeply to be a graph") from None
+        raise error(f"{source}: the JSON nests too deeply to be read (remat-bench files nest a few levels)") \
+            from None
     finally:
         if enabled:
             gc.enable()
@@ -526,7 +527,8 @@ def read_text(path: str | Path, error: type[Exception] = GraphError) -> str:
     except OSError as exc:
         raise error(f"{path}: cannot be read ({exc.strerror})") from None
     try:
-        return data.decode("utf-8")
+        # A byte-order mark (as some Windows editors write) is not part of the text.
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise error(f"{path}: is not UTF-8 text (bad byte at offset {exc.start})") from None
 
@@ -637,6 +639,9 @@ def _strings_ok(x: Any) -> bool:
     return type(x) is list and all(type(s) is str for s in x)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # the schema's id pattern refuses these
+
+
 def fast_schema_ok(data: dict[str, Any]) -> bool:
     """True only for documents the JSON Schema accepts; written out by hand for speed.
 
@@ -667,6 +672,8 @@ def fast_schema_ok(data: dict[str, Any]) -> bool:
         if type(node) is not dict or not node.keys() <= _NODE_KEYS:
             return False
         if type(node.get("id")) is not str or not node["id"] or not _strings_ok(node.get("inputs")):
+            return False
+        if _CONTROL.search(node["id"]):
             return False
         if not (_amount_ok(node.get("memory")) and _amount_ok(node.get("duration"))):
             return False
@@ -723,9 +730,9 @@ def describe_schema_error(error: Any, data: Any, item_word: str) -> str:
             where = f"{label} {path[0]}[{path[1]}]"
         rest = path[2:]
         if rest:
-            where += ", field " + ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in rest)
+            where += ", field " + _field_path(rest)
     elif path:
-        where = "field " + ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in path)
+        where = "field " + _field_path(path)
 
     v = error.validator
     inst = error.instance
@@ -743,6 +750,12 @@ def describe_schema_error(error: Any, data: Any, item_word: str) -> str:
         return f"{where} is negative ({inst}); sizes and costs must be >= 0"
     if v == "minItems" and path == ["nodes"]:
         return "the graph has no nodes"
+    if v == "minItems":
+        need = error.validator_value
+        return f"{where} is an empty list; give at least {need} item{'' if need == 1 else 's'}"
+    if v == "pattern" and len(path) == 3 and path[2] == "id":
+        return (f"node nodes[{path[1]}] has an id with a control character ({json.dumps(inst)[:60]}); ids must be "
+                "printable text")
     if v == "minLength":
         return f"{where} is empty"
     if v == "const":
@@ -751,6 +764,14 @@ def describe_schema_error(error: Any, data: Any, item_word: str) -> str:
         choices = ", ".join(json.dumps(c) for c in error.validator_value)
         return f"{where} is {json.dumps(inst)[:40]}; expected one of {choices}"
     return f"{where}: {error.message}"
+
+
+def _field_path(parts: list[Any]) -> str:
+    """``inputs[0]``, ``implementations[1].workspace``: names joined by dots, positions in brackets."""
+    text = ""
+    for p in parts:
+        text += f"[{p}]" if isinstance(p, int) else (f".{p}" if text else str(p))
+    return text
 
 
 def _article(word: str) -> str:

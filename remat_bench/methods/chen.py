@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import simulate
@@ -152,6 +153,7 @@ class Chen(Method):
         if budget is not None and sim.peak > budget:
             return MethodResult(
                 Status.NO_SOLUTION, schedule, objective=sim.duration, solve_time_s=elapsed, stats=stats,
-                message=f"chen's lowest peak over {tried} plans is {sim.peak}, above the budget {budget}",
+                message=(f"chen's lowest peak over {tried} plans is {memory_text(sim.peak, graph)}, above the budget "
+                         f"{memory_text(budget, graph)}"),
             )
         return MethodResult(Status.FEASIBLE, schedule, objective=sim.duration, solve_time_s=elapsed, stats=stats)

@@ -76,6 +76,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule, ScheduleBuilder
 from remat_bench.core.simulate import simulate
@@ -421,7 +422,8 @@ class DTR(Method):
         stats = {"heuristic": heuristic, "evictions": run.evictions, "recomputations": sim.recomputations}
         if sim.peak > budget:  # sizes that are not whole numbers, summed in another order than the simulator's
             return MethodResult(Status.NO_SOLUTION, solve_time_s=time.perf_counter() - start, stats=stats,
-                                message=f"the DTR schedule peaks at {sim.peak}, above the budget {budget}, by "
+                                message=f"the DTR schedule peaks at {memory_text(sim.peak, graph)}, above the budget "
+                                        f"{memory_text(budget, graph)}, by "
                                         "rounding of fractional sizes")
         return MethodResult(Status.FEASIBLE, schedule, objective=sim.duration,
                             solve_time_s=time.perf_counter() - start, stats=stats)
@@ -430,9 +432,10 @@ class DTR(Method):
     def _why(graph: Graph, budget: Number, stuck: Stuck) -> str:
         if stuck.thrashing:
             return (f"DTR gave up after {20 * graph.n + 1000} computations: its evictions thrash at the "
-                    f"budget {budget}")
-        return (f"DTR could not make room for node '{graph.ids[stuck.node]}': it needs {stuck.need} with "
-                f"everything evictable evicted, above the budget {budget}")
+                    f"budget {memory_text(budget, graph)}")
+        return (f"DTR could not make room for node '{graph.ids[stuck.node]}': it needs "
+                f"{memory_text(stuck.need, graph)} with everything evictable evicted, above the budget "
+                f"{memory_text(budget, graph)}")
 
     @staticmethod
     def _least_peak(graph: Graph, heuristic: str, deadline: Deadline, start: float) -> MethodResult:

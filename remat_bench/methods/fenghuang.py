@@ -86,6 +86,7 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import Simulation, simulate
@@ -812,7 +813,7 @@ class FengHuang(Method):
             return MethodResult(
                 Status.NO_SOLUTION, best.schedule, objective=sim.duration, solve_time_s=elapsed, stats=stats,
                 message=(f"fenghuang's lowest simulated peak over {len(scored)} checkpoint sets is "
-                         f"{sim.peak}, above the budget {budget}"),
+                         f"{memory_text(sim.peak, graph)}, above the budget {memory_text(budget, graph)}"),
             )
         return MethodResult(Status.FEASIBLE, best.schedule, objective=sim.duration, solve_time_s=elapsed,
                             stats=stats)

@@ -27,6 +27,7 @@ import time
 from functools import partial
 from typing import Any
 
+from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule, ScheduleBuilder
 from remat_bench.core.simulate import simulate
@@ -277,7 +278,8 @@ class Greedy(Method):
                            "thrash at this budget")
                 else:
                     why = (f"greedy could not make room for node '{graph.ids[stuck.node]}': it needs "
-                           f"{stuck.need} with everything evictable evicted, above the budget {budget}")
+                           f"{memory_text(stuck.need, graph)} with everything evictable evicted, above the budget "
+                           f"{memory_text(budget, graph)}")
                 return MethodResult(Status.NO_SOLUTION, solve_time_s=time.perf_counter() - start, message=why)
             sim = simulate(graph, schedule)
             return MethodResult(Status.FEASIBLE, schedule, objective=sim.duration,

@@ -69,6 +69,7 @@ from typing import Any
 
 import numpy as np
 
+from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import Simulation, simulate
@@ -907,7 +908,8 @@ class Kusumoto(Method):
                 return None, (
                     f"no canonical strategy fits: at the least budget with which the DP finds a chain "
                     f"({_item(floor + fixed)} by the paper's model) the simulated peak is "
-                    f"{low.simulation.peak}, above the budget {budget}")
+                    f"{memory_text(low.simulation.peak, search.graph)}, above the budget "
+                    f"{memory_text(budget, search.graph)}")
         if first is None:
             return low, (
                 f"the paper's memory model puts every chain above the budget (least {_item(floor + fixed)}), "

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import COMPUTE, Schedule, ScheduleBuilder
 from remat_bench.core.simulate import baseline_schedule, place_frees, simulate
@@ -843,8 +844,12 @@ class Moccasin(Method):
                    stats: dict[str, Any]) -> MethodResult:
         """Phase 1 (reach the budget, or the lowest peak) then phase 2 (least duration), section 2.4."""
         progress: list[tuple[str, float, float]] = []
+        if deadline.expired():
+            return self._out_of_time(deadline, stats, f"the time limit ran out before the {order} model was built")
         p1 = self._build(graph, None, C, order, events, params)
         stats.update({f"model_{k}": v for k, v in p1.stats.items()})
+        if deadline.expired():  # building a large model takes a while; CP-SAT would only overrun further
+            return self._out_of_time(deadline, stats, f"the time limit ran out while the {order} model was built")
         lowest, fastest, tried = _hints(p1, graph, candidates, order, budget)
         stats["hints"] = tried
         if lowest is None:
@@ -869,6 +874,11 @@ class Moccasin(Method):
                                     message="the lowest peak is proven; its duration was not minimised")
             budget = reached_budget
         return self._phase2(graph, budget, deadline, params, C, order, events, phase1_solution, stats, progress)
+
+    @staticmethod
+    def _out_of_time(deadline: Deadline, stats: dict[str, Any], message: str) -> MethodResult:
+        return MethodResult(Status.NO_SOLUTION, stats=stats, solve_time_s=deadline.elapsed(),
+                            termination=Termination.TIME_LIMIT, message=message)
 
     def _phase1(self, graph: Graph, budget: Number | None, deadline: Deadline, params: dict[str, Any],
                 p1: StagedModel, hint: Intervals, C: int, order: str, stats: dict[str, Any],
@@ -927,8 +937,8 @@ class Moccasin(Method):
                 Status.INFEASIBLE if proven else Status.NO_SOLUTION, p1.decode(solver1), stats=stats,
                 solve_time_s=deadline.elapsed(),
                 message=(f"CP-SAT proved that no {space} fits the budget" if proven else
-                         f"phase 1 reached a peak of {peak_units * q + graph.fixed_memory}, "
-                         f"not the budget {budget}, within its time"))
+                         f"phase 1 reached a peak of {memory_text(peak_units * q + graph.fixed_memory, graph)}, "
+                         f"not the budget {memory_text(budget, graph)}, within its time"))
         return self._intervals_from(p1, solver1), budget
 
     def _phase2(self, graph: Graph, budget: Number, deadline: Deadline, params: dict[str, Any], C: int,

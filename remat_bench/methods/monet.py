@@ -77,6 +77,7 @@ from typing import Any
 
 import numpy as np
 
+from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.machine import available_memory_bytes
 from remat_bench.core.schedule import COMPUTE, Schedule
@@ -1101,7 +1102,7 @@ class Monet(Method):
         stats.update(model_stats(mm))
         if mm.violated:
             return MethodResult(Status.INFEASIBLE, solve_time_s=deadline.elapsed(), stats=stats, message=(
-                f"no MONeT schedule fits the budget: {mm.violated[0]} needs more than {budget} "
+                f"no MONeT schedule fits the budget: {mm.violated[0]} needs more than {memory_text(budget, st.graph)} "
                 "whatever is stored or recomputed"))
         if start is None and candidates:
             start, start_from = warm_start(mm, candidates)
@@ -1130,7 +1131,8 @@ class Monet(Method):
         stats["implementations_changed"] = int(np.count_nonzero(schedule.impls[schedule.kinds == COMPUTE]))
         if not sim.valid or (budget is not None and sim.peak > budget):
             # The model counts every value the decoded schedule holds: a mismatch is a bug here.
-            why = sim.violation if not sim.valid else f"peak {sim.peak} above the budget {budget}"
+            why = sim.violation if not sim.valid else (
+                f"peak {memory_text(sim.peak, graph)} above the budget {memory_text(budget or 0, graph)}")
             return MethodResult(Status.ERROR, solve_time_s=deadline.elapsed(), stats=stats,
                                 message=f"the decoded MONeT schedule does not match its model: {why}")
         status = Status.OPTIMAL if sol.status == "optimal" else Status.FEASIBLE

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.simulate import baseline, baseline_schedule
 from remat_bench.methods.base import Method, MethodResult, Status
@@ -29,7 +30,8 @@ class NoRemat(Method):
         if budget is not None and peak > budget:
             return MethodResult(
                 Status.INFEASIBLE, schedule, objective=graph.total_duration, solve_time_s=elapsed,
-                message=f"the baseline peaks at {peak}, above the budget {budget}",
+                message=(f"the baseline peaks at {memory_text(peak, graph)}, above the budget "
+                         f"{memory_text(budget, graph)}"),
             )
         # Its space is one schedule, and computing each node once is the least duration
         # any schedule can have: whenever it fits, it is optimal.

@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from remat_bench.core.budget import memory_text
 from remat_bench.core.errors import MethodError
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule
@@ -337,7 +338,8 @@ class Policy(Method):
         stats = {"rule": rule, **found, "lowering": "transient" if transient else "hold",
                  **_saved_stats(graph, plan, schedule), "simulated_peak": peak}
         if budget is not None and peak > budget:
-            times = f", {peak / budget:.2f} times the budget {budget}" if budget > 0 else f", above the budget {budget}"
+            shown = memory_text(budget, graph)
+            times = f", {peak / budget:.2f} times the budget {shown}" if budget > 0 else f", above the budget {shown}"
             return MethodResult(
                 Status.NO_SOLUTION, schedule, objective=duration, solve_time_s=deadline.elapsed(), stats=stats,
                 termination=Termination.CONVERGED,

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.simulate import place_frees
 from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status
@@ -77,7 +78,8 @@ class Reorder(Method):
             elif answer.infeasible:
                 why = "CP-SAT proved that no order fits the budget without recomputation"
             else:
-                why = f"the best order found peaks at {answer.peak}, above the budget {budget}"
+                why = (f"the best order found peaks at {memory_text(answer.peak, graph)}, above the budget "
+                       f"{memory_text(budget, graph)}")
             return MethodResult(status, schedule, objective=total, solve_time_s=deadline.elapsed(),
                                 stats=stats, message=why)
         status = Status.OPTIMAL if answer.proven else Status.FEASIBLE

@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from remat_bench.core.budget import memory_text
 from remat_bench.core.errors import MethodError, RematBenchError
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule
@@ -118,10 +119,9 @@ class TorchBudget(Method):
                                 termination=Termination.ERROR)
         termination = Termination.TIME_LIMIT if deadline.expired() else Termination.CONVERGED
         if found is None or (budget is not None and found[1] > budget):
-            message = ("no value of PyTorch's activation_memory_budget gives a schedule within the budget"
-                       if found is None else
-                       f"at PyTorch's activation_memory_budget {knob:g} the simulated peak is {found[1]:,}, above "
-                       f"the budget {budget:,}")
+            message = (partitions.nothing_fits(budget) if found is None else
+                       f"at PyTorch's activation_memory_budget {knob:g} the simulated peak is "
+                       f"{memory_text(found[1], graph)}, above the budget {memory_text(budget or 0, graph)}")
             return MethodResult(Status.NO_SOLUTION, solve_time_s=deadline.elapsed(), stats=stats,
                                 termination=termination, message=message)
         return MethodResult(Status.FEASIBLE, found[2], objective=found[0], solve_time_s=deadline.elapsed(),
@@ -167,6 +167,15 @@ class _Partitions:
             duration, peak, schedule = self.lowered[key]
             found.append((duration, peak, schedule, knob, transient))
         return found
+
+    def nothing_fits(self, budget: Number | None) -> str:
+        """Why no knob gave a schedule within ``budget``: the lowest peak any knob tried reached."""
+        lowest = min((peak for _, peak, _ in self.lowered.values()), default=None)
+        if lowest is None or budget is None:
+            return "no value of PyTorch's activation_memory_budget gives a schedule within the budget"
+        return (f"no value of PyTorch's activation_memory_budget gives a schedule within the budget "
+                f"{memory_text(budget, self.graph)}: the lowest peak over the {len(self.plans)} values tried is "
+                f"{memory_text(lowest, self.graph)}")
 
     def best(self, knob: float, budget: Number | None) -> Found | None:
         """The fastest mode at ``knob`` within ``budget`` (None: the least peak); None when none fits."""

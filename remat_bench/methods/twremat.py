@@ -86,6 +86,7 @@ import networkx as nx
 import numpy as np
 from networkx.algorithms.approximation import treewidth_min_fill_in
 
+from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import COMPUTE, FREE, Schedule
 from remat_bench.core.simulate import Simulation, place_frees, simulate
@@ -749,8 +750,8 @@ class TWRemat(Method):
             return MethodResult(
                 Status.NO_SOLUTION, best.schedule, objective=best.sim.duration, solve_time_s=elapsed,
                 stats=stats, message=(
-                    f"twremat's lowest peak over {len(search.tried)} schedules is {best.sim.peak} "
-                    f"(k={best.k}, heuristic {best.heuristic}), above the budget {budget}"),
+                    f"twremat's lowest peak over {len(search.tried)} schedules is {memory_text(best.sim.peak, graph)} "
+                    f"(k={best.k}, heuristic {best.heuristic}), above the budget {memory_text(budget or 0, graph)}"),
             )
         return MethodResult(Status.FEASIBLE, best.schedule, objective=best.sim.duration,
                             solve_time_s=elapsed, stats=stats)

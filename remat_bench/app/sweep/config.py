@@ -61,7 +61,7 @@ import yaml
 
 from remat_bench.app import datasets
 from remat_bench.app.pipeline import PIPELINE_PARAMS, parse_method_params
-from remat_bench.core.budget import memory_floor, parse_budget
+from remat_bench.core.budget import format_amount, lowest_fraction, memory_floor, parse_budget
 from remat_bench.core.errors import BudgetError, ConfigError, GraphError, MethodError, RematBenchError
 from remat_bench.core.files import safe_name
 from remat_bench.core.graph import Graph
@@ -117,6 +117,7 @@ class GraphSource:
     floor: Any = field(default=None, compare=False)
     baseline_peak: Any = field(default=None, compare=False)
     below_floor: tuple[str, ...] = field(default=(), compare=False)
+    memory_unit: str = field(default="", compare=False)  # the graph's, for sizes in messages
 
 
 @dataclass(frozen=True)
@@ -226,9 +227,11 @@ def floor_notes(config: SweepConfig) -> list[str]:
             continue
         runs = [r for r in config.runs if r.graph_sha256 == source.sha256]
         doomed = sum(r.budget_text in source.below_floor for r in runs)
-        floor = f"{source.floor}"
+        floor = format_amount(source.floor, source.memory_unit, short=True)
         if source.baseline_peak:
-            floor += f" ({100 * source.floor / source.baseline_peak:.1f}% of its baseline peak {source.baseline_peak})"
+            floor += (f" ({100 * source.floor / source.baseline_peak:.1f}% of its baseline peak "
+                      f"{format_amount(source.baseline_peak, source.memory_unit, short=True)}; no budget below "
+                      f"{lowest_fraction(source.floor, source.baseline_peak):.2f} can fit)")
         if doomed == len(runs):
             notes.append(f"graph {source.name}: every budget is below its memory floor {floor}; all {doomed} "
                          "runs will answer infeasible")
@@ -547,7 +550,8 @@ def _with_floors(path: Path, loaded: list[tuple[GraphSource, Graph]], budget_lin
             if budget.amount is not None and budget.amount < floors[source.sha256] and text not in below[source.sha256]:
                 below[source.sha256].append(text)
     return [replace(source, floor=floors[source.sha256], baseline_peak=baseline(graph).peak,
-                    below_floor=tuple(below[source.sha256])) for source, graph in loaded]
+                    below_floor=tuple(below[source.sha256]), memory_unit=graph.units.get("memory", ""))
+            for source, graph in loaded]
 
 
 # Stands for a graph not yet traced when counting the runs each graph gets.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -22,9 +23,30 @@ from remat_bench.app.sweep.results import OVERHEAD_SHIFT_PCT, SUCCESS, TIME_SHIF
 FAILED = ("error", "oom", "timeout", "over_budget")
 
 
+def method_label(method: str, params: Any) -> str:
+    """``chen (variant=greedy)``: the method with the parameters a config set, so that two variants
+    of one method are told apart; ``params`` a dict or its JSON text."""
+    if isinstance(params, str):
+        params = json.loads(params) if params else {}
+    shown = ", ".join(f"{k}={v}" for k, v in (params or {}).items())
+    return f"{method} ({shown})" if shown else method
+
+
+def status_label(row: dict[str, Any]) -> str:
+    """The status with where a proof holds: ``infeasible (in its space)`` for a method's own proof,
+    ``optimal (proven)`` where it meets the any-order bound; ``(no schedule fits)`` below the floor."""
+    status, holds = row["status"], row.get("status_holds_for")
+    if holds == "every schedule":
+        return f"{status} ({'proven' if row.get('proven_optimal') else 'no schedule fits'})"
+    if holds == "the method's space":
+        return f"{status} (in its space)"
+    return str(status)
+
+
 def describe(row: dict[str, Any]) -> str:
-    """``chen on chain-16 at 0.8: feasible, +16.3 %, 0.02 s``."""
-    text = f"{row['method']} on {row['graph']} at {row['budget_text']}: {row['status']}"
+    """``chen (variant=greedy) on chain-16 at 0.8: feasible, +16.3 %, 0.02 s``."""
+    text = f"{method_label(row['method'], row.get('params'))} on {row['graph']} at {row['budget_text']}: " \
+           f"{status_label(row)}"
     if row.get("overhead_pct") is not None and row["status"] in SUCCESS:
         text += f", {row['overhead_pct']:+.2f} %"
     if row.get("solve_time_s") is not None:
