@@ -496,3 +496,20 @@ def test_a_sweep_whose_file_system_fills_names_no_empty_table(tmp_path, tmpfs):
     assert error_lines(result.output) == [
         f"error: cannot record runs in {out / 'journal.jsonl'} ([Errno 28] No space left on device); the sweep "
         "stopped, the runs recorded before are kept, and --resume runs the others once it can be written"]
+
+
+def test_resume_skips_journal_rows_that_cannot_be_read(tmp_path):
+    """Issue 30 item 10 (its --resume side): a hand-edited row such as {"run_id": 5} gave a KeyError traceback."""
+    path = config(tmp_path, methods="[none, chen]", budgets="[0.9]")
+    first = CliRunner().invoke(main, ["sweep", str(path)])
+    assert first.exit_code == 0, first.output
+    journal = tmp_path / "out" / "journal.jsonl"
+    with journal.open("a") as fh:
+        fh.write('{"run_id": 5}\n[1, 2]\n{"graph_sha256": 3, "method": "none"}\n')
+    again = CliRunner().invoke(main, ["sweep", str(path), "--resume"])
+    assert again.exit_code == 0, again.output
+    assert "Traceback" not in again.output
+    assert again.output.startswith("2 of 2 runs are in the journal already; running the other 0\n")
+    report = CliRunner().invoke(main, ["report", str(tmp_path / "out"), "-o", str(tmp_path / "r.md")])
+    assert report.exit_code == 0, report.output
+    assert "3 rows of" in report.output

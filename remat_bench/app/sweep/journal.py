@@ -28,6 +28,22 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+# The columns that name a run and its graph: a row without them as text cannot be placed in a table.
+NAMING_COLUMNS = ("graph", "graph_sha256", "method", "budget_text", "status")
+
+
+def readable(row: Any) -> bool:
+    """Whether ``row`` is a result row a table can hold: an object whose run key can be built and whose
+    naming columns are text."""
+    if not isinstance(row, dict):
+        return False
+    try:
+        row_key(row)
+    except (KeyError, TypeError, ValueError):
+        return False
+    return all(isinstance(row.get(column), str) for column in NAMING_COLUMNS)
+
+
 class Journal:
     """Append-only JSON-lines file of result rows."""
 
@@ -39,7 +55,9 @@ class Journal:
         return self.path.exists() and self.path.stat().st_size > 0
 
     def rows(self) -> Iterator[dict[str, Any]]:
-        """Every complete row, in the order written."""
+        """Every complete row, in the order written; rows that cannot be read (a line cut short by a
+        kill, a row edited by hand without the columns that name its run) are counted in
+        ``skipped_lines`` and left out (`readable`)."""
         self.skipped_lines = 0
         if not self.path.exists():
             return
@@ -52,8 +70,10 @@ class Journal:
                 except ValueError:  # the partial line of a process killed mid-write
                     self.skipped_lines += 1
                     continue
-                if isinstance(row, dict):
+                if readable(row):
                     yield row
+                else:
+                    self.skipped_lines += 1
 
     def keys(self) -> set[tuple]:
         """The keys of the runs done: those ``--resume`` skips.

@@ -154,10 +154,6 @@ def write_table(frame: pd.DataFrame, output: Path, csv: bool = False) -> list[Pa
     return written
 
 
-# What a row must hold to be placed in the table and drawn: the columns that name its run, as text.
-NAMING_COLUMNS = ("graph", "graph_sha256", "method", "budget_text", "status")
-
-
 def load_table(folder: str | Path) -> pd.DataFrame:
     """A results folder's table: rebuilt from its journal when there is one (it is never behind), else the Parquet.
 
@@ -165,7 +161,7 @@ def load_table(folder: str | Path) -> pd.DataFrame:
     columns that name its run) are left out, and counted in ``frame.attrs["skipped_rows"]``
     (`skipped_note` words it), so that one bad line does not stop a report or a chart.
     """
-    from remat_bench.app.sweep.journal import JOURNAL, Journal
+    from remat_bench.app.sweep.journal import JOURNAL, Journal, readable
     from remat_bench.core.errors import RematBenchError
 
     folder = Path(folder)
@@ -177,18 +173,9 @@ def load_table(folder: str | Path) -> pd.DataFrame:
         rows, skipped = pd.read_parquet(folder / TABLE).to_dict("records"), 0
     else:
         raise RematBenchError(f"{folder}: holds no results ({JOURNAL} or {TABLE}); run `remat-bench sweep` first")
-    readable = []
-    for row in rows:
-        try:
-            row_key(row)
-            named = all(isinstance(row[column], str) for column in NAMING_COLUMNS)
-        except (KeyError, TypeError, ValueError):
-            named = False
-        if named:
-            readable.append(row)
-        else:
-            skipped += 1
-    frame = build_table(readable)
+    kept = [row for row in rows if readable(row)]
+    skipped += len(rows) - len(kept)
+    frame = build_table(kept)
     frame.attrs["skipped_rows"] = skipped
     frame.attrs["source"] = str(folder / (JOURNAL if (folder / JOURNAL).exists() else TABLE))
     return frame
