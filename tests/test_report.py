@@ -230,3 +230,22 @@ def test_rows_that_cannot_be_read_are_left_out_with_a_count(tmp_path, results):
     assert " ".join(r.output.split()) == (f"error: {only}: the results hold no runs yet that can be read: 1 row of "
                                           f"{only / 'journal.jsonl'} could not be read (cut short, or without the "
                                           "columns that name a run) and is left out")
+
+
+def test_a_graph_name_longer_than_a_file_name_still_gets_its_charts(tmp_path):
+    """A chart's file name comes from the graph's name: one of 300 characters was 'File name too long'."""
+    import json
+
+    data = json.loads(CHAIN.read_text())
+    data["name"] = "a-very-long-graph-name-" * 13
+    graph = tmp_path / "long.json"
+    graph.write_text(json.dumps(data))
+    config = tmp_path / "sweep.yaml"
+    config.write_text(f"name: long\ngraphs: [{graph}]\nmethods: [none, chen]\nbudgets: [0.9]\ntime_limit: 20\n")
+    run_sweep(load_config(config, output=tmp_path / "out"), workers=1)
+    report = tmp_path / "report.md"
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "out"), "-o", str(report)])
+    assert r.exit_code == 0, r.output
+    figures = sorted(p.name for p in (tmp_path / "report-figures").iterdir())
+    assert any(name.endswith("-timeline.png") for name in figures)
+    assert max(len(name) for name in figures) <= 120

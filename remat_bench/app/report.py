@@ -452,12 +452,13 @@ def _graph_charts(results: Path, table: pd.DataFrame, graph: str, figures: Path,
                   i: int) -> list[str]:
     """The memory timeline of every method at the budget most methods met, and the best one's intervals."""
     from remat_bench.app import charts
+    from remat_bench.core.files import safe_name  # long names shortened with a digest
 
     try:
         chosen = schedules_at(results, table[table["graph"] == graph], graph=graph)
     except RematBenchError:
         return ["No schedule within budget was found on this graph, so there is no timeline.", ""]
-    stem = f"{i:02d}-{''.join(c if c.isalnum() or c in '-_' else '_' for c in graph)}"
+    stem = f"{i:02d}-{safe_name(''.join(c if c.isalnum() or c in '-_' else '_' for c in graph))}"
     lines = []
     timeline = charts.timeline(chosen.graph, chosen.schedules, figures / f"{stem}-timeline.png",
                                budget=chosen.budget,
