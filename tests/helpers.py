@@ -103,3 +103,14 @@ def naive_simulate(graph: Graph, schedule: Schedule) -> tuple[bool, int, int]:
             resident.discard(v)
     valid = len(computed) == graph.n and all(o in resident for o in graph.output_indices)
     return valid, peak, duration
+
+
+def with_runner(method):
+    """``method`` with the evaluation path's runner for candidate schedules, as
+    `remat_bench.app.evaluate.evaluate` gives every method it calls (a method called directly has none)."""
+    from dataclasses import replace
+
+    from remat_bench.app.evaluate import run_source
+
+    method.context = replace(method.context, runner=run_source)
+    return method

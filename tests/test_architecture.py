@@ -8,6 +8,7 @@ through one is still a circle).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import networkx as nx
@@ -39,12 +40,20 @@ def layer(module: str) -> str:
     return parts[1] if len(parts) > 1 else "root"
 
 
+# "remat_bench.methods.greedy:Greedy": a class named by its place, imported when the string is used
+# (the method registry's entries); such a string is an import like any other.
+TARGET = re.compile(r"^(remat_bench(?:\.\w+)+):\w+$")
+
+
 def imports_of(path: Path) -> set[str]:
     """The remat_bench modules a file imports, resolved to module names (a name taken from a package
-    counts as that package's submodule when one of that name exists)."""
+    counts as that package's submodule when one of that name exists), and those it names by string
+    ("module:Class", as the registry does)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     found: set[str] = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and (match := TARGET.match(node.value)):
+            found.add(match.group(1))
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("remat_bench"))
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("remat_bench"):
@@ -91,6 +100,28 @@ def test_methods_share_work_through_candidates_never_by_importing_each_other():
 def test_no_modules_import_each_other_in_a_circle():
     circles = [sorted(c) for c in nx.strongly_connected_components(GRAPH) if len(c) > 1]
     assert circles == []
+
+
+def test_only_the_evaluation_path_catches_what_a_method_raises():
+    """Issue 31: one function turns a method's exceptions into results (`remat_bench.app.evaluate._call`);
+    no method and not the portfolio catches everything (``except Exception``, ``BaseException``, bare)."""
+    broad = []
+    for name, path in MODULES.items():
+        if layer(name) != "methods" and name != "remat_bench.app.portfolio":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ExceptHandler):
+                caught = node.type
+                names = [caught] if not isinstance(caught, ast.Tuple) else list(caught.elts)
+                if caught is None or any(isinstance(n, ast.Name) and n.id in ("Exception", "BaseException")
+                                         for n in names):
+                    broad.append(f"{name}:{node.lineno}")
+    assert broad == []
+
+
+def test_the_reader_sees_strings_that_name_a_class_by_its_place():
+    assert "remat_bench.methods.greedy" in imports_of(PACKAGE / "methods" / "__init__.py")
+    assert GRAPH.has_edge("remat_bench.methods", "remat_bench.methods.moccasin")
 
 
 def test_the_reader_sees_real_imports():

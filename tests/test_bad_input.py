@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from remat_bench.app.catalog import solver_names as method_names
 from remat_bench.app.cli import main
-from remat_bench.methods import method_names
 
 BAD = Path(__file__).parent / "data" / "bad"
 KUMAR = str(Path(__file__).resolve().parents[1] / "graphs" / "kumar-figure1.json")

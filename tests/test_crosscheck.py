@@ -9,8 +9,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from remat_bench.app.catalog import solver_names as method_names
 from remat_bench.app.cli import main
-from remat_bench.methods import method_names
 from tests.helpers import SHIPPED
 
 GRAPHS = sorted(glob.glob(str(SHIPPED / "*.json")))

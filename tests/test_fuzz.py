@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from remat_bench.app.catalog import solver_names as method_names
 from remat_bench.app.pipeline import run
 from remat_bench.core.budget import memory_floor
 from remat_bench.core.graph import Graph, Implementation, Node
 from remat_bench.core.simulate import baseline
-from remat_bench.methods import method_names
 
 CLEAN = {"infeasible", "no_solution", "unsupported"}
 FOUND = {"optimal", "feasible"}

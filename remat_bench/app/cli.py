@@ -250,7 +250,7 @@ def solve(graph: str, methods: tuple[str, ...], budget: str, time_limit: float, 
     --jobs at once), and one table compares them; -p applies to every method that
     declares the parameter.
     """
-    from remat_bench.app.pipeline import resolve_method, run, run_side_by_side
+    from remat_bench.app.pipeline import resolve_method, run_many
     from remat_bench.core.budget import parse_budget
     from remat_bench.core.errors import RematBenchError as Refused
     from remat_bench.core.schedule import save_schedule
@@ -272,21 +272,13 @@ def solve(graph: str, methods: tuple[str, ...], budget: str, time_limit: float, 
     if parsed_budget.warning:
         err.print(f"[yellow]warning:[/] {escape(parsed_budget.warning)}")
 
-    results = []
     show_progress = not as_json and err.is_terminal
+    at_once = f", {min(jobs, len(methods))} at a time" if jobs > 1 and len(methods) > 1 else ""
     with stop_on_first_ctrl_c():
-        if jobs > 1 and len(methods) > 1:
-            status = (err.status(f"solving {g.name} with {', '.join(methods)}, {min(jobs, len(methods))} at a time "
-                                 f"(limit {time_limit:g} s each)...") if show_progress else contextlib.nullcontext())
-            with status:
-                results = run_side_by_side(g, list(methods), parsed_budget, time_limit, per_method,
-                                           bound=not no_bound, jobs=jobs)
-        for m in methods if not results else ():
-            if show_progress:
-                with err.status(f"solving {g.name} with {m} (limit {time_limit:g} s)..."):
-                    results.append(run(g, m, parsed_budget, time_limit, per_method[m], bound=not no_bound))
-            else:
-                results.append(run(g, m, parsed_budget, time_limit, per_method[m], bound=not no_bound))
+        status = (err.status(f"solving {g.name} with {', '.join(methods)}{at_once} (limit {time_limit:g} s each)...")
+                  if show_progress else contextlib.nullcontext())
+        with status:
+            results = run_many(g, list(methods), parsed_budget, time_limit, per_method, bound=not no_bound, jobs=jobs)
 
     if as_json:
         print_json(results[0].to_json() if len(results) == 1 else [r.to_json() for r in results])
@@ -304,10 +296,10 @@ def _params_for(method: str, given: dict[str, str], several: bool) -> dict[str, 
     """With several methods, each gets the -p values it declares (and the pipeline's own)."""
     if not several:
         return given
+    from remat_bench.app.catalog import get_solver
     from remat_bench.app.pipeline import PIPELINE_PARAMS
-    from remat_bench.methods import get_method
 
-    declared = {name for p in get_method(method).params for name in (p.name, *p.aliases)}
+    declared = {name for p in get_solver(method).params for name in (p.name, *p.aliases)}
     return {k: v for k, v in given.items() if k in declared or k in PIPELINE_PARAMS}
 
 
@@ -629,15 +621,15 @@ def bound(graph: str, budget: str, time_limit: float, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 def methods(name: str | None, as_json: bool) -> None:
     """List every method, its parameters and whether it can run here; NAME: one method in full."""
+    from remat_bench.app.catalog import get_solver, solver_names
     from remat_bench.core.errors import MethodError
-    from remat_bench.methods import get_method, method_names
 
     if name is not None:
-        get_method(name)  # an unknown name: one sentence, with a suggestion
+        get_solver(name)  # an unknown name: one sentence, with a suggestion
     rows: list[dict[str, Any]] = []
-    for method in [name] if name else method_names():
+    for method in [name] if name else solver_names():
         try:
-            cls = get_method(method)
+            cls = get_solver(method)
         except MethodError as exc:  # a plugin (or a module) that fails to import: list it, say why
             rows.append({"name": method, "description": "", "available": False, "missing": str(exc),
                          "space": "", "params": []})

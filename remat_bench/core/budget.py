@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
@@ -27,13 +27,17 @@ class Budget:
     """A resolved budget: an absolute amount in the graph's memory units, or the lowest peak.
 
     ``fraction`` is the amount over the baseline peak (None for ``min``);
-    ``text`` is what the user wrote.
+    ``text`` is what the user wrote. What the graph says of it before any method runs comes
+    with it: ``refusal``, why no schedule can fit (below the memory floor), and, at ``min``,
+    ``peak_bound``, a peak no schedule goes below (`peak_lower_bound`).
     """
 
     amount: Number | None
     fraction: float | None
     text: str
     warning: str | None = None  # a budget that parses but is probably not what the user meant
+    refusal: str | None = None
+    peak_bound: PeakBound | None = None
 
     @property
     def is_min(self) -> bool:
@@ -55,6 +59,10 @@ def parse_budget(text: str | float | int, graph: Graph) -> Budget:
     published budgets exactly. A bare number above 1 is in the graph's memory
     units; suffixes KB/MB/GB/TB are decimal, KiB/MiB/GiB/TiB binary.
     """
+    return _checked(_parse(text, graph), graph)
+
+
+def _parse(text: str | float | int, graph: Graph) -> Budget:
     raw = str(text).strip()
     peak = baseline(graph).peak
     if raw.lower() == "min":
@@ -219,3 +227,19 @@ def peak_lower_bound(graph: Graph) -> PeakBound:
         best = PeakBound(amount, f"the outputs at the end ({len(outputs)} outputs resident together when the last "
                                  f"is computed, at least {graph.ids[last[1]]}'s inputs beside them)")
     return best
+
+
+def _checked(budget: Budget, graph: Graph) -> Budget:
+    """``budget`` with the memory floor's verdict and, at ``min``, the lowest peak any schedule can have."""
+    if budget.amount is None:
+        return replace(budget, peak_bound=peak_lower_bound(graph))
+    floor = memory_floor(graph)
+    return replace(budget, refusal=floor.message(budget.amount, graph) if budget.amount < floor.amount else None)
+
+
+def budget_of(amount: Number | None, graph: Graph) -> Budget:
+    """An amount already resolved (a portfolio's budget for its members) as a `Budget`; None is ``min``."""
+    if amount is None:
+        return _checked(Budget(None, None, "min"), graph)
+    peak = baseline(graph).peak
+    return _checked(Budget(amount, float(amount / peak) if peak else None, str(amount)), graph)

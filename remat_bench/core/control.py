@@ -51,6 +51,13 @@ class Deadline:
         return _INTERRUPTED.is_set() or (self.seconds is not None and self.elapsed() >= self.seconds)
 
 
+def grace_s(time_limit: float | None) -> float:
+    """Seconds a run may overstay its time limit before it is stopped: a process's start (imports), and
+    the clean-up and simulation after the method. The one rule for every child process a run is put in
+    (`remat_bench.app.evaluate.evaluate_in_child`) and for sweep runs (a config's default ``grace``)."""
+    return 5.0 + 0.05 * (time_limit or 0.0)
+
+
 T = TypeVar("T")
 
 

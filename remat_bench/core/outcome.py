@@ -38,9 +38,11 @@ class Status(StrEnum):
 
 
 class Termination(StrEnum):
-    """Why a method stopped, whatever it found."""
+    """Why a method stopped, whatever it found: one vocabulary for methods, the any-order bound, the
+    MILP layer, child processes and sweeps (Pyomo's TerminationCondition, in this project's words)."""
 
-    CONVERGED = "converged"  # its search ran to its end: proof, or the heuristic's last step
+    PROVEN = "proven"  # its answer is proven: optimal or infeasible (in its space), or it met a goal
+    CONVERGED = "converged"  # it ran to its end without a proof: a heuristic's or a DP's last step
     TIME_LIMIT = "time_limit"  # the time limit cut it short
     INTERRUPTED = "interrupted"  # Ctrl-C cut it short
     RESOURCE_LIMIT = "resource_limit"  # a model too large, memory, or a search-size cap

@@ -21,7 +21,7 @@ from remat_bench.core.errors import MethodError
 from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status
 
 __all__ = ["BUILTIN", "Deadline", "Method", "MethodResult", "Param", "Status", "all_methods", "get_method",
-           "load_method", "method_names", "method_target"]
+           "load_method", "method_names", "method_target", "unknown_method"]
 
 # CLI name -> "module:Class", in the order `remat-bench methods` lists them.
 BUILTIN: dict[str, str] = {
@@ -40,7 +40,6 @@ BUILTIN: dict[str, str] = {
     "knapsack": "remat_bench.methods.knapsack:Knapsack",
     "policy": "remat_bench.methods.policy:Policy",
     "torch-budget": "remat_bench.methods.torch_budget:TorchBudget",
-    "auto": "remat_bench.methods.auto:Auto",
 }
 
 
@@ -83,13 +82,17 @@ def get_method(name: str) -> type[Method]:
     """The method class registered as ``name``; an unknown name lists the known ones."""
     target = BUILTIN.get(name) or _plugins().get(name)
     if target is None:
-        import difflib
-
-        names = method_names()
-        close = difflib.get_close_matches(name, names, n=1)
-        hint = f"did you mean '{close[0]}'? " if close else ""
-        raise MethodError(f"unknown method '{name}'; {hint}known methods: {', '.join(names)}")
+        raise unknown_method(name, method_names())
     return _load(target, name)
+
+
+def unknown_method(name: str, names: list[str]) -> MethodError:
+    """The one sentence for a method name not among ``names``, with the closest one suggested."""
+    import difflib
+
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return MethodError(f"unknown method '{name}'; {hint}known methods: {', '.join(names)}")
 
 
 def method_names() -> list[str]:

@@ -121,13 +121,21 @@ class SolveContext:
     for a caller that wants the peak only (`remat-bench floor`), one whose peak is at most
     ``peak_goal`` (a peak no schedule goes below). A method that finds one may stop at once.
 
-    A method called directly (tests, other code) gets an empty in-memory cache of its own and no hints.
+    ``runner`` runs another registered method by name and judges its answer, for candidate
+    schedules (`remat_bench.methods.candidates`): ``runner(name, graph, budget, time_limit, params)``
+    returns a run's result (`remat_bench.app.evaluate.RunResult`: its status, and ``method_schedule``,
+    the schedule as the method returned it). The evaluation path sets it
+    (`remat_bench.app.evaluate.run_source`); methods never look another method up themselves.
+
+    A method called directly (tests, other code) gets an empty in-memory cache of its own, no hints
+    and no runner (candidates from other methods are then skipped, and say so).
     """
 
     bounds: BoundCache = field(default_factory=BoundCache)
     hints: list[tuple[str, Schedule]] = field(default_factory=list)
     duration_goal: Number | None = None
     peak_goal: Number | None = None
+    runner: Callable[..., Any] | None = None
 
     def reached(self, budget: Number | None, peak: Number, duration: Number) -> bool:
         """Whether a schedule of ``peak`` and ``duration`` (simulated, after clean-up) ends the search."""

@@ -64,16 +64,18 @@ class Candidate:
 
 
 def candidate_schedules(graph: Graph, budget: Number | None, deadline: Deadline, sources: Sequence[Source], *,
-                        accept: Callable[[Schedule], bool] | None = None,
-                        stats: dict[str, Any] | None = None, over_budget: bool = False,
-                        offered: Sequence[tuple[str, Schedule]] = ()) -> list[Candidate]:
-    """The schedules ``sources`` give within ``budget``, and those ``offered`` (`SolveContext.hints`),
-    fastest first (least peak first for ``min``).
+                        context: SolveContext, accept: Callable[[Schedule], bool] | None = None,
+                        stats: dict[str, Any] | None = None, over_budget: bool = False) -> list[Candidate]:
+    """The schedules ``sources`` give within ``budget``, and those the caller was offered
+    (``context.hints``), fastest first (least peak first for ``min``).
 
-    ``over_budget`` keeps valid schedules above the budget too (hints for a search that
-    minimises max(peak, budget) first, as Moccasin's phase 1 does). A source whose name an
-    offered schedule bears is not run again (``auto`` offers its fast members' answers by name).
+    A registered method runs through ``context.runner`` (the evaluation path the caller's caller
+    set, `SolveContext`); without one, method sources are skipped and say so. ``over_budget``
+    keeps valid schedules above the budget too (hints for a search that minimises
+    max(peak, budget) first, as Moccasin's phase 1 does). A source whose name an offered
+    schedule bears is not run again (``auto`` offers its fast members' answers by name).
     """
+    offered = context.hints
     found = offered_candidates(graph, budget, offered, accept=accept, stats=stats, over_budget=over_budget)
     record = stats.setdefault("candidates", []) if stats is not None else []
     have = {label for label, _ in offered}
@@ -88,11 +90,7 @@ def candidate_schedules(graph: Graph, budget: Number | None, deadline: Deadline,
             continue
         start = time.perf_counter()
         entry: dict[str, Any] = {"source": source.name}
-        try:
-            schedule = _run(graph, budget, source, limit)
-        except Exception as exc:  # a failing source only costs a candidate, and says so
-            schedule = None
-            entry["error"] = f"{type(exc).__name__}: {exc}"
+        schedule = _run(graph, budget, source, limit, context, entry)
         entry["seconds"] = round(time.perf_counter() - start, 3)
         if schedule is not None:
             sim = simulate(graph, schedule)
@@ -191,7 +189,10 @@ def mark_used(stats: dict[str, Any], source: str | None) -> None:
     stats["warm_start"] = source
 
 
-def _run(graph: Graph, budget: Number | None, source: Source, limit: float | None) -> Schedule | None:
+def _run(graph: Graph, budget: Number | None, source: Source, limit: float | None, context: SolveContext,
+         entry: dict[str, Any]) -> Schedule | None:
+    """The schedule ``source`` gives (the method's own, before the shared clean-up), or None; a failing
+    source only costs a candidate, and ``entry`` says why."""
     if source.name == "baseline":
         return baseline_schedule(graph)
     if source.name == "shaved":
@@ -201,20 +202,12 @@ def _run(graph: Graph, budget: Number | None, source: Source, limit: float | Non
 
         shaved = shaved_order(graph, budget, Deadline(limit), **source.params)
         return place_frees(graph, shaved, np.zeros(len(shaved), dtype=np.int64), drop_unused=False)
-    answer = run_method(graph, budget, source.name, source.params, limit)
-    return answer.schedule if answer is not None and answer.status.found_schedule else None
-
-
-def run_method(graph: Graph, budget: Number | None, name: str, params: dict[str, Any], limit: float | None,
-               context: SolveContext | None = None, target: str | None = None) -> MethodResult | None:
-    """A registered method's answer, through the registry (methods never import each other), or the
-    class at ``target`` ("module:Class", as `remat_bench.methods.method_target` gives it); None when
-    it does not apply (`Method.skip`). Its exceptions reach the caller."""
-    from remat_bench.methods import get_method, load_method
-
-    method = (get_method(name) if target is None else load_method(target, name))()
-    if method.skip(graph, budget) is not None:
+    if context.runner is None:
+        entry["skipped"] = "no runner to run other methods (run this method through remat_bench.app.evaluate)"
         return None
-    if context is not None:
-        method.context = context
-    return method.solve(graph, budget, limit, **method.parse_params(params))
+    result = context.runner(source.name, graph, budget, limit, source.params)
+    if result.status.value == "error":
+        entry["error"] = result.message
+    # The method's schedule as it returned it, when it called it found (a peak the simulator puts over the
+    # budget is kept too: a search that starts above the budget may use it).
+    return result.method_schedule if result.status.found_schedule or result.status.value == "over_budget" else None

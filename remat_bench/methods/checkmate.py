@@ -34,6 +34,7 @@ comes from the best `chen`/`greedy` schedule that the model accepts.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,7 @@ from remat_bench.methods.base import (
     Method,
     MethodResult,
     Param,
+    SolveContext,
     Status,
 )
 from remat_bench.methods.candidates import (
@@ -105,7 +107,7 @@ class Checkmate(Method):
         start, start_from = None, None
         pool: list[Candidate] = []
         if params["warm_start"] and not deadline.expired():
-            start, start_from, pool = warm_start(cm, graph, budget, deadline, stats, self.context.hints)
+            start, start_from, pool = warm_start(cm, graph, budget, deadline, self.context, stats)
         stats["warm_start"] = start_from
         if not params["keep_best"]:
             pool = []
@@ -133,11 +135,10 @@ class Checkmate(Method):
         return best_of(graph, budget, milp_result(cm, sol, stats, deadline, self.context.duration_goal), pool)
 
 
-def warm_start(cm: CheckmateModel, graph: Graph, budget: Number, deadline: Deadline,
-               stats: dict[str, Any] | None = None, offered: list[tuple[str, Schedule]] | None = None,
-               ) -> tuple[np.ndarray | None, str | None, list[Candidate]]:
+def warm_start(cm: CheckmateModel, graph: Graph, budget: Number, deadline: Deadline, context: SolveContext,
+               stats: dict[str, Any] | None = None) -> tuple[np.ndarray | None, str | None, list[Candidate]]:
     """The cheapest schedule the model accepts as a point (greedy, chen, kusumoto, peak shaving, the
-    caller's ``offered`` hints, else LP rounding), its source, and every candidate within the budget.
+    hints in ``context``, else LP rounding), its source, and every candidate within the budget.
 
     The MILP's bottleneck is its first incumbent (measured: none in 300 s on
     random_layered_n100 at 0.8 without one). The fast heuristics and the shaved
@@ -174,12 +175,13 @@ def warm_start(cm: CheckmateModel, graph: Graph, budget: Number, deadline: Deadl
 
     fast = [Source("greedy"), Source("chen"), Source("shaved"), Source("kusumoto", share=0.15),
             Source("knapsack", {"solver": "search"}, share=0.1)]
-    pool = candidate_schedules(graph, budget, deadline, fast, stats=record, offered=offered or ())
+    pool = candidate_schedules(graph, budget, deadline, fast, context=context, stats=record)
     x, source = cheapest(pool)
     if x is None and not deadline.expired():
         remaining = deadline.remaining()
         share = 0.25 if remaining is None or remaining < 240 else 60.0 / remaining
-        rounded = candidate_schedules(graph, budget, deadline, [Source("checkmate-lp", share=share)], stats=record)
+        rounded = candidate_schedules(graph, budget, deadline, [Source("checkmate-lp", share=share)],
+                                      context=replace(context, hints=[]), stats=record)
         pool += rounded
         x, source = cheapest(rounded)
     mark_used(record, source)

@@ -57,6 +57,7 @@ from remat_bench.methods.base import (
     Method,
     MethodResult,
     Param,
+    SolveContext,
     Status,
     Termination,
     run_interruptibly,
@@ -620,11 +621,10 @@ def _solve(sm: StagedModel, seconds: float | None, params: dict[str, Any], offse
     return solver, status, recorder.points
 
 
-def staged_hint_candidates(graph: Graph, budget: Number | None, deadline: Deadline,
-                           max_copies: int | None = None, stats: dict[str, Any] | None = None,
-                           offered: list[tuple[str, Schedule]] | None = None) -> list[Candidate]:
+def staged_hint_candidates(graph: Graph, budget: Number | None, deadline: Deadline, context: SolveContext,
+                           max_copies: int | None = None, stats: dict[str, Any] | None = None) -> list[Candidate]:
     """Schedules to start from: the baseline, the shaved input order, greedy's, chen's and kusumoto's,
-    and what the caller ``offered`` (`SolveContext.hints`), valid ones above the budget included.
+    and the caller's hints (``context.hints``), valid ones above the budget included.
 
     Peak shaving from the input order (`remat_bench.toolkit.improve`): on the published random
     layered graphs at 0.8 it reaches the budget in seconds, where phase 1 from the baseline needed
@@ -640,8 +640,8 @@ def staged_hint_candidates(graph: Graph, budget: Number | None, deadline: Deadli
     sources = [Source("shaved", {"max_copies": max_copies}), Source("greedy"), Source("chen"),
                Source("kusumoto", share=0.15), Source("knapsack", {"solver": "search"}, share=0.1)]
     # A hint may be above the budget: phase 1 minimises max(peak, budget) from it.
-    return out + candidate_schedules(graph, budget, deadline, sources, stats=stats, over_budget=True,
-                                     offered=offered or ())
+    return out + candidate_schedules(graph, budget, deadline, sources, context=context, stats=stats,
+                                     over_budget=True)
 
 
 @dataclass
@@ -726,8 +726,9 @@ class Moccasin(Method):
         stats: dict[str, Any] = {}
         candidates = []
         all_hints = params["hints"] == "all"
-        pool = staged_hint_candidates(graph, budget if all_hints else None, deadline, max_copies=C, stats=stats,
-                                      offered=self.context.hints if all_hints else None)
+        pool = staged_hint_candidates(graph, budget if all_hints else None, deadline,
+                                      self.context if all_hints else replace(self.context, hints=[]),
+                                      max_copies=C, stats=stats)
         for c in pool:
             computes = c.schedule.nodes[c.schedule.kinds == COMPUTE]
             # Into the staged space where it has a counterpart (each stage in index order), else as it is.

@@ -72,7 +72,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -87,6 +87,7 @@ from remat_bench.methods.base import (
     Method,
     MethodResult,
     Param,
+    SolveContext,
     Status,
 )
 from remat_bench.methods.candidates import (
@@ -953,9 +954,8 @@ class MonetModel:
 # ---------------------------------------------------------------------- the method
 
 
-def monet_candidates(graph: Graph, st: Stages, budget: Number | None, deadline: Deadline,
-                     stats: dict[str, Any] | None = None, offered: list[tuple[str, Schedule]] | None = None,
-                     ) -> list[tuple[str, Schedule, Number, Number]]:
+def monet_candidates(graph: Graph, st: Stages, budget: Number | None, deadline: Deadline, context: SolveContext,
+                     stats: dict[str, Any] | None = None) -> list[tuple[str, Schedule, Number, Number]]:
     """A few MONeT-shaped schedules within ``budget``: (label, schedule, peak, duration), fastest first.
 
     Candidates: the plans of the fast heuristics whose schedules have
@@ -977,7 +977,7 @@ def monet_candidates(graph: Graph, st: Stages, budget: Number | None, deadline: 
                Source("kusumoto", {"variant": "approx"}, share=0.25), Source("fenghuang", share=0.25),
                Source("shaved", {"cap_s": 20.0})]
     sequences: list[tuple[str, np.ndarray]] = []
-    for c in candidate_schedules(graph, budget, deadline, sources, stats=stats, offered=offered or ()):
+    for c in candidate_schedules(graph, budget, deadline, sources, context=context, stats=stats):
         nodes = c.schedule.nodes[c.schedule.kinds == COMPUTE]
         if budget is not None and c.source != "shaved":  # shaving has undone them already
             nodes = drop_recomputations(graph, nodes, budget, deadline)
@@ -1073,7 +1073,7 @@ class Monet(Method):
         if budget is None:
             return self._least_peak(st, deadline, params, stats)
         hints = self.context.hints
-        candidates = monet_candidates(graph, st, budget, deadline, stats, hints) if params["warm_start"] else []
+        candidates = monet_candidates(graph, st, budget, deadline, self.context, stats) if params["warm_start"] else []
         result = self._solve(st, budget, deadline, params, stats, candidates=candidates)
         if not params["keep_best"]:
             return result
@@ -1093,7 +1093,9 @@ class Monet(Method):
                stats: dict[str, Any], candidates: list | None = None, mm: MonetModel | None = None,
                start: np.ndarray | None = None, start_from: str | None = None) -> MethodResult:
         if candidates is None:
-            candidates = monet_candidates(st.graph, st, budget, deadline, stats) if params["warm_start"] else []
+            no_hints = replace(self.context, hints=[])
+            candidates = monet_candidates(st.graph, st, budget, deadline, no_hints, stats) if params["warm_start"] \
+                else []
         if mm is None:
             try:
                 mm = MonetModel(st, budget, deadline)
@@ -1145,7 +1147,8 @@ class Monet(Method):
                     stats: dict[str, Any]) -> MethodResult:
         """``budget=min``: the least peak over MONeT's space, then the least duration at that peak."""
         graph = st.graph
-        candidates = monet_candidates(graph, st, None, deadline, stats) if params["warm_start"] else []
+        no_hints = replace(self.context, hints=[])
+        candidates = monet_candidates(graph, st, None, deadline, no_hints, stats) if params["warm_start"] else []
         try:
             mm = MonetModel(st, None, deadline)
         except OutOfTime as exc:

@@ -125,25 +125,6 @@ class Bound:
                 "no_order_fits": self.no_order_fits}
 
 
-def contradiction(bound: Bound, duration: Number, peak: Number, budget: Number | None) -> str | None:
-    """Why a simulated schedule contradicts ``bound``, or None when it does not.
-
-    A schedule whose peak is within ``budget`` cannot be shorter than a valid lower bound at
-    that budget, and cannot exist at all where the bound says no schedule fits. Durations are
-    compared exactly when both are integers, else to a relative 1e-9 (rounding in sums of floats).
-    """
-    if budget is not None and peak > budget:
-        return None
-    if bound.status == "infeasible":
-        return f"the bound says no schedule fits the budget, yet one with peak {peak} does"
-    if bound.value is None:
-        return None
-    slack = 0 if isinstance(bound.value, int) and isinstance(duration, int) else 1e-9 * max(1.0, abs(bound.value))
-    if duration < bound.value - slack:
-        return f"a schedule within the budget takes {duration}, below the bound {bound.value}"
-    return None
-
-
 def _bits_to_array(bits: int, n: int) -> np.ndarray:
     raw = bits.to_bytes((n + 7) // 8, "little")
     return np.unpackbits(np.frombuffer(raw, dtype=np.uint8), bitorder="little")[:n].astype(bool)
@@ -706,13 +687,15 @@ class BoundCache:
             with contextlib.suppress(OutputError):  # a cache that cannot be written only costs time
                 atomic_write_text(path, json.dumps(entry))
 
-    def discard(self, graph: Graph, budget: Number | None) -> None:
-        """Forget the bound of ``graph`` at ``budget``, in memory and on disk (a schedule contradicted it)."""
+    def recompute(self, graph: Graph, budget: Number | None, effort: float) -> Bound:
+        """The bound of ``graph`` at ``budget`` computed afresh, the cached one forgotten in memory and on
+        disk (a schedule contradicted it: an edited or stale entry)."""
         self._memory.pop((graph.sha256, budget), None)
         path = self._path(graph.sha256, budget)
         if path is not None:
             with contextlib.suppress(OSError):
                 path.unlink(missing_ok=True)
+        return self.get(graph, budget, effort)[0]
 
     def for_graph(self, graph: Graph) -> BoundCache:
         """A cache with the same folder and this one's in-memory bounds of ``graph``: small enough to hand

@@ -12,6 +12,7 @@ from remat_bench.methods.checkmate import Checkmate
 from remat_bench.methods.checkmate_lp import CheckmateLP
 from remat_bench.methods.checkmate_model import CheckmateModel
 from tests.bruteforce import staged_optimum
+from tests.helpers import with_runner
 
 
 def random_graph(seed: int, n: int = 7, zero_durations: bool = False) -> Graph:
@@ -41,7 +42,7 @@ CASES = [(seed, b) for seed in range(14) for b in budgets(random_graph(seed))]
 def test_checkmate_equals_staged_brute_force(seed, budget):
     g = random_graph(seed, zero_durations=seed % 5 == 4)
     want = staged_optimum(g, budget)
-    method = Checkmate()
+    method = with_runner(Checkmate())
     r = method.solve(g, budget, 60, **method.parse_params({"warm_start": "false"}))
     if want is None:
         assert r.status.value == "infeasible"
@@ -60,7 +61,7 @@ def test_warm_start_and_pulp_cbc_agree_with_highs(seed):
     g = random_graph(seed + 100, n=8)
     b = budgets(g)[len(budgets(g)) // 2]
     want = staged_optimum(g, b)
-    method = Checkmate()
+    method = with_runner(Checkmate())
     answers = [method.solve(g, b, 60, **method.parse_params(p))
                for p in ({"keep_best": "false"}, {"backend": "pulp:PULP_CBC_CMD", "warm_start": "false"})]
     for r in answers:
@@ -74,7 +75,7 @@ def test_warm_start_and_pulp_cbc_agree_with_highs(seed):
 @pytest.mark.parametrize("seed", range(10))
 def test_lp_bound_never_exceeds_the_optimum_and_roundings_are_valid(seed):
     g = random_graph(seed + 200)
-    method = CheckmateLP()
+    method = with_runner(CheckmateLP())
     for b in budgets(g):
         want = staged_optimum(g, b)
         r = method.solve(g, b, 60, **method.parse_params({}))
@@ -115,12 +116,12 @@ def test_budget_min_finds_the_least_staged_peak_and_the_least_duration_there(see
     g = random_graph(seed)
     low, high = memory_floor(g).amount, baseline(g).peak
     least = next(b for b in range(low, high + 1) if staged_optimum(g, b) is not None)
-    method = Checkmate()
+    method = with_runner(Checkmate())
     r = method.solve(g, None, 60, **method.parse_params({}))
     assert r.stats["least_peak"] == r.stats["least_peak_lower"] == least and r.stats["least_peak_proven"]
     assert r.status.value == "optimal" and r.objective == staged_optimum(g, least)
     assert simulate(g, r.schedule).peak <= least
-    lp = CheckmateLP()
+    lp = with_runner(CheckmateLP())
     rounded = lp.solve(g, None, 60, **lp.parse_params({}))
     assert rounded.status.found_schedule and simulate(g, rounded.schedule).peak == rounded.stats["least_peak"]
     assert rounded.stats["least_peak"] >= least

@@ -8,6 +8,7 @@ from remat_bench.core.simulate import baseline, baseline_schedule, simulate
 from remat_bench.generators import chain
 from remat_bench.methods.moccasin import Moccasin, build_staged
 from tests.bruteforce import staged_optimum
+from tests.helpers import with_runner
 from tests.methods.test_checkmate import budgets, random_graph
 
 CASES = [(seed, b) for seed in range(12) for b in budgets(random_graph(seed))]
@@ -15,7 +16,7 @@ CASES = [(seed, b) for seed in range(12) for b in budgets(random_graph(seed))]
 
 def solve(g, budget, **params):
     """The formulation's own answer (keep_best off): these tests hold it to the brute force of its space."""
-    method = Moccasin()
+    method = with_runner(Moccasin())
     return method.solve(g, budget, 60, **method.parse_params({"threads": 1, "keep_best": False, **params}))
 
 

@@ -13,6 +13,7 @@ from remat_bench.generators import ForwardOp, training_graph
 from remat_bench.methods.checkmate import Checkmate
 from remat_bench.methods.monet import Monet
 from tests.bruteforce import staged_optimum, staged_optimum_with_implementations
+from tests.helpers import with_runner
 
 
 def random_training_graph(seed: int, implementations: bool = True) -> Graph:
@@ -60,7 +61,7 @@ CASES = [(seed, b) for seed in range(12) for b in budgets(random_training_graph(
 
 
 def solve(g: Graph, budget, **params):
-    method = Monet()
+    method = with_runner(Monet())
     return method.solve(g, budget, 60, **method.parse_params(params))
 
 
@@ -119,7 +120,7 @@ def test_without_implementations_monet_is_checkpointing_alone(seed):
         assert (r.status.value, r.objective) == ("optimal", want), r.message
         assert r.objective >= staged_optimum(g, b)
         assert_confirmed(g, r, b)
-        checkmate = Checkmate()
+        checkmate = with_runner(Checkmate())
         c = checkmate.solve(g, b, 60, **checkmate.parse_params({}))
         assert c.objective <= r.objective
 
@@ -169,7 +170,7 @@ def test_out_of_time_returns_the_best_heuristic_schedule_within_the_budget():
 
     g = generate("vgg16", batch=8, resolution=64, implementations=True)
     b = parse_budget("0.9", g).amount
-    method = Monet()
+    method = with_runner(Monet())
     r = method.solve(g, b, 1e-6, **method.parse_params({}))
     assert r.status.value == "feasible", r.message
     assert "time limit" in r.message and r.stats["returned"] in r.message

@@ -60,7 +60,7 @@ from typing import Any
 import yaml
 
 from remat_bench.app import datasets
-from remat_bench.app.pipeline import PIPELINE_PARAMS, parse_method_params
+from remat_bench.app.evaluate import PIPELINE_PARAMS, parse_method_params
 from remat_bench.core.budget import format_amount, lowest_fraction, memory_floor, parse_budget
 from remat_bench.core.errors import BudgetError, ConfigError, GraphError, MethodError, RematBenchError
 from remat_bench.core.files import safe_name
@@ -97,8 +97,10 @@ _VARIABLE = re.compile(r"\$(?:\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 
 def default_grace(time_limit: float) -> float:
-    """Seconds a run may overstay its limit before it is killed: process start-up, clean-up, simulation."""
-    return 5.0 + 0.05 * time_limit
+    """Seconds a run may overstay its limit before it is killed: `remat_bench.core.control.grace_s`."""
+    from remat_bench.core.control import grace_s
+
+    return grace_s(time_limit)
 
 
 @dataclass(frozen=True)
@@ -932,7 +934,7 @@ class MethodGrid:
 
 def _methods(doc: _Document, node: yaml.Node, seeds_given: bool) -> list[MethodGrid]:
     """Each method entry with its parameter grid, every value checked."""
-    from remat_bench.methods import get_method
+    from remat_bench.app.catalog import get_solver
 
     out = []
     for item in doc.items(node, "methods"):
@@ -946,7 +948,7 @@ def _methods(doc: _Document, node: yaml.Node, seeds_given: bool) -> list[MethodG
             params_node = entry["params"][1] if "params" in entry else None
         name = doc.text(name_node, "name")
         try:
-            cls = get_method(name)
+            cls = get_solver(name)
         except MethodError as exc:
             raise doc.error(name_node, str(exc)) from None
         ok, why = cls.available()

@@ -33,14 +33,19 @@ NAMING_COLUMNS = ("graph", "graph_sha256", "method", "budget_text", "status")
 
 
 def readable(row: Any) -> bool:
-    """Whether ``row`` is a result row a table can hold: an object whose run key can be built and whose
-    naming columns are text."""
+    """Whether ``row`` is a result row a run can be told by: an object whose run key can be built
+    (what ``--resume`` compares)."""
     if not isinstance(row, dict):
         return False
     try:
         row_key(row)
     except (KeyError, TypeError, ValueError):
         return False
+    return True
+
+
+def named(row: dict[str, Any]) -> bool:
+    """Whether a readable ``row`` can be placed in a table and drawn: its naming columns are text."""
     return all(isinstance(row.get(column), str) for column in NAMING_COLUMNS)
 
 

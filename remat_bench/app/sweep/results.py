@@ -161,7 +161,7 @@ def load_table(folder: str | Path) -> pd.DataFrame:
     columns that name its run) are left out, and counted in ``frame.attrs["skipped_rows"]``
     (`skipped_note` words it), so that one bad line does not stop a report or a chart.
     """
-    from remat_bench.app.sweep.journal import JOURNAL, Journal, readable
+    from remat_bench.app.sweep.journal import JOURNAL, Journal, named, readable
     from remat_bench.core.errors import RematBenchError
 
     folder = Path(folder)
@@ -173,7 +173,7 @@ def load_table(folder: str | Path) -> pd.DataFrame:
         rows, skipped = pd.read_parquet(folder / TABLE).to_dict("records"), 0
     else:
         raise RematBenchError(f"{folder}: holds no results ({JOURNAL} or {TABLE}); run `remat-bench sweep` first")
-    kept = [row for row in rows if readable(row)]
+    kept = [row for row in rows if readable(row) and named(row)]
     skipped += len(rows) - len(kept)
     frame = build_table(kept)
     frame.attrs["skipped_rows"] = skipped
@@ -269,9 +269,9 @@ def summarize(frame: pd.DataFrame) -> list[MethodSummary]:
 
 
 def _method_order() -> list[str]:
-    from remat_bench.methods import method_names
+    from remat_bench.app.catalog import solver_names
 
-    return method_names()
+    return solver_names()
 
 
 # ---------------------------------------------------------------------- schedules of a results folder

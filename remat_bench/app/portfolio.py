@@ -49,19 +49,20 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import numpy as np
 
+from remat_bench.app.evaluate import RunResult, applicable, evaluate, evaluate_in_child, judge_schedule
+from remat_bench.core.budget import budget_of
 from remat_bench.core.control import Deadline, interrupted
 from remat_bench.core.errors import MethodError
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.outcome import MethodResult, Status, Termination
 from remat_bench.core.schedule import COMPUTE, Schedule
-from remat_bench.core.simulate import Simulation, baseline, clean_up_simulated, place_frees, simulate
+from remat_bench.core.simulate import Simulation, baseline, place_frees
+from remat_bench.methods import get_method
 from remat_bench.methods.base import Method, Param, SolveContext
-from remat_bench.methods.candidates import run_method
 from remat_bench.toolkit.improve import drop_with_reorder
 
 # In the order they run: the ones that end in milliseconds first, so that their time passes on.
@@ -72,9 +73,6 @@ MEMBER_PARAMS: dict[str, dict[str, Any]] = {"knapsack": {"solver": "search"}}
 EXACT = ("moccasin", "checkmate", "monet")
 # The share of the time limit reorder may take at most: its answer only matters when an order fits.
 REORDER_SHARE = 0.1
-# Seconds a child process gets past its member's time limit before it is stopped (a spawned
-# interpreter imports numpy, OR-Tools and HiGHS in about a second; methods end near their limit).
-CHILD_GRACE = 5.0
 
 
 def _members(text: str) -> tuple[str, ...]:
@@ -87,8 +85,6 @@ def _members(text: str) -> tuple[str, ...]:
                           "greedy,kusumoto,moccasin")
     if "auto" in names:
         raise MethodError("parameter 'members' of method 'auto' cannot name 'auto' itself")
-    from remat_bench.methods import get_method
-
     for name in names:
         get_method(name)  # an unknown name: one sentence, with a suggestion
     return names
@@ -110,6 +106,16 @@ class Member:
     returned: str | None = None  # an exact member's: its own search, or whose offered schedule
     message: str = ""
     schedule: Schedule | None = field(default=None, repr=False)
+
+    @classmethod
+    def of_run(cls, run: RunResult, role: str, seconds: float) -> Member:
+        """A member from its evaluated run: its status, its cleaned schedule when it found one within
+        the budget (`remat_bench.app.evaluate` judged it), and what its search proved, where."""
+        member = cls(run.method, role, run.status.value, round(seconds, 3), run.overhead_pct, run.peak, run.duration,
+                     run.lower_bound, run.space, run.stats.get("returned"), run.message)
+        if run.status.found_schedule:
+            member.schedule = run.schedule
+        return member
 
     def simulated(self, graph: Graph, sim: Simulation) -> None:
         """Peak, duration and overhead from the simulation of its schedule (after clean-up)."""
@@ -138,56 +144,45 @@ class Auto(Method):
 
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
               **params: Any) -> MethodResult:
-        limit = time_limit if time_limit is not None else 3600.0
-        whole = Deadline(limit)
-        # The members' deadline ends the polish's share early (step 3; no polish for ``min``).
-        keep = params["polish"] * limit if budget is not None else 0.0
-        deadline = Deadline(limit - keep)
-        names = _members(params["members"])
-        self.goals = self._goals(graph, budget, deadline)
+        clock = _Clock(time_limit, params["polish"])
+        self.goals = self._goals(graph, budget)
         members: list[Member] = []
         hints: list[tuple[str, Schedule]] = []
-        fast = [n for n in names if n not in EXACT]
-        exact = [n for n in names if n in EXACT]
-        self._run_fast(graph, budget, fast, deadline, params["fast_share"] if exact else 1.0, members, hints)
-        if keep > 0 and exact and not any(m.schedule is not None for m in members):
+        fast, exact = self._plan(graph, budget, _members(params["members"]), members)
+        self._run_fast(graph, budget, fast, clock.members, params["fast_share"] if exact else 1.0, members, hints)
+        if exact and not any(m.schedule is not None for m in members):
             # Nothing to polish yet: the exact members take the polish's share too (what they find
             # first matters more than a polish that may get no time).
-            left = whole.remaining()
-            deadline = Deadline(None if left is None else left)
-            keep = 0.0
-        runnable = [n for n in exact if self._applies(graph, budget, n, members)]
-        if not len(graph.backward_indices) and {"moccasin", "checkmate"} <= set(runnable):
+            clock.give_polish_time_to_members()
+        if exact and (reached := self._reached(budget, members)) is not None:
+            for name in exact:  # a fast member's schedule meets the goal: nothing is faster (or lower)
+                members.append(Member(name, "exact", "not_run", message=f"{reached}'s schedule is proven optimal"))
+        elif exact and not clock.members.expired():
+            jobs = params["jobs"] or min(os.cpu_count() or 1, len(exact))
+            self._run_exact(graph, budget, exact, clock.members, min(jobs, len(exact)), members, hints)
+        if clock.keep > 0:
+            self._polish(graph, budget, members, clock.polish())
+        return self._answer(graph, budget, members, clock.whole)
+
+    def _plan(self, graph: Graph, budget: Number | None, names: tuple[str, ...],
+              members: list[Member]) -> tuple[list[str], list[str]]:
+        """The fast and the exact members that run here, in their order; the others are recorded with why."""
+        runnable = [n for n in names if self._applies(graph, budget, n, members)]
+        exact = [n for n in runnable if n in EXACT]
+        if not len(graph.backward_indices) and {"moccasin", "checkmate"} <= set(exact):
             # No backward nodes: moccasin runs its order-free path (`_exact_params`), whose space holds
-            # checkmate's input-order stages, and gets every core. Measured (paper-auto sweep, 120 s,
-            # random layered n500/n1000 at 0.9 and 0.8): checkmate alone never beat moccasin order=free
-            # alone (e.g. +2.915% against +1.734%), and sharing the cores with it left auto 0.04-0.18
-            # points above moccasin alone on the three instances neither proved.
-            runnable.remove("checkmate")
+            # checkmate's input-order stages, and gets every core (docs/benchmarks.md, "auto on the
+            # published graphs": checkmate alone never beat moccasin order=free alone there).
+            exact.remove("checkmate")
             members.append(Member("checkmate", "exact", "not_run", message="no backward nodes: moccasin's "
                                   "order-free search holds checkmate's space and takes every core"))
-        if runnable and (reached := self._reached(budget, members)) is not None:
-            for name in runnable:  # a fast member's schedule meets the goal: nothing is faster (or lower)
-                members.append(Member(name, "exact", "not_run", message=f"{reached}'s schedule is proven optimal"))
-        elif runnable and not deadline.expired():
-            jobs = params["jobs"] or min(os.cpu_count() or 1, len(runnable))
-            self._run_exact(graph, budget, runnable, deadline, min(jobs, len(runnable)), members, hints)
-        if keep > 0:
-            assert budget is not None
-            # At most its share, even when the members end early: auto then ends early too.
-            left = whole.remaining()
-            self._polish(graph, budget, members, Deadline(keep if left is None else min(keep, left)))
-        return self._answer(graph, budget, members, whole)
+        return [n for n in runnable if n not in EXACT], exact
 
     # ------------------------------------------------------------------ the members
 
     def _applies(self, graph: Graph, budget: Number | None, name: str, members: list[Member]) -> bool:
         """Whether member ``name`` can run here; if not, it is recorded with the reason."""
-        from remat_bench.methods import get_method
-
-        cls = get_method(name)
-        ok, why = cls.available()
-        reason = why if not ok else cls.skip(graph, budget)
+        reason = applicable(graph, get_method(name), budget)
         if reason is None and name == "monet" and not any(len(node.implementations) > 1 for node in graph.nodes):
             reason = "no node has operator implementations to choose from (checkmate covers the rest)"
         if reason is None and name == "reorder" and budget is not None:
@@ -205,7 +200,7 @@ class Auto(Method):
         """Step 1: each fast member in this process, on an equal share of what is left of their time."""
         remaining = deadline.remaining()
         stage = Deadline(None if remaining is None else share * remaining)
-        runnable = [n for n in names if self._applies(graph, budget, n, members)]
+        runnable = names
         for k, name in enumerate(runnable):
             if deadline.expired() or interrupted():
                 members.append(Member(name, "fast", message="no time left"))
@@ -217,9 +212,7 @@ class Auto(Method):
             limit = None if left is None else max(0.05, left / (len(runnable) - k))
             if name == "reorder" and limit is not None and remaining is not None:
                 limit = min(limit, REORDER_SHARE * remaining)
-            context = self._member_context()
-            run = partial(run_method, graph, budget, name, MEMBER_PARAMS.get(name, {}), limit, context)
-            member = _record(graph, budget, name, "fast", run, MEMBER_PARAMS.get(name, {}))
+            member = self._evaluated(graph, budget, name, "fast", MEMBER_PARAMS.get(name, {}), limit)
             members.append(member)
             if member.schedule is not None:
                 hints.append((name, member.schedule))
@@ -236,10 +229,8 @@ class Auto(Method):
                     continue
                 left = deadline.remaining()
                 limit = None if left is None else left / (len(names) - k)
-                context = self._member_context(hints)
-                params = _exact_params(graph, name, members)
-                members.append(_record(graph, budget, name, "exact",
-                                       partial(run_method, graph, budget, name, params, limit, context), params))
+                members.append(self._evaluated(graph, budget, name, "exact", _exact_params(graph, name, members),
+                                               limit, hints))
             return
         # Every member gets every core, though they share them: CP-SAT's portfolio needs two workers
         # or more (measured, GPT-12 at 0.5 in 120 s beside checkmate: moccasin +9.274% with 2 workers,
@@ -249,31 +240,32 @@ class Auto(Method):
         # Members beyond ``jobs`` wait for a slot: each gets the share of the time its wave has.
         waves = -(-len(names) // jobs)
         limit = None if left is None else max(0.5, left / waves - 1.0)
-        context = dataclasses.replace(self._member_context(hints), bounds=self.context.bounds.for_graph(graph))
         # Set when a member's schedule meets the goal: the others are stopped (nothing they find is better).
         proven = _Proven()
+
+        def stop() -> str:
+            return f"stopped: {proven.by}'s schedule is proven optimal" if proven.by else ""
 
         def one(name: str) -> Member:
             if proven.by:
                 return Member(name, "exact", "not_run", message=f"{proven.by}'s schedule is proven optimal")
             params = {"threads": threads, **_exact_params(graph, name, members)}
-            member = _record(graph, budget, name, "exact",
-                             lambda: _in_child(graph, budget, name, params, limit, context, deadline, proven), params)
+            member = self._evaluated(graph, budget, name, "exact", params, limit, hints, stop=stop)
             if self._reached(budget, [member]) is not None:
                 proven.found(name)
             elif proven.by and proven.by != name and member.status == Status.ERROR.value:
-                member.status, member.message = "not_run", f"stopped: {proven.by}'s schedule is proven optimal"
+                member.status = "not_run"
             return member
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             members.extend(pool.map(one, names))
 
-    def _goals(self, graph: Graph, budget: Number | None, deadline: Deadline) -> SolveContext:
+    def _goals(self, graph: Graph, budget: Number | None) -> SolveContext:
         """The run's context with its goals: the caller's, and at a budget at least the any-order bound
         (auto computes it when called without one; `SolveContext.reached`)."""
         goals = self.context
         if budget is not None and goals.duration_goal is None:
-            bound = self._any_order(graph, budget, deadline)
+            bound = self._any_order(graph, budget)
             if bound is not None and bound.value is not None:
                 goals = dataclasses.replace(goals, duration_goal=bound.value)
         return goals
@@ -281,6 +273,21 @@ class Auto(Method):
     def _member_context(self, hints: list[tuple[str, Schedule]] | None = None) -> SolveContext:
         """A member's context: the run's bound cache and goals, and the schedules offered to it."""
         return dataclasses.replace(self.goals, hints=list(hints or []))
+
+    def _evaluated(self, graph: Graph, budget: Number | None, name: str, role: str, params: dict[str, Any],
+                   limit: float | None, hints: list[tuple[str, Schedule]] | None = None,
+                   stop: Callable[[], str] | None = None) -> Member:
+        """Member ``name`` run through the evaluation path (`remat_bench.app.evaluate`), in a child process
+        when ``stop`` is given (side by side), else here; judged as any run is."""
+        solver, start = get_method(name), time.perf_counter()
+        run_budget = budget_of(budget, graph)
+        own = _declared(name, params)
+        if stop is None:
+            run = evaluate(graph, solver, run_budget, limit, own, bound=False, context=self._member_context(hints))
+        else:
+            run = evaluate_in_child(graph, solver, run_budget, limit, own, bound=False,
+                                    context=self._member_context(hints), stop=stop)
+        return Member.of_run(run, role, time.perf_counter() - start)
 
     def _reached(self, budget: Number | None, members: list[Member]) -> str | None:
         """The member whose schedule meets the run's goal (nothing is faster, or lower at ``min``), if any."""
@@ -290,54 +297,23 @@ class Auto(Method):
                 return m.method
         return None
 
-    def _polish(self, graph: Graph, budget: Number, members: list[Member], deadline: Deadline) -> None:
-        """Step 3: the members' schedules, fastest first, with recomputations undone and reordered to fit.
-
-        One `Member` ("polish", whose schedule it started from in ``returned``) holds the fastest
-        result when it is faster than every member's; schedules with operator implementations
-        other than the default are left as they are (the reordering knows one implementation).
-        """
-        if self._reached(budget, members) is not None:
+    def _polish(self, graph: Graph, budget: Number | None, members: list[Member], deadline: Deadline) -> None:
+        """Step 3: the members' schedules, fastest first, with recomputations undone and reordered to fit
+        (`Polish`, run and judged as any member is). One `Member` ("polish", whose schedule it started
+        from in ``returned``) holds the result when it is faster than every member's. At ``min`` the
+        lowest peak any member reached is the budget: the polish shortens schedules at that peak."""
+        found = [m for m in members if m.schedule is not None and m.duration is not None and m.peak is not None]
+        if not found or self._reached(budget, members) is not None:
             return
-        found = sorted((m for m in members if m.schedule is not None and m.duration is not None),
-                       key=lambda m: (m.duration, m.peak))
-        best = found[0].duration if found else None
-        done: set[tuple[int, ...]] = set()
-        polish = Member("polish", "polish", Status.NO_SOLUTION.value, message="no member's schedule was improved")
+        at = budget if budget is not None else min(m.peak for m in found if m.peak is not None)
+        found = sorted((m for m in found if m.peak is not None and m.peak <= at), key=lambda m: (m.duration, m.peak))
+        hints = [(m.method, m.schedule) for m in found if m.schedule is not None]
         start = time.perf_counter()
-        attempts = 0
-        for m in found:
-            if deadline.expired() or interrupted():
-                break
-            assert m.schedule is not None
-            computes = m.schedule.kinds == COMPUTE
-            if m.schedule.impls[computes].any():
-                continue
-            nodes = m.schedule.nodes[computes]
-            if tuple(nodes.tolist()) in done:
-                continue
-            done.add(tuple(nodes.tolist()))
-            stats: dict[str, Any] = {}
-            try:
-                improved = drop_with_reorder(graph, nodes, budget, deadline, attempt_s=max(1.0, graph.n / 500),
-                                             stats=stats)
-            except Exception as exc:  # the polish only adds: a failure leaves the members' answers standing
-                polish.status, polish.message = Status.ERROR.value, f"{type(exc).__name__}: {exc}"
-                break
-            attempts += stats.get("attempts", 0)
-            scored = _scored(graph, place_frees(graph, improved, np.zeros(len(improved), dtype=np.int64)))
-            if isinstance(scored, str):
-                continue
-            cleaned, sim = scored
-            if best is not None and sim.duration < best and sim.peak <= budget:
-                best = sim.duration
-                undone = stats.get("undone", 0)
-                polish.status = Status.FEASIBLE.value
-                polish.message = f"{undone} recomputation{'' if undone == 1 else 's'} undone"
-                polish.returned, polish.schedule = m.method, cleaned
-                polish.simulated(graph, sim)
-        polish.seconds = round(time.perf_counter() - start, 3)
-        polish.message += f" ({attempts} attempts)"
+        run = evaluate(graph, Polish, budget_of(at, graph), deadline.remaining(), bound=False,
+                       context=self._member_context(hints))
+        polish = Member.of_run(run, "polish", time.perf_counter() - start)
+        if run.status is Status.NO_SOLUTION:
+            polish.message = run.message
         members.append(polish)
 
     # ------------------------------------------------------------------ the answer
@@ -350,7 +326,7 @@ class Auto(Method):
         key: Callable[[Member], tuple[Any, Any]] = ((lambda m: (m.duration, m.peak)) if budget is not None
                                                     else (lambda m: (m.peak, m.duration)))
         winner = min(found, key=key) if found else None
-        any_order = self._any_order(graph, budget, deadline)
+        any_order = self._any_order(graph, budget)
         stats: dict[str, Any] = {
             "members": [m.as_dict() for m in members],
             "winner": None if winner is None else (
@@ -361,7 +337,7 @@ class Auto(Method):
             proven = any_order is not None and any_order.value is None  # no schedule fits at all
             return MethodResult(
                 Status.INFEASIBLE if proven else Status.NO_SOLUTION, solve_time_s=deadline.elapsed(), stats=stats,
-                termination=Termination.CONVERGED if proven else Termination.UNKNOWN,
+                termination=Termination.PROVEN if proven else self._stopped(deadline),
                 message="no schedule fits the budget (the any-order bound)" if proven else
                 "no member found a schedule within the budget")
         bound = None if any_order is None else any_order.value
@@ -370,9 +346,16 @@ class Auto(Method):
         # members' bounds, each valid in its own space, are in stats["bounds"].
         return MethodResult(
             Status.OPTIMAL if optimal else Status.FEASIBLE, winner.schedule, objective=winner.duration,
-            solve_time_s=deadline.elapsed(), stats=stats, message=f"the fastest schedule is {stats['winner']}'s")
+            solve_time_s=deadline.elapsed(), stats=stats, message=f"the fastest schedule is {stats['winner']}'s",
+            termination=Termination.PROVEN if optimal else self._stopped(deadline))
 
-    def _any_order(self, graph: Graph, budget: Number | None, deadline: Deadline) -> Any:
+    @staticmethod
+    def _stopped(deadline: Deadline) -> Termination:
+        """Why auto ended without a proof: its time ran out, or every member ended before it did."""
+        return Termination.INTERRUPTED if interrupted() else \
+            Termination.TIME_LIMIT if deadline.expired() else Termination.CONVERGED
+
+    def _any_order(self, graph: Graph, budget: Number | None) -> Any:
         """The any-order bound the pipeline computed (from the cache), or one computed now in a few seconds."""
         if budget is None:
             return None
@@ -382,63 +365,10 @@ class Auto(Method):
         return self.context.bounds.get(graph, budget, effort=3.0)[0]
 
 
-def _scored(graph: Graph, schedule: Schedule) -> tuple[Schedule, Simulation] | str:
-    """``schedule`` after the shared clean-up, with its simulation (as the pipeline scores it), or
-    why it is invalid."""
-    raw = simulate(graph, schedule)
-    if not raw.valid:
-        return f"an invalid schedule: {raw.violation}"
-    cleaned, _, sim = clean_up_simulated(graph, schedule, raw)
-    return cleaned, sim
-
-
 def _declared(name: str, params: dict[str, Any]) -> dict[str, Any]:
     """The parameters of ``params`` that method ``name`` declares (`threads` is offered to every exact member)."""
-    from remat_bench.methods import get_method
-
     declared = {p.name for p in get_method(name).params}
     return {k: v for k, v in params.items() if k in declared}
-
-
-def _record(graph: Graph, budget: Number | None, name: str, role: str,
-            call: Callable[[], MethodResult | None], params: dict[str, Any] | None = None) -> Member:
-    """Run one member through ``call`` and score its schedule as the pipeline would (after clean-up)."""
-    member = Member(name, role)
-    start = time.perf_counter()
-    try:
-        answer = call()
-    except KeyboardInterrupt:
-        raise
-    except Exception as exc:  # a member's failure is recorded; the others' best stands
-        member.seconds = round(time.perf_counter() - start, 3)
-        member.status, member.message = Status.ERROR.value, f"{type(exc).__name__}: {exc}"
-        return member
-    member.seconds = round(time.perf_counter() - start, 3)
-    if answer is None:
-        member.status, member.message = Status.UNSUPPORTED.value, "it does not apply here"
-        return member
-    from remat_bench.methods import get_method
-
-    member.status, member.message = answer.status.value, answer.message
-    member.lower_bound = answer.lower_bound
-    cls = get_method(name)
-    member.space = cls.space(cls.parse_params(_declared(name, params or {})))  # the space it ran in
-    member.returned = answer.stats.get("returned")
-    if answer.schedule is None:
-        return member
-    scored = _scored(graph, answer.schedule)
-    if isinstance(scored, str):
-        member.status, member.message = Status.ERROR.value, scored
-        return member
-    cleaned, sim = scored
-    member.simulated(graph, sim)
-    if budget is not None and sim.peak > budget:
-        if answer.status.found_schedule:
-            member.status = Status.OVER_BUDGET.value
-        return member  # a lowest-peak answer above the budget is no answer here
-    if answer.status.found_schedule:
-        member.schedule = cleaned
-    return member
 
 
 def _bounds(members: list[Member], any_order: Any) -> list[dict[str, Any]]:
@@ -486,34 +416,76 @@ class _Proven:
             self.by = self.by or name
 
 
-def _in_child(graph: Graph, budget: Number | None, name: str, params: dict[str, Any], limit: float | None,
-              context: SolveContext, deadline: Deadline, proven: _Proven) -> MethodResult | None:
-    """One exact member in a spawned child process, stopped ``CHILD_GRACE`` seconds past its limit, or
-    as soon as another member's schedule is proven optimal (``proven``)."""
-    from remat_bench.methods import method_target
-    from remat_bench.toolkit.child import run_in_child
+class _Clock:
+    """auto's time: the whole limit, the members' share of it (``members``: the limit less the polish's
+    share, ``keep``), and the polish's, which is never more than its share (auto ends early when the
+    members do)."""
 
-    params = _declared(name, params)
-    stop_at = None if limit is None else time.perf_counter() + limit + CHILD_GRACE
-    target = method_target(name)
-    outcome = run_in_child(_member_main, (graph, budget, name, target, params, limit, context),
-                           stop=lambda: interrupted() or bool(proven.by) or (
-                               stop_at is not None and time.perf_counter() > stop_at),
-                           daemon=False)
-    if outcome.status == "done":
-        answer: MethodResult | None = outcome.value
-        return answer
-    if outcome.status == "start_failed":  # no child could start: run it here
-        return run_method(graph, budget, name, params, deadline.remaining(), context)
-    if outcome.status == "stopped":
-        why = ("interrupted" if interrupted() else f"stopped: {proven.by}'s schedule is proven optimal"
-               if proven.by else f"still running {CHILD_GRACE:g} s past its time limit; stopped")
-        raise RuntimeError(why)
-    raise RuntimeError(outcome.message)
+    def __init__(self, time_limit: float | None, polish_share: float) -> None:
+        limit = time_limit if time_limit is not None else 3600.0
+        self.whole = Deadline(limit)
+        self.keep = polish_share * limit
+        self.members = Deadline(limit - self.keep)
+
+    def give_polish_time_to_members(self) -> None:
+        """The members take what is left of the whole limit; no polish."""
+        self.members, self.keep = Deadline(self.whole.remaining()), 0.0
+
+    def polish(self) -> Deadline:
+        left = self.whole.remaining()
+        return Deadline(self.keep if left is None else min(self.keep, left))
 
 
-def _member_main(graph: Graph, budget: Number | None, name: str, target: str, params: dict[str, Any],
-                 limit: float | None, context: SolveContext) -> MethodResult | None:
-    """The child's side of `_in_child` (module level, so that a spawned process can import it); the
-    class comes by its place, as the parent's registry has it."""
-    return run_method(graph, budget, name, params, limit, context, target)
+class Polish(Method):
+    """auto's polish (step 3): the offered schedules (``context.hints``, fastest first), each with its
+    recomputations undone one at a time, the most expensive first, and the rest reordered to fit the
+    budget again (`remat_bench.toolkit.improve.drop_with_reorder`); the fastest result when it is faster
+    than every offered schedule. Schedules with operator implementations other than the default are
+    left as they are (the reordering knows one implementation). Not registered: auto runs it.
+    """
+
+    name = "polish"
+    search_space = "the offered schedules with recomputations undone and reordered"
+    description = "undo recomputations of the offered schedules, reordering to fit"
+
+    def solve(self, graph: Graph, budget: Number | None, time_limit: float | None, **params: Any) -> MethodResult:
+        assert budget is not None
+        deadline = Deadline(time_limit)
+        offered = self.context.hints
+        best: tuple[Number, str, Schedule, int] | None = None
+        fastest = None
+        done: set[tuple[int, ...]] = set()
+        attempts = 0
+        for label, schedule in offered:
+            judged = judge_schedule(graph, schedule)
+            if isinstance(judged, str):
+                continue
+            fastest = judged.simulation.duration if fastest is None else min(fastest, judged.simulation.duration)
+            if deadline.expired() or interrupted():
+                break
+            computes = schedule.kinds == COMPUTE
+            if schedule.impls[computes].any():
+                continue
+            nodes = schedule.nodes[computes]
+            if tuple(nodes.tolist()) in done:
+                continue
+            done.add(tuple(nodes.tolist()))
+            stats: dict[str, Any] = {}
+            improved = drop_with_reorder(graph, nodes, budget, deadline, attempt_s=max(1.0, graph.n / 500),
+                                         stats=stats)
+            attempts += stats.get("attempts", 0)
+            candidate = judge_schedule(graph, place_frees(graph, improved, np.zeros(len(improved), dtype=np.int64)))
+            if isinstance(candidate, str):
+                continue
+            sim = candidate.simulation
+            if sim.peak <= budget and sim.duration < (best[0] if best is not None else fastest):
+                best = (sim.duration, label, candidate.schedule, stats.get("undone", 0))
+        termination = Termination.TIME_LIMIT if deadline.expired() else Termination.CONVERGED
+        if best is None:
+            return MethodResult(Status.NO_SOLUTION, solve_time_s=deadline.elapsed(), termination=termination,
+                                message=f"no member's schedule was improved ({attempts} attempts)")
+        duration, label, schedule, undone = best
+        return MethodResult(Status.FEASIBLE, schedule, objective=duration, solve_time_s=deadline.elapsed(),
+                            stats={"returned": label}, termination=termination,
+                            message=f"{undone} recomputation{'' if undone == 1 else 's'} undone ({attempts} attempts)")
+

@@ -1,0 +1,32 @@
+"""Every solver a user can name: the registered methods (`remat_bench.methods`) and the portfolio.
+
+``auto`` runs other methods, so it lives above them (`remat_bench.app.portfolio`) and is not in
+the method registry; it is named here beside them, with the same interface (`Method`), so that
+`solve`, sweeps and `remat-bench methods` treat it as one more choice.
+"""
+
+from __future__ import annotations
+
+from remat_bench.app.portfolio import Auto
+from remat_bench.methods import Method, get_method, method_names, unknown_method
+
+PORTFOLIOS: dict[str, type[Method]] = {"auto": Auto}
+
+
+def solver_names() -> list[str]:
+    """Every name a user can give ``--method``: the registered methods, then the portfolio."""
+    return [*method_names(), *PORTFOLIOS]
+
+
+def get_solver(name: str) -> type[Method]:
+    """The class named ``name``; an unknown name is one sentence listing the known ones."""
+    if name in PORTFOLIOS:
+        return PORTFOLIOS[name]
+    if name not in method_names():
+        raise unknown_method(name, solver_names())
+    return get_method(name)
+
+
+def all_solvers() -> list[type[Method]]:
+    """Every solver class, in `solver_names` order."""
+    return [get_solver(name) for name in solver_names()]

@@ -1,0 +1,477 @@
+"""The one path that runs a method and judges its answer (docs/design.md section 6).
+
+A number a method reports about itself is never trusted. `evaluate` is the only code
+that decides whether a method applies (its requirements, its declared applicability,
+the memory floor), computes the any-order bound the run is judged by, calls the method,
+turns whatever it raises into a result, applies the shared clean-up, simulates the
+cleaned schedule and judges it: over budget whatever the method believed, optimal only
+where the schedule meets the any-order bound, and that bound checked against the
+schedule (a contradiction discards a cached bound). `evaluate_in_child` runs the same
+in a child process stopped `remat_bench.core.control.grace_s` past its limit. `solve`,
+`solve` side by side, sweeps, the portfolio (`remat_bench.app.portfolio`) and candidate
+schedules (through `SolveContext.runner` = `run_source`) all go through them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from remat_bench.core.budget import Budget, budget_of
+from remat_bench.core.control import grace_s, interrupted
+from remat_bench.core.errors import MethodError, ModelTooLargeError
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.outcome import MethodResult, Status, Termination
+from remat_bench.core.schedule import Schedule
+from remat_bench.core.simulate import Simulation, baseline, clean_up_simulated, simulate
+from remat_bench.methods import Method, get_method
+from remat_bench.methods.base import SolveContext
+from remat_bench.toolkit.bound import Bound, BoundCache
+
+
+@dataclass
+class RunResult:
+    """One judged run: what ``solve --json`` prints and what a sweep row is built from."""
+
+    graph: str
+    graph_sha256: str
+    method: str
+    params: dict[str, Any]
+    status: Status
+    message: str
+    budget: Number | None
+    budget_fraction: float | None
+    baseline_peak: Number
+    baseline_duration: Number
+    peak: Number | None = None
+    duration: Number | None = None
+    overhead_pct: float | None = None
+    objective: Number | None = None
+    lower_bound: Number | None = None
+    lower_bound_any_order: Number | None = None
+    # With budget min: a peak no schedule goes below (`core.budget.peak_lower_bound`), and why.
+    peak_lower_bound: Number | None = None
+    peak_lower_bound_reason: str = ""
+    gap_pct: float | None = None
+    proven_optimal: bool = False
+    solve_time_s: float = 0.0
+    bound_time_s: float = 0.0  # spent on the any-order bound before the method (0 when cached or off)
+    termination: Termination = Termination.UNKNOWN  # why the method stopped, apart from what it found
+    space: str = ""  # where the method's own proofs (optimal, infeasible) hold
+    below_floor: bool = False  # infeasible before the method ran: the budget is below the memory floor
+    schedule_steps: int | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+    stats_bound: dict[str, Any] = field(default_factory=dict)
+    any_order: Bound | None = None  # the any-order bound the run is judged by (stats_bound describes it)
+    cleanup: dict[str, Any] | None = None
+    schedule: Schedule | None = None  # after the shared clean-up
+    method_schedule: Schedule | None = None  # as the method returned it (a warm start for another method)
+    simulation: Simulation | None = None
+
+    @property
+    def status_holds_for(self) -> str | None:
+        """Where the status is proven: "every schedule", "the method's space", or None (nothing proven).
+
+        Only a schedule that meets the any-order bound is optimal among every schedule, and
+        only a budget below the memory floor is infeasible for every schedule; a method's own
+        optimal or infeasible holds in its space (`space`), which may miss better schedules.
+        """
+        if self.proven_optimal or (self.status is Status.INFEASIBLE and self.below_floor):
+            return "every schedule"
+        if self.status in (Status.OPTIMAL, Status.INFEASIBLE):
+            return "the method's space"
+        return None
+
+    @property
+    def exit_code(self) -> int:
+        """0 when a schedule within budget was found, 1 otherwise (docs/design.md section 7)."""
+        return 0 if self.status.found_schedule else 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "graph": self.graph,
+            "method": self.method,
+            "params": self.params,
+            "status": self.status.value,
+            "message": self.message,
+            "budget": self.budget,
+            "budget_fraction": self.budget_fraction,
+            "peak": self.peak,
+            "duration": self.duration,
+            "baseline_peak": self.baseline_peak,
+            "baseline_duration": self.baseline_duration,
+            "overhead_pct": self.overhead_pct,
+            "objective": self.objective,
+            "lower_bound": self.lower_bound,
+            "lower_bound_any_order": self.lower_bound_any_order,
+            "peak_lower_bound": self.peak_lower_bound,
+            "peak_lower_bound_reason": self.peak_lower_bound_reason or None,
+            "gap_pct": self.gap_pct,
+            "proven_optimal": self.proven_optimal,
+            "solve_time_s": self.solve_time_s,
+            "bound_time_s": self.bound_time_s,
+            "space": self.space,
+            "status_holds_for": self.status_holds_for,
+            "termination": self.termination.value,
+            "schedule_steps": self.schedule_steps,
+            "graph_sha256": self.graph_sha256,
+            "cleanup": self.cleanup,
+            "stats": self.stats,
+        }
+
+
+# ---------------------------------------------------------------------- parameters
+
+PIPELINE_PARAMS = {
+    "impl": "operator implementations after solving: 'first' (as the method chose) or 'fastest-fit' "
+            "(each compute gets the fastest implementation whose workspace still fits; MONeT's Checkmate-O)",
+}
+
+
+def parse_method_params(cls: type[Method], params: Mapping[str, Any]) -> dict[str, Any]:
+    """The method's declared parameters (typed, defaults filled) plus the evaluation's own (``impl``),
+    if given; raises MethodError for an unknown or mistyped one."""
+    from remat_bench.toolkit.fastest_fit import MODES
+
+    own = {k: v for k, v in params.items() if k not in PIPELINE_PARAMS}
+    parsed = cls.parse_params(own)
+    if "impl" in params:
+        mode = str(params["impl"])
+        if mode not in MODES:
+            raise MethodError(f"parameter 'impl' must be one of {', '.join(MODES)}, got {mode!r}")
+        parsed["impl"] = mode
+    return parsed
+
+
+def bound_effort(time_limit: float | None) -> float:
+    """Seconds the any-order bound may take: a tenth of the limit, between 0.5 and 30 s (30 s with no limit)."""
+    return 30.0 if time_limit is None else max(0.5, min(30.0, time_limit / 10))
+
+
+def gap_pct(duration: Number, bound: Number | None) -> float | None:
+    """How far ``duration`` is above ``bound``, in percent of the bound."""
+    if bound is None:
+        return None
+    if bound == 0:
+        return 0.0 if duration == 0 else None
+    return max(0.0, 100.0 * (duration - bound) / bound)
+
+
+# ---------------------------------------------------------------------- the evaluation
+
+def evaluate(graph: Graph, solver: type[Method], budget: Budget, time_limit: float | None,
+             params: Mapping[str, Any] | None = None, *, bound: bool = True, context: SolveContext | None = None,
+             peak_only: bool = False) -> RunResult:
+    """Run ``solver`` on ``graph`` at ``budget`` and judge its answer with the simulator.
+
+    Parameters
+    ----------
+    graph, solver, budget, time_limit
+        What to solve, with which method class (a registered method, or the portfolio), within
+        which budget (parsed: `remat_bench.core.budget.parse_budget`), in how many seconds.
+    params
+        The method's parameters as given (text or values); ``impl`` is the evaluation's own.
+    bound
+        Compute the any-order lower bound (a tenth of the limit at most, or from the cache in
+        ``context.bounds``) and judge the run by it; False: no gap, nothing proven optimal.
+    context
+        The run's shared objects: its bound cache, schedules offered as hints. The goals
+        (`SolveContext.duration_goal`, ``peak_goal``) and the runner for candidate schedules
+        are set here.
+    peak_only
+        At ``budget=min``, the caller wants the lowest peak only (`remat-bench floor`): the
+        method may stop once its peak meets the peak no schedule goes below.
+
+    Returns
+    -------
+    RunResult
+        Every outcome, a failing method included, with a status and a message.
+
+    Raises
+    ------
+    MethodError
+        A parameter the method does not declare, or a value it refuses (exit status 2).
+    """
+    parsed = parse_method_params(solver, params or {})
+    context = context if context is not None else SolveContext()
+    result = _new_result(graph, solver, parsed, budget)
+    why = _refusal(graph, solver, budget, result)
+    if why is not None:
+        return why
+    if bound:
+        time_limit = _any_order(graph, budget, time_limit, context.bounds, result)
+    context = dataclasses.replace(
+        context, runner=run_source,
+        duration_goal=result.lower_bound_any_order if budget.amount is not None else None,
+        peak_goal=result.peak_lower_bound if peak_only else None)
+    start = time.perf_counter()
+    answer = _call(graph, solver, parsed, budget, time_limit, context)
+    wall = time.perf_counter() - start
+    result.termination = answer.termination if not interrupted() else Termination.INTERRUPTED
+    if result.termination is Termination.UNKNOWN:
+        result.termination = _termination_guessed(answer, wall, time_limit)
+    result.solve_time_s = answer.solve_time_s or wall
+    result.objective, result.lower_bound = answer.objective, answer.lower_bound
+    result.stats = {**answer.stats, "bound_any_order": result.stats_bound}
+    result.status, result.message = answer.status, answer.message
+    if answer.schedule is not None:
+        _judge(graph, budget, answer, result, context.bounds, bound_effort(time_limit))
+    return result
+
+
+def evaluate_in_child(graph: Graph, solver: type[Method], budget: Budget, time_limit: float | None,
+                      params: Mapping[str, Any] | None = None, *, bound: bool = True,
+                      context: SolveContext | None = None, peak_only: bool = False,
+                      stop: Callable[[], str] | None = None) -> RunResult:
+    """`evaluate` in a spawned child process, stopped `remat_bench.core.control.grace_s` seconds
+    past its limit, on Ctrl-C, or when ``stop()`` gives a reason; a stopped or failed child is an
+    ``error`` result saying so. ``solver`` crosses to the child by its place (a module-level
+    class). Where no child can start, the evaluation runs here.
+    """
+    from remat_bench.toolkit.child import run_in_child
+
+    context = context if context is not None else SolveContext()
+    # The child gets this graph's bounds only: the rest of a shared cache stays here.
+    context = dataclasses.replace(context, bounds=context.bounds.for_graph(graph), runner=None)
+    stop_at = None if time_limit is None else time.perf_counter() + time_limit + grace_s(time_limit)
+    reason = ""
+
+    def stopping() -> bool:
+        nonlocal reason
+        if interrupted():
+            reason = "interrupted"
+        elif stop is not None and (told := stop()):
+            reason = told
+        elif stop_at is not None and time.perf_counter() > stop_at:
+            reason = f"still running {grace_s(time_limit):g} s past its time limit; stopped"
+        return bool(reason)
+
+    outcome = run_in_child(_child_evaluate, (graph, solver, budget, time_limit, dict(params or {}), bound, context,
+                                             peak_only), stop=stopping, daemon=False)
+    if outcome.status == "done":
+        done: RunResult = outcome.value
+        return done
+    if outcome.status == "start_failed":
+        return evaluate(graph, solver, budget, time_limit, params, bound=bound, context=context, peak_only=peak_only)
+    result = _new_result(graph, solver, parse_method_params(solver, params or {}), budget)
+    result.message = reason if outcome.status == "stopped" else \
+        f"method '{solver.name}' failed in its process: {outcome.message}"
+    result.termination = Termination.INTERRUPTED if interrupted() else Termination.ERROR
+    return result
+
+
+def _child_evaluate(graph: Graph, solver: type[Method], budget: Budget, time_limit: float | None,
+                    params: dict[str, Any], bound: bool, context: SolveContext, peak_only: bool) -> RunResult:
+    """`evaluate_in_child`'s child (module level, so that a spawned process can import it)."""
+    return evaluate(graph, solver, budget, time_limit, params, bound=bound, context=context, peak_only=peak_only)
+
+
+def run_source(name: str, graph: Graph, budget: Number | None, time_limit: float | None,
+               params: Mapping[str, Any]) -> RunResult:
+    """The runner `SolveContext` hands to methods for candidate schedules: a registered method by
+    name, evaluated without the any-order bound (a warm start is not judged by it)."""
+    return evaluate(graph, get_method(name), budget_of(budget, graph), time_limit, params, bound=False)
+
+
+@dataclass
+class Judged:
+    """A schedule after the shared clean-up, as every run is scored: the cleaned schedule, its
+    simulation, and what the clean-up did."""
+
+    schedule: Schedule
+    simulation: Simulation
+    cleanup: dict[str, Any]
+
+
+def judge_schedule(graph: Graph, schedule: Schedule, impl: str = "first",
+                   budget: Number | None = None) -> Judged | str:
+    """``schedule`` after the shared clean-up (and, with ``impl`` fastest-fit, MONeT's Checkmate-O
+    pass at ``budget``), simulated; or why it is invalid (one sentence)."""
+    raw = simulate(graph, schedule)
+    if not raw.valid:
+        return f"an invalid schedule: {raw.violation}"
+    cleaned, report, sim = clean_up_simulated(graph, schedule, raw)
+    if impl == "fastest-fit":
+        from remat_bench.toolkit.fastest_fit import fastest_fit
+
+        first = report
+        cleaned, report, sim = clean_up_simulated(graph, fastest_fit(graph, cleaned, budget))
+        # What the record describes: the method's schedule before any clean-up, and the end result.
+        report = dataclasses.replace(report, duration_before=first.duration_before, peak_before=first.peak_before,
+                                     computes_before=first.computes_before, dropped=first.dropped + report.dropped)
+    return Judged(cleaned, sim, report.as_dict())
+
+
+# ---------------------------------------------------------------------- its steps
+
+def _new_result(graph: Graph, solver: type[Method], parsed: dict[str, Any], budget: Budget) -> RunResult:
+    """The run's record before anything is decided: status error until something better is known."""
+    base = baseline(graph)
+    return RunResult(graph=graph.name, graph_sha256=graph.sha256, method=solver.name, params=parsed,
+                     status=Status.ERROR, message="", budget=budget.amount, budget_fraction=budget.fraction,
+                     baseline_peak=base.peak, baseline_duration=base.duration, space=solver.space(parsed))
+
+
+def _refusal(graph: Graph, solver: type[Method], budget: Budget, result: RunResult) -> RunResult | None:
+    """``result``, final, when the method does not run: its requirements are missing, it does not apply
+    (`Method.skip`), or the budget is below the memory floor; None when it runs."""
+    if budget.peak_bound is not None:
+        result.peak_lower_bound, result.peak_lower_bound_reason = budget.peak_bound.amount, budget.peak_bound.reason
+    if budget.refusal is not None:
+        result.status, result.message, result.below_floor = Status.INFEASIBLE, budget.refusal, True
+        result.termination = Termination.PROVEN  # at once, by the memory floor
+        return result
+    reason = applicable(graph, solver, budget.amount)
+    if reason is not None:
+        result.status, result.message = Status.UNSUPPORTED, reason
+        result.termination = Termination.NOT_APPLICABLE
+        return result
+    return None
+
+
+def applicable(graph: Graph, solver: type[Method], budget: Number | None) -> str | None:
+    """Why ``solver`` does not run on ``graph`` at ``budget`` (its requirements are missing here, or
+    its declared applicability, `Method.skip`, excludes it), or None when it runs."""
+    ok, why = solver.available()
+    return why if not ok else solver.skip(graph, budget)
+
+
+def _any_order(graph: Graph, budget: Budget, time_limit: float | None, bounds: BoundCache,
+               result: RunResult) -> float | None:
+    """The any-order lower bound, recorded in ``result``; returns the time limit left for the method.
+
+    The bound is part of the run's time: at most a tenth of the limit, and the method gets the rest.
+    """
+    start = time.perf_counter()
+    any_order, from_cache = bounds.get(graph, budget.amount, bound_effort(time_limit))
+    result.bound_time_s = time.perf_counter() - start
+    result.any_order = any_order
+    result.lower_bound_any_order = any_order.value
+    result.stats_bound = {**any_order.as_dict(), "from_cache": from_cache}
+    if time_limit is not None:
+        time_limit = max(time_limit - result.bound_time_s, 0.1 * time_limit)
+    return time_limit
+
+
+def _call(graph: Graph, solver: type[Method], parsed: dict[str, Any], budget: Budget, time_limit: float | None,
+          context: SolveContext) -> MethodResult:
+    """The method's answer; its failures (out of memory, a model too large, a bug) are answers too.
+
+    The only place a method's exceptions are caught (`tests/test_architecture.py`).
+    """
+    try:
+        method = solver()
+        method.context = context
+        answer = method.solve(graph, budget.amount, time_limit, **{k: v for k, v in parsed.items()
+                                                                   if k not in PIPELINE_PARAMS})
+    except KeyboardInterrupt:
+        raise
+    except ModelTooLargeError as exc:
+        # The method measured its model before building it and declined: a clean answer.
+        answer = MethodResult(Status.UNSUPPORTED, message=str(exc), termination=Termination.RESOURCE_LIMIT)
+    except MemoryError:
+        # The sweep worker recognises this status (and sentence) to record the run as 'oom'.
+        answer = MethodResult(Status.OOM, message=f"method '{solver.name}' ran out of memory",
+                              termination=Termination.RESOURCE_LIMIT)
+    except Exception as exc:  # a method's bug is recorded, never lost
+        answer = MethodResult(Status.ERROR, message=f"method '{solver.name}' failed: {type(exc).__name__}: {exc}",
+                              stats={"traceback": traceback.format_exc(limit=8)}, termination=Termination.ERROR)
+    if interrupted():
+        answer.message = ("interrupted: the best schedule found before Ctrl-C" if answer.schedule is not None
+                          else "interrupted before a schedule was found") + (
+                              f"; {answer.message}" if answer.message else "")
+    return answer
+
+
+def _termination_guessed(answer: MethodResult, wall: float, time_limit: float | None) -> Termination:
+    """Why the method stopped, read off how it ended, for a method that did not say."""
+    if answer.status is Status.ERROR:
+        return Termination.ERROR
+    if answer.status is Status.UNSUPPORTED:
+        return Termination.NOT_APPLICABLE
+    if answer.status in (Status.OPTIMAL, Status.INFEASIBLE):
+        return Termination.PROVEN
+    if time_limit is not None and wall >= 0.95 * time_limit:
+        return Termination.TIME_LIMIT
+    return Termination.CONVERGED
+
+
+def _judge(graph: Graph, budget: Budget, answer: MethodResult, result: RunResult, bounds: BoundCache,
+           effort: float) -> None:
+    """Score the method's schedule as every run is scored, and judge it: valid, over budget whatever the
+    method believed, optimal only where it meets the any-order bound, and that bound checked."""
+    assert answer.schedule is not None
+    judged = judge_schedule(graph, answer.schedule, result.params.get("impl", "first"), budget.amount)
+    if isinstance(judged, str):
+        result.status = Status.ERROR
+        result.message = f"method '{result.method}' returned {judged}"
+        return
+    sim = judged.simulation
+    result.method_schedule = answer.schedule
+    result.schedule = judged.schedule.with_meta(  # the same steps: ``sim`` stays theirs
+        method=result.method, params=result.params, budget=budget.amount,
+        solver={"status": answer.status.value, "objective": answer.objective, "lower_bound": answer.lower_bound,
+                "solve_time_s": result.solve_time_s,
+                "stats": {k: v for k, v in answer.stats.items() if k != "traceback"}})
+    result.simulation, result.cleanup = sim, judged.cleanup
+    result.peak, result.duration = sim.peak, sim.duration
+    result.overhead_pct = sim.overhead_pct(result.baseline_duration)
+    result.schedule_steps = len(judged.schedule)
+    if budget.amount is not None and sim.peak > budget.amount and answer.status.found_schedule:
+        result.status = Status.OVER_BUDGET
+        result.message = (f"the simulated peak {sim.peak} is above the budget {budget.amount}"
+                          + (f" ({answer.message})" if answer.message else ""))
+    if result.any_order is not None:
+        _hold_to_bound(graph, budget, result, bounds, effort)
+
+
+def _hold_to_bound(graph: Graph, budget: Budget, result: RunResult, bounds: BoundCache, effort: float) -> None:
+    """Hold the run's schedule against the any-order bound it reports: a schedule within the budget
+    shorter than the bound (or where the bound says none fits) contradicts it.
+
+    The bound may have come from the disk cache, which anyone can edit: a contradicted bound is
+    discarded and computed again. If the fresh bound is contradicted too, the bound is wrong and the
+    run is an error (never "proven optimal"); otherwise the fresh bound is the run's.
+    """
+    assert result.any_order is not None and result.peak is not None and result.duration is not None
+    bound = result.any_order
+    why = contradiction(bound, result.duration, result.peak, budget.amount)
+    if why is not None:
+        start = time.perf_counter()
+        bound = bounds.recompute(graph, budget.amount, effort)
+        result.bound_time_s += time.perf_counter() - start
+        result.any_order, result.lower_bound_any_order = bound, bound.value
+        result.stats_bound = {**bound.as_dict(), "from_cache": False, "discarded": why}
+        result.stats["bound_any_order"] = result.stats_bound
+    result.gap_pct = gap_pct(result.duration, bound.value)
+    again = contradiction(bound, result.duration, result.peak, budget.amount) if why is not None else None
+    fits = budget.amount is None or result.peak <= budget.amount
+    result.proven_optimal = bool(fits and result.status.found_schedule and again is None and bound.value is not None
+                                 and result.duration <= bound.value)
+    if again is not None:
+        result.status, result.termination = Status.ERROR, Termination.ERROR
+        result.message = (f"the any-order bound is wrong: {again} (recomputed after the cached bound failed "
+                          "the same check); this is a bug in remat-bench, please report it")
+
+
+def contradiction(bound: Bound, duration: Number, peak: Number, budget: Number | None) -> str | None:
+    """Why a simulated schedule contradicts ``bound``, or None when it does not.
+
+    A schedule whose peak is within ``budget`` cannot be shorter than a valid lower bound at
+    that budget, and cannot exist at all where the bound says no schedule fits. Durations are
+    compared exactly when both are integers, else to a relative 1e-9 (rounding in sums of floats).
+    """
+    if budget is not None and peak > budget:
+        return None
+    if bound.status == "infeasible":
+        return f"the bound says no schedule fits the budget, yet one with peak {peak} does"
+    if bound.value is None:
+        return None
+    slack = 0 if isinstance(bound.value, int) and isinstance(duration, int) else 1e-9 * max(1.0, abs(bound.value))
+    if duration < bound.value - slack:
+        return f"a schedule within the budget takes {duration}, below the bound {bound.value}"
+    return None
