@@ -396,7 +396,7 @@ def test_below_the_floor_is_said_once_for_the_graph_in_the_budgets_own_terms():
 
 def test_a_schedule_over_budget_shows_no_overhead_and_a_tiny_gap_is_not_zero():
     """Issue 30 items 15 and 16: numbers for a schedule that does not fit; 0.000% gap beside an empty proof."""
-    from remat_bench.app.cli import gap_text
+    from remat_bench.app.cli.helpers import gap_text
 
     r = invoke("solve", CHAIN, "-m", "none", "-m", "chen", "-b", "0.5", "-t", "5")
     row = next(line for line in r.output.splitlines() if line.startswith("│ none"))

@@ -233,15 +233,8 @@ def select_runs(frame: pd.DataFrame, folder: str | Path, graph: str | None = Non
     """
     from remat_bench.app.sweep.results import labels, succeeded
 
-    graphs = list(dict.fromkeys(frame["graph"]))
-    if graph is not None and graph not in graphs and "graph_path" in frame:
-        # A graph also answers to its file's stem (what `graphs list` shows first).
-        stems = {Path(str(p)).stem: name for p, name in zip(frame["graph_path"], frame["graph"])
-                 if isinstance(p, str) and p}
-        graph = stems.get(graph, graph)
-    if graph is not None and graph not in graphs:
-        raise ChartError(f"{folder}: no graph named '{graph}' in the results{_did_you_mean(graph, graphs)}; "
-                         f"they are {', '.join(graphs)}")
+    if graph is not None:
+        graph = graph_in_results(frame, folder, graph)
     present = sorted(dict.fromkeys(frame["method"]), key=lambda m: (_design_rank(m), m))
     names = labels(frame)
     for method in methods:
@@ -263,6 +256,41 @@ def select_runs(frame: pd.DataFrame, folder: str | Path, graph: str | None = Non
             raise ChartError(f"{folder}: no run of {', '.join(methods)}{where} saved a schedule within its budget "
                              f"({', '.join(f'{n} {status}' for status, n in ended.items())})")
     return chosen
+
+
+def graph_in_results(frame: pd.DataFrame, folder: str | Path, text: str) -> str:
+    """The results' name of the graph ``text`` names, or a ChartError naming the graphs that are there.
+
+    ``text`` is a name in the results, the file name (stem) of a graph the runs
+    read, or anything else that names a graph (`remat_bench.app.graphs.find_graph`:
+    a file, a shipped graph's file or declared name, ``paper:<name>``) whose hash
+    is in the results.
+    """
+    graphs = list(dict.fromkeys(frame["graph"]))
+    if text in graphs:
+        return text
+    if "graph_path" in frame:
+        stems = {Path(str(p)).stem: name for p, name in zip(frame["graph_path"], frame["graph"])
+                 if isinstance(p, str) and p}
+        if text in stems:
+            return stems[text]
+    if "graph_sha256" in frame and (sha256 := _graph_hash(text)) is not None:
+        named = frame.loc[frame["graph_sha256"] == sha256, "graph"]
+        if len(named):
+            return str(named.iloc[0])
+    raise ChartError(f"{folder}: no graph named '{text}' in the results{_did_you_mean(text, graphs)}; "
+                     f"they are {', '.join(graphs)}")
+
+
+def _graph_hash(text: str) -> str | None:
+    """The hash of the graph ``text`` names outside the results, or None when it names none."""
+    from remat_bench.app.graphs import find_graph
+    from remat_bench.core.graph import load_graph
+
+    try:
+        return load_graph(find_graph(text)).sha256
+    except RematBenchError:
+        return None
 
 
 def _did_you_mean(name: str, known: Sequence[str]) -> str:

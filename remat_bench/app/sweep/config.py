@@ -8,7 +8,8 @@ limit, repeats and seeds, the executor and the output folder::
     time_limit: 20                    # seconds per run, enforced by killing the run
     memory_limit: 4GiB                # address-space cap per run (optional)
     graphs:
-      - ../graphs/chain-16-train.json
+      - ../graphs/chain-16-train.json   # a file, relative to this config
+      - kumar-figure1                   # a graph by name, as on the command line (remat-bench graphs list)
       - paper:checkmate_vgg16_train     # a published graph (remat-bench graphs fetch paper)
       - glob: paper:random_layered_n*   # published graphs by pattern, or a pattern of files
       - generate: {kind: random-layered, nodes: [50, 100], seed: 0}
@@ -22,10 +23,11 @@ limit, repeats and seeds, the executor and the output folder::
 
 Everything is checked before any run starts, and each problem is one
 `ConfigError` sentence naming the file and the line: an unknown key, an unset
-environment variable, a missing graph file or a glob matching none, an
-unknown or unavailable method, an unknown or mistyped parameter, a budget that
-does not parse against one of the graphs. Line numbers come from the YAML node
-tree (`yaml.compose`), which keeps every node's position.
+environment variable, a missing graph file, an unknown graph name or a glob
+matching none, an unknown or unavailable method, an unknown or mistyped
+parameter, a budget that does not parse against one of the graphs. Line
+numbers come from the YAML node tree (`yaml.compose`), which keeps every
+node's position.
 
 A config is data: reading it imports and calls nothing it names. Its size is
 checked before anything is built: a YAML tag other than plain values, aliases
@@ -61,6 +63,7 @@ import yaml
 
 from remat_bench.app import datasets
 from remat_bench.app.evaluate import PIPELINE_PARAMS, parse_method_params
+from remat_bench.app.graphs import graph_named
 from remat_bench.core.budget import format_amount, lowest_fraction, memory_floor, parse_budget
 from remat_bench.core.errors import BudgetError, ConfigError, GraphError, MethodError, RematBenchError
 from remat_bench.core.files import safe_name
@@ -649,13 +652,12 @@ def _graph_entries(doc: _Document, node: yaml.Node, env: Mapping[str, str]) -> l
     """Every graph entry read and checked: files found, generator and model options checked; nothing built."""
     entries: list[_Entry] = []
 
-    def published(item: yaml.Node, text: str, pattern: bool = False) -> list[str] | None:
-        """``paper:<name>`` (or a pattern of names) -> the paths; None when ``text`` names no published graph."""
-        if not text.startswith(datasets.PREFIX):
+    def published(item: yaml.Node, pattern: str) -> list[str] | None:
+        """``paper:<pattern>`` -> the paths of the published graphs it matches; None for any other pattern."""
+        if not pattern.startswith(datasets.PREFIX):
             return None
-        name = text[len(datasets.PREFIX):]
         try:
-            return [str(p) for p in (datasets.matching(name) if pattern else [datasets.locate(name)])]
+            return [str(p) for p in datasets.matching(pattern[len(datasets.PREFIX):])]
         except datasets.DatasetError as exc:
             raise doc.error(item, str(exc)) from None
 
@@ -667,10 +669,23 @@ def _graph_entries(doc: _Document, node: yaml.Node, env: Mapping[str, str]) -> l
                 raise doc.error(item, f"graph file {path} {why}")
         return _Entry(item, paths=paths)
 
+    def named(item: yaml.Node, text: str) -> _Entry:
+        """A string or ``path:`` entry: a file relative to the config; else, when ``text`` is a plain name
+        (no folder, nothing to expand), the graph it names on the command line as well (`graph_named`:
+        ``paper:<name>``, a shipped graph's file name or the name inside it)."""
+        if not text.startswith(datasets.PREFIX):
+            path = doc.expand_path(item, text, env)
+            if os.path.exists(path) or not _plain_graph_name(text):
+                return files(item, [path])
+        try:
+            # Absolute, as every path of a config: $REMAT_BENCH_GRAPHS or $PAPER_GRAPHS may be relative.
+            return files(item, [os.path.abspath(graph_named(text))])
+        except RematBenchError as exc:
+            raise doc.error(item, str(exc)) from None
+
     for item in doc.items(node, "graphs"):
         if isinstance(item, yaml.ScalarNode):
-            text = doc.text(item, "graphs")
-            entries.append(files(item, published(item, text) or [doc.expand_path(item, text, env)]))
+            entries.append(named(item, doc.text(item, "graphs")))
             continue
         entry = doc.mapping(item, "a graph entry", GRAPH_KEYS)
         if len(entry) != 1:
@@ -678,11 +693,10 @@ def _graph_entries(doc: _Document, node: yaml.Node, env: Mapping[str, str]) -> l
                                   "torch")
         key, (_, value) = next(iter(entry.items()))
         if key == "path":
-            text = doc.text(value, "path")
-            entries.append(files(value, published(value, text) or [doc.expand_path(value, text, env)]))
+            entries.append(named(value, doc.text(value, "path")))
         elif key == "glob":
             text = doc.text(value, "glob")
-            matches = published(value, text, pattern=True)
+            matches = published(value, text)
             pattern = text
             if matches is None:
                 pattern = doc.expand_path(value, text, env)
@@ -695,6 +709,12 @@ def _graph_entries(doc: _Document, node: yaml.Node, env: Mapping[str, str]) -> l
         else:
             entries.append(_torch_entry(doc, value))
     return entries
+
+
+def _plain_graph_name(text: str) -> bool:
+    """A text with no folder in it and nothing to expand (``chain-16-train``), which may name a graph rather
+    than a file beside the config."""
+    return "/" not in text and os.sep not in text and "$" not in text and not text.startswith("~")
 
 
 def _build_graphs(doc: _Document, entries: list[_Entry],

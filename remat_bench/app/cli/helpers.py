@@ -1,0 +1,181 @@
+"""What every command shares: the consoles, one way to print an answer (JSON or tables), number formats,
+argument parsing, the output-file check and the first Ctrl-C."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import click
+from rich.console import Console, RenderableType
+from rich.protocol import is_renderable
+from rich.table import Table
+
+from remat_bench.core.budget import format_amount
+from remat_bench.core.errors import RematBenchError
+from remat_bench.core.graph import Graph, Number
+
+# Piped or captured output gets room for the comparison tables (rich assumes 80 columns there).
+out = Console(highlight=False, soft_wrap=True,
+              width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+# ---------------------------------------------------------------------- output
+
+Rendered = RenderableType | Iterable[RenderableType]
+
+
+def show(data: Any, as_json: bool, render: Callable[[], Rendered]) -> None:
+    """A command's answer: ``data`` as one JSON value with --json, else what ``render`` draws (a table, or
+    tables and lines in turn). ``render`` is called only for the tables: they format what JSON leaves raw."""
+    if as_json:
+        print_json(data)
+        return
+    rendered = render()
+    for part in [rendered] if is_renderable(rendered) else cast(Iterable[RenderableType], rendered):
+        out.print(part)
+
+
+def key_values(rows: Iterable[tuple[str, str]]) -> Table:
+    """A two-column table without borders, the keys in bold: how one result is shown."""
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
+
+
+def print_json(data: Any) -> None:
+    click.echo(json.dumps(_finite(data), default=_json_default))
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+def _finite(data: Any) -> Any:
+    """JSON has no infinity or NaN: such values print as null."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_finite(v) for v in data]
+    return data
+
+
+# ---------------------------------------------------------------------- numbers
+
+
+def of_baseline(amount: Number, baseline_peak: Number) -> str:
+    """``"  = 80.0% of baseline"``, or nothing when the baseline peak is zero (an all-zero graph)."""
+    return f"  = {100 * amount / baseline_peak:.1f}% of baseline" if baseline_peak else ""
+
+
+def budget_text(amount: Number | None, fraction: float | None, unit: str) -> str:
+    """A run's budget: its amount (``min (lowest peak)`` for --budget min) and its share of the baseline."""
+    text = "min (lowest peak)" if amount is None else format_amount(amount, unit)
+    return text + (f"  = {100 * fraction:.1f}% of baseline" if fraction is not None else "")
+
+
+def gap_text(gap_pct: float) -> str:
+    """A gap to three decimals; one above zero that rounds to zero reads ``<0.001%``, so that only a
+    schedule that meets the bound shows ``0.000%``."""
+    return "<0.001%" if 0 < gap_pct < 0.0005 else f"{gap_pct:.3f}%"
+
+
+# ---------------------------------------------------------------------- arguments
+
+
+def load(text: str) -> Graph:
+    """The graph a GRAPH argument names (`remat_bench.app.graphs.find_graph`), read."""
+    from remat_bench.app.graphs import find_graph
+    from remat_bench.core.graph import load_graph
+
+    return load_graph(find_graph(text))
+
+
+def parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
+    params = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"'{pair}' is not of the form key=value", param_hint="--param")
+        params[key.strip()] = value.strip()
+    return params
+
+
+class Seconds(click.ParamType):
+    """A positive, finite number of seconds (nan, inf and 1e400 are refused)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or seconds <= 0:
+            self.fail(f"{value!r}: give a positive, finite number of seconds", param, ctx)
+        return seconds
+
+
+SECONDS = Seconds()
+
+
+def check_output(path: Path, inputs: list[Path], fmt: str) -> None:
+    """Refuse, before any work, an output that is an input, cannot be written, or is not ours to replace.
+
+    An existing file is replaced only when its first bytes say it is a remat-bench file
+    of this kind (a device or a huge file is never read in full).
+    """
+    from remat_bench.core.files import check_writable, file_format
+
+    target = path.resolve()
+    for src in inputs:
+        if src.exists() and src.resolve() == target:
+            raise RematBenchError(f"{path}: is one of the inputs; choose another output path")
+    check_writable(path)
+    if path.exists() and file_format(path) != fmt:
+        raise RematBenchError(
+            f"{path}: exists and is not a {fmt} file; remove it or choose another path "
+            "(remat-bench only replaces files it wrote)"
+        )
+
+
+# ---------------------------------------------------------------------- long work
+
+
+@contextlib.contextmanager
+def stop_on_first_ctrl_c() -> Iterator[None]:
+    """First Ctrl-C: the method stops and returns its best so far; a second one aborts."""
+    from remat_bench.core.control import interrupted, request_interrupt, reset_interrupt
+
+    def handler(signum: int, frame: Any) -> None:
+        if interrupted():
+            raise KeyboardInterrupt
+        request_interrupt()
+        err.print("stopping: finishing with the best schedule so far (Ctrl-C again to abort)")
+
+    reset_interrupt()
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def working(text: str, as_json: bool) -> contextlib.AbstractContextManager[Any]:
+    """A spinner with ``text`` on a terminal while a command works; nothing with --json or when captured."""
+    return err.status(text) if not as_json and err.is_terminal else contextlib.nullcontext()

@@ -1,0 +1,54 @@
+"""The ``remat-bench`` group: its commands, and how any of them ends on bad input or Ctrl-C.
+
+Every user-caused error becomes one sentence on stderr and its exit status
+(2 for bad input); Ctrl-C that reaches here is status 130.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+from rich.markup import escape
+
+from remat_bench import __version__
+from remat_bench.app.cli import graphs, methods, solve, sweeps, torch
+from remat_bench.app.cli.helpers import err
+from remat_bench.core.errors import RematBenchError, printable
+
+
+class RematGroup(click.Group):
+    """Turns RematBenchError into one sentence and its exit status; Ctrl-C into status 130."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            # One sentence, as for every other bad input (click would add its usage lines).
+            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            err.print(f"[bold red]error:[/] {escape(printable(exc.format_message()))} (see `{where} -h`)",
+                      markup=True, highlight=False)
+            sys.exit(exc.exit_code)
+        except RematBenchError as exc:
+            err.print(f"[bold red]error:[/] {escape(printable(str(exc)))}", markup=True, highlight=False)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            sys.exit(130)
+
+
+@click.group(cls=RematGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="remat-bench")
+def main() -> None:
+    """Compare tensor-rematerialization methods on one footing.
+
+    Every method reads one graph format and writes one schedule format; one
+    shared simulator scores every schedule for peak memory and duration.
+    """
+
+
+for _command in (solve.solve, solve.simulate, solve.floor, solve.bound, methods.methods, graphs.graphs,
+                 sweeps.sweep, sweeps.plot, sweeps.report, torch.replay):
+    main.add_command(_command)
+graphs.graphs.add_command(torch.import_torch)  # beside replay in cli/torch.py: both need PyTorch

@@ -1,0 +1,187 @@
+"""``sweep``, ``plot`` and ``report``: batch runs and what is drawn and written from their results
+(docs/design.md section 8, docs/sweeps.md)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from remat_bench.app.cli.helpers import err, load, out
+
+
+@click.command()
+@click.argument("config", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Results folder (default: the config's `output`, else results/<config name>).")
+@click.option("-j", "--workers", type=click.IntRange(min=1),
+              help="Runs at once (default: the config's, else the number of cores).")
+@click.option("--executor", type=click.Choice(["local", "dask"]),
+              help="Where runs go (default: the config's, else local).")
+@click.option("--address", metavar="tcp://HOST:PORT", help="A Dask scheduler (implies --executor dask).")
+@click.option("--resume", is_flag=True, help="Continue the sweep in the output folder, skipping finished runs.")
+@click.option("--csv", is_flag=True, help="Write results.csv beside results.parquet.")
+@click.option("--dry-run", is_flag=True, help="Check the config and count the runs; run nothing.")
+def sweep(config: Path, output: Path | None, workers: int | None, executor: str | None, address: str | None,
+          resume: bool, csv: bool, dry_run: bool) -> None:
+    """Run every graph x method x parameters x budget x seed x repeat of CONFIG, each in its own process.
+
+    Every finished run is appended to <output>/journal.jsonl at once; the table
+    is <output>/results.parquet. Exit status 0 when every run was recorded, 1
+    when some were lost by the executor or failed for reasons of the sweep
+    itself (rerun with --resume), 2 for a bad config or a results folder that
+    cannot be written or is in use, 130 when interrupted (rerun with --resume).
+    """
+    from remat_bench.app.sweep import load_config, plan, run_sweep, summarize
+    from remat_bench.app.sweep.config import floor_notes, trace_torch_graphs
+    from remat_bench.app.sweep.progress import SweepProgress, summary_table
+    from remat_bench.app.sweep.runner import check_output as check_results_folder
+
+    if executor == "local" and address:
+        raise click.BadParameter("--address names a Dask scheduler; use it with --executor dask",
+                                 param_hint="--address")
+    cfg = load_config(config, output=output)
+    if dry_run:
+        check_results_folder(cfg.output, csv, create=False)  # tried, nothing made
+        pending, skipped = plan(cfg, resume)
+        traced = (f"; {len(cfg.pending)} of the graphs are PyTorch models, traced (running their code) when the "
+                  "sweep starts, and their budgets checked then" if cfg.pending else "")
+        out.print(f"{config}: ok; {cfg.planned_runs} runs ({len(cfg.graphs) + len(cfg.pending)} graphs, "
+                  f"{len(cfg.methods)} methods), {skipped} already in {cfg.output}, "
+                  f"{len(pending) + cfg.planned_runs - len(cfg.runs)} to run; time limit {cfg.time_limit:g} s "
+                  f"(+{cfg.grace:g} s grace) per run{traced}", markup=False, highlight=False)
+        for note in floor_notes(cfg):
+            out.print(f"warning: {note}", markup=False, highlight=False)
+        return
+    cfg = trace_torch_graphs(cfg, lambda text: err.print(text, markup=False, highlight=False))
+    for note in floor_notes(cfg):
+        err.print(f"warning: {note}", markup=False, highlight=False)
+    result = run_sweep(cfg, workers=workers, executor=executor, address=address, resume=resume, csv=csv,
+                       reporter=SweepProgress(err))
+    if len(result.table):
+        out.print(summary_table(summarize(result.table), title=f"{cfg.name}: {len(result.table)} runs"))
+    if result.written:  # else the table could not be written, and result.failure says why
+        out.print("wrote " + ", ".join(str(p) for p in result.written) + f" ({result.finished} runs this time)")
+    if result.interrupted:
+        err.print(f"interrupted: finished runs are recorded; continue with `remat-bench sweep {config} "
+                  f"--output {cfg.output} --resume`")
+        sys.exit(130)
+    if result.failure:
+        err.print(f"[bold red]error:[/] {escape(result.failure)}", markup=True, highlight=False)
+    elif result.lost:
+        err.print(f"{len(result.lost)} runs were lost by the executor (not recorded); run again with --resume")
+    if result.faults:
+        n = len(result.faults)
+        err.print(f"{n} run{'s' if n != 1 else ''} failed for reasons of the sweep itself, e.g. "
+                  f"{result.faults[0].get('message')}; fix that and run again with --resume, which runs them again",
+                  markup=False, highlight=False)
+    if result.failure or result.lost or result.faults:
+        sys.exit(1)
+
+
+@click.command()
+@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--kind", "-k", type=click.Choice(["tradeoff", "scaling", "timeline", "intervals"]),
+              default="tradeoff", show_default=True)
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Image file (.png, .svg).")
+@click.option("--graph", "-g", help="timeline/intervals: the graph (a name in the results, or a graph file "
+                                     "when SOURCES are schedule files); tradeoff/scaling: only this graph.")
+@click.option("--budget", "-b", help="timeline/intervals from results: the budget as written in the config.")
+@click.option("--method", "-m", "methods", multiple=True, help="Only these methods (repeatable).")
+def plot(sources: tuple[Path, ...], kind: str, output: Path, graph: str | None, budget: str | None,
+         methods: tuple[str, ...]) -> None:
+    """Draw a chart from a results folder, or timeline/intervals from schedule files.
+
+    \b
+    remat-bench plot results/smoke --kind tradeoff -o tradeoff.png
+    remat-bench plot results/smoke --kind timeline --graph chain-16 --budget 0.8 -o t.svg
+    remat-bench plot a.json b.json --graph graphs/chain-16-train.json --kind timeline -o t.png
+    """
+    from remat_bench.app import charts
+    from remat_bench.app.sweep.results import load_table, schedules_at, skipped_note
+    from remat_bench.core.schedule import load_schedule
+
+    charts.image_format(output)  # a wrong suffix is refused before the results are read
+    folder = sources[0] if len(sources) == 1 and sources[0].is_dir() else None
+    if folder is None:
+        # Name the actual problem with SOURCES: a path that is not there comes before what kind of path it is.
+        missing = next((path for path in sources if not path.exists()), None)
+        if kind not in ("timeline", "intervals"):
+            if len(sources) > 1:
+                raise click.BadParameter(f"a {kind} chart is drawn from one results folder; {len(sources)} were "
+                                         "given", param_hint="SOURCES")
+            if missing is not None:
+                raise click.BadParameter(f"{missing}: no such folder", param_hint="SOURCES")
+            raise click.BadParameter(f"{sources[0]} is a file; a {kind} chart is drawn from a results folder",
+                                     param_hint="SOURCES")
+        if missing is not None:
+            raise click.BadParameter(f"{missing}: no such file or folder", param_hint="SOURCES")
+        folders = [path for path in sources if path.is_dir()]
+        if folders:
+            raise click.BadParameter(f"{folders[0]} is a folder; give one results folder, or schedule files only",
+                                     param_hint="SOURCES")
+        if methods or budget:
+            raise click.BadParameter("schedule files are drawn as given; --method and --budget pick the runs of a "
+                                     "results folder", param_hint="--method" if methods else "--budget")
+        if not graph:
+            raise click.BadParameter("schedule files need --graph, the graph file they were written for",
+                                     param_hint="--graph")
+        g = load(graph)
+        scheds = [(path.stem, load_schedule(path, g)) for path in sources]
+        if kind == "intervals" and len(scheds) != 1:
+            raise click.BadParameter("an intervals chart shows one schedule", param_hint="SOURCES")
+        if kind == "timeline":
+            # Named by file, a colour and a budget line each: two files are often one method at two budgets.
+            named = [(f"{path.name} ({s.method})" if s.method else path.name, s)
+                     for path, (_, s) in zip(sources, scheds)]
+            charts.timeline(g, named, output, budgets=[s.budget for _, s in scheds], colour_each=True)
+        else:
+            charts.intervals(g, scheds[0][1], output)
+        out.print(f"wrote {output}: {kind} of {', '.join(str(p) for p in sources)}")
+        return
+
+    if budget is not None and kind in ("tradeoff", "scaling"):
+        raise click.BadParameter(f"a {kind} chart shows every budget; --budget picks the schedules of a timeline "
+                                 "or intervals chart", param_hint="--budget")
+    table = load_table(folder)
+    if (skipped := skipped_note(table)) is not None:
+        err.print(f"note: {skipped}", markup=False, highlight=False)
+    # An unknown --graph or --method is named (with its nearest match) rather than leaving nothing to draw.
+    # The graph's name in the results serves both steps below (--graph may name its file, or paper:<name>).
+    if graph is not None:
+        graph = charts.graph_in_results(table, folder, graph)
+    chosen_runs = charts.select_runs(table, folder, graph, methods, need_schedule=kind in ("timeline", "intervals"))
+    if kind in ("tradeoff", "scaling"):
+        (charts.tradeoff if kind == "tradeoff" else charts.scaling)(chosen_runs, output)
+        out.print(f"wrote {output}: {kind} of {len(chosen_runs)} runs")
+        return
+    chosen = schedules_at(folder, table, graph=graph, budget=budget, methods=methods or None)
+    if kind == "timeline":
+        charts.timeline(chosen.graph, chosen.schedules, output, budget=chosen.budget,
+                        title=f"{chosen.graph.name} at budget {chosen.budget_text}: memory at every step")
+        shown = ", ".join(label for label, _ in chosen.schedules)
+    else:
+        label, best = chosen.schedules[int(chosen.rows["duration"].astype(float).to_numpy().argmin())]
+        charts.intervals(chosen.graph, best, output,
+                         title=f"{chosen.graph.name}, {label} at budget {chosen.budget_text}: when each value is held")
+        shown = label
+    out.print(f"wrote {output}: {kind} of {chosen.graph.name} at budget {chosen.budget_text} ({shown})")
+
+
+@click.command()
+@click.argument("results", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Markdown file (.md).")
+@click.option("--title", help="The report's title (default: from the sweep's config).")
+def report(results: Path, output: Path, title: str | None) -> None:
+    """Write a Markdown report of a RESULTS folder: summary, best method per budget, charts, tables."""
+    from remat_bench.app.report import write_report
+    from remat_bench.app.sweep.results import load_table, skipped_note
+
+    table = load_table(results)
+    if not table.empty and (skipped := skipped_note(table)) is not None:  # else the error names them
+        err.print(f"note: {skipped}", markup=False, highlight=False)
+    written = write_report(results, output, title=title, table=table)
+    out.print(f"wrote {written} (charts in {written.parent / (written.stem + '-figures')})")
+

@@ -1,0 +1,159 @@
+"""The commands that need PyTorch: ``graphs import-torch`` (docs/pytorch.md) and ``replay`` (docs/design.md
+section 9). Without PyTorch each is one sentence saying how to install it, exit status 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from remat_bench.app.cli.helpers import SECONDS, check_output, err, key_values, load, out, show, working
+from remat_bench.core.budget import format_amount
+from remat_bench.core.graph import Graph
+
+
+@click.command("import-torch")
+@click.argument("model")
+@click.option("--batch", type=click.IntRange(min=1), help="Batch size (default 8).")
+@click.option("--input-shape", metavar="DxDx...",
+              help="Per-sample input shape, e.g. 3x32x32 (zoo models have a default).")
+@click.option("--durations", type=click.Choice(["flops", "profile"]), default="flops", show_default=True,
+              help="FLOPs from fake tensors, or each operator timed (ns) on real ones, with its workspace.")
+@click.option("--workspace", type=click.Choice(["none", "measure"]),
+              help="Scratch memory of each operator: 0, or measured on real tensors on this machine "
+                   "(default: measure with --durations profile, else none).")
+@click.option("--task", type=click.Choice(["classify", "segment", "language", "regress"]),
+              help="The loss: cross-entropy over (N, C), (N, C, ...) or next-token (N, T, V) logits, or "
+                   "mean squared error (default: the zoo's; classify an (N, C) output, else regress).")
+@click.option("--input-dtype", type=click.Choice(["float32", "float64", "float16", "bfloat16", "int64", "int32"]),
+              help="Dtype of the input batch (default: int64 with --task language, else float32).")
+@click.option("--vocab", type=click.IntRange(min=1),
+              help="Integer inputs are ids in [0, N) (default with --task language: the logits' vocabulary).")
+@click.option("--kwarg", "kwargs", multiple=True, metavar="KEY=VALUE",
+              help="Argument for the model's factory or constructor, repeatable; VALUE is read as a JSON "
+                   "literal (16, true, [1, 2], \"text\") when it is one, else as a string.")
+@click.option("--time-limit", "-t", type=SECONDS, default=600.0, show_default=True,
+              help="Seconds to build and trace the model; it runs in a child process, stopped then.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
+def import_torch(model: str, batch: int | None, input_shape: str | None, durations: str,
+                 workspace: str | None, task: str | None, input_dtype: str | None, vocab: int | None,
+                 kwargs: tuple[str, ...], time_limit: float, output: Path) -> None:
+    """Trace MODEL's training step into a graph: a zoo name or package.module:factory.
+
+    Zoo: mlp, vgg11, resnet18, resnet50, unet, gpt. A factory runs only when it
+    is an nn.Module subclass or a function in a file of your own (never the
+    standard library). Tracing uses fake tensors, so any batch size imports
+    without allocating it (except --durations profile and --workspace measure,
+    which run the operators).
+    """
+    _require_torch("graphs import-torch")
+    from remat_bench.app.sweep.config import trace_model
+    from remat_bench.core.graph import save_graph
+
+    check_output(output, [], "remat-bench-graph")
+    shape = _parse_shape(input_shape) if input_shape else None
+    # In a child process: the factory and forward pass are the user's code, which may hang or exit.
+    g = trace_model(dict(model=model, batch=batch, input_shape=shape, durations=durations, workspace=workspace,
+                         task=task, input_dtype=input_dtype, input_range=vocab, model_kwargs=_parse_kwargs(kwargs)),
+                    time_limit)
+    save_graph(g, output)
+    out.print(f"wrote {output}: {g.name} ({g.n} nodes, {g.num_edges} edges, fixed memory "
+              f"{format_amount(g.fixed_memory, 'bytes')})")
+
+
+@click.command()
+@click.argument("graph")
+@click.argument("schedule", type=click.Path(path_type=Path))
+@click.option("--device", type=click.Choice(["cuda", "cpu"]), help="Default: cuda when present, else cpu.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def replay(graph: str, schedule: Path, device: str | None, as_json: bool) -> None:
+    """Run SCHEDULE with real tensors through PyTorch and measure the real peak.
+
+    For a graph imported with `graphs import-torch`, every step runs the
+    model's real operator and the loss and gradients are checked against
+    plain autograd; for other graphs each node allocates its size and reads
+    its inputs. Exit status 1 when the outputs differ from autograd, or when
+    the measured peak is above the budget the schedule file holds.
+    """
+    _require_torch("replay")
+    from remat_bench.torch.replay import load_schedule_for
+    from remat_bench.torch.replay import replay as run_replay
+
+    g = load(graph)
+    sched = load_schedule_for(g, schedule)  # refuses a schedule written for another graph
+    with working(f"replaying {schedule.name} on {g.name}...", as_json):
+        result = run_replay(g, sched, device)
+    show(result.to_json(), as_json, lambda: _replayed(g, result))
+    if result.within_budget is False and result.budget is not None:
+        unit = g.units.get("memory", "")
+        over = result.measured_peak - result.budget
+        err.print(f"over budget: the measured peak {format_amount(result.measured_peak, unit)} is above the "
+                  f"schedule's budget {format_amount(result.budget, unit)} by {format_amount(over, unit)}: "
+                  f"{escape(result.budget_note)}", highlight=False)
+    sys.exit(1 if result.outputs_match is False or result.within_budget is False else 0)
+
+
+def _replayed(g: Graph, r: Any) -> Table:
+    unit = g.units.get("memory", "")
+    rows = [("graph", f"{g.name} ({'real operators' if r.mode == 'model' else 'synthetic tensors'}, {r.device})"),
+            ("measured peak", f"{format_amount(r.measured_peak, unit)}  ({r.peak_error_pct:+.3f}% vs simulated)"),
+            ("simulated peak", format_amount(r.simulated_peak, unit))]
+    if r.budget is not None:
+        verdict = "[green]measured peak within it[/]" if r.within_budget else "[red]measured peak above it[/]"
+        rows.append(("budget", f"{format_amount(r.budget, unit)}  ({verdict})"))
+    rows.append(("fixed memory", f"{format_amount(r.measured_fixed, unit)} measured, "
+                                 f"{format_amount(r.fixed_memory, unit)} in the graph"))
+    if r.outputs_match is not None:
+        verdict = "[green]yes[/]" if r.outputs_match else "[red]no[/]"
+        rows.append(("outputs match autograd", f"{verdict}  (max abs diff {r.max_abs_diff:.3g}, max rel diff "
+                                               f"{r.max_rel_diff:.3g}; tolerance rtol 1e-5, atol 1e-6)"))
+    rows.append(("wall time", f"{r.wall_time_s:.3f} s  (modelled duration {format_amount(r.simulated_duration)} "
+                              f"{r.duration_unit})"))
+    rows.append(("steps", f"{r.steps} ({r.computes} computes, {r.recomputations} recomputations)"))
+    rows.append(("measured by", r.measurement))
+    if r.note:
+        rows.append(("note", r.note))
+    return key_values(rows)
+
+
+def _require_torch(command: str) -> None:
+    """One sentence and exit status 2 when PyTorch is missing (escaped: the hint has brackets)."""
+    from remat_bench.torch import TorchMissingError, require_torch
+
+    try:
+        require_torch(command)
+    except TorchMissingError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}")
+        sys.exit(exc.exit_code)
+
+
+def _parse_kwargs(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """``--kwarg key=value`` pairs; a value is a JSON literal when it parses as one (16, true), else text."""
+    kwargs: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise click.BadParameter(f"'{pair}' is not of the form key=value with a Python name as key",
+                                     param_hint="--kwarg")
+        try:
+            kwargs[key] = json.loads(text)
+        except ValueError:
+            kwargs[key] = text
+    return kwargs
+
+
+def _parse_shape(text: str) -> tuple[int, ...]:
+    parts = text.replace(",", "x").replace("*", "x").split("x")
+    try:
+        shape = tuple(int(p) for p in parts if p.strip())
+    except ValueError:
+        shape = ()
+    if not shape or any(d < 1 for d in shape):
+        raise click.BadParameter(f"'{text}' is not a shape such as 3x32x32", param_hint="--input-shape")
+    return shape
