@@ -364,21 +364,23 @@ def test_every_number_parameter_declares_its_range_and_a_huge_one_is_refused_bef
 
 def test_floor_ends_once_the_lowest_peak_is_proven():
     """Issue 30 item 16: floor ran its whole limit after proving its answer."""
-    r = invoke("floor", CHAIN, "-t", "60", "--json")
+    r = invoke("floor", CHAIN, "-t", "300", "--json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
     assert data["proven"] and data["lowest_peak_found"] == data["peak_lower_bound"] == 4
-    assert data["solve_time_s"] < 15  # the limit was 60 s; a fast member reaches the floor in milliseconds
+    assert data["solve_time_s"] < 100  # of 300 s; a fast member reaches the floor in milliseconds
 
 
 def test_auto_ends_once_a_members_schedule_meets_the_any_order_bound():
     """Issue 30 item 16: auto ran its whole limit at a gap of 0.000%: its exact members ran on side by side."""
-    r = invoke("solve", str(SHIPPED / "resnet18-b8-r64-train.json"), "-m", "auto", "-b", "0.9", "-t", "120",
+    r = invoke("solve", str(SHIPPED / "resnet18-b8-r64-train.json"), "-m", "auto", "-b", "0.9", "-t", "600",
                "--json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
     assert data["proven_optimal"] and data["gap_pct"] == 0.0
-    assert data["solve_time_s"] < 40  # of 120 s: moccasin meets the bound in about a second on 2 cores
+    # Of 600 s: moccasin meets the bound in about a second on 2 cores; a run that waited for its members'
+    # limits would take nearly all of it. The margin holds on a loaded machine.
+    assert data["solve_time_s"] < 200
     exact = {m["method"]: m for m in data["stats"]["members"] if m["role"] == "exact"}
     assert any(m["status"] in ("optimal", "feasible") for m in exact.values())
 

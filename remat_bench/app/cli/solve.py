@@ -126,7 +126,7 @@ def _result(g: Graph, r: Any, output: Path | None) -> Iterator[RenderableType]:
             ("method", r.method + (f"  {r.params}" if r.params else "")),
             ("status", _status_text(r))]
     if r.message:
-        rows.append(("", r.message))
+        rows.append(("", escape(r.message)))
     rows.append(("budget", budget_text(r.budget, r.budget_fraction, unit)))
     if r.peak is not None:
         rows.append(("peak", format_amount(r.peak, unit) + of_baseline(r.peak, r.baseline_peak)))
