@@ -219,3 +219,33 @@ def test_a_bound_still_contradicted_after_recomputing_is_an_error_never_optimal(
                          "1000000000 (recomputed after the cached bound failed the same check); this is a bug in "
                          "remat-bench, please report it")
     assert r.exit_code == 1
+
+
+def test_a_bound_says_why_its_search_stopped_and_its_status_word_follows(tmp_path):
+    import json
+
+    from remat_bench.core.outcome import Termination
+    from remat_bench.toolkit.bound import Bound, BoundCache, _source_digest
+    from tests.helpers import SHIPPED
+
+    g = load_graph(SHIPPED / "chain-16-train.json")
+    solved = any_order_bound(g, 14)
+    assert (solved.termination, solved.status, solved.settled) == (Termination.PROVEN, "optimal", True)
+    none_fits = any_order_bound(g, 1)
+    assert (none_fits.value, none_fits.termination, none_fits.status) == (None, Termination.PROVEN, "infeasible")
+    trivial = any_order_bound(g, None)
+    assert (trivial.termination, trivial.status, trivial.settled) == (Termination.CONVERGED, "trivial", True)
+    stopped = Bound(50, Termination.TIME_LIMIT)
+    assert (stopped.status, stopped.settled) == ("limit", False)
+    # The status words (older callers, cache entries written before the termination) name the same facts.
+    assert [Bound(1, word).termination for word in ("optimal", "trivial", "limit")] == \
+        [Termination.PROVEN, Termination.CONVERGED, Termination.TIME_LIMIT]
+    cache = BoundCache(str(tmp_path))
+    cache.put(g.sha256, 14, solved, 1.0)
+    (entry,) = tmp_path.glob("*.json")
+    written = json.loads(entry.read_text())
+    assert (written["bound"]["status"], written["bound"]["termination"]) == ("optimal", "proven")
+    del written["bound"]["termination"]
+    entry.write_text(json.dumps(written))
+    assert written["code"] == _source_digest()
+    assert BoundCache(str(tmp_path)).peek(g, 14) == solved  # read back from its status word

@@ -30,3 +30,26 @@ def test_streamed_messages_reach_the_parent_in_order():
     outcome = run_in_child(count_to, (5,), stop=Deadline(60).expired, stream_to="send", on_message=got.append)
     assert (outcome.status, outcome.value) == ("done", 5)
     assert got == [0, 1, 2, 3, 4]
+
+
+def test_each_end_is_a_termination():
+    import os
+
+    from remat_bench.core.control import request_interrupt, reset_interrupt
+    from remat_bench.core.outcome import Termination
+
+    done = run_in_child(math.factorial, (6,), stop=Deadline(60).expired)
+    assert (done.termination, done.returned, done.value) == (Termination.CONVERGED, True, 720)
+    stopped = run_in_child(time.sleep, (600,), stop=Deadline(0.5).expired)
+    assert (stopped.termination, stopped.returned) == (Termination.TIME_LIMIT, False)
+    failed = run_in_child(math.factorial, (-1,), stop=Deadline(60).expired)
+    assert (failed.termination, failed.died) == (Termination.ERROR, False)
+    died = run_in_child(os._exit, (3,), stop=Deadline(60).expired)  # no answer, no exception: it died
+    assert (died.termination, died.died, died.status) == (Termination.ERROR, True, "died")
+    assert died.message == "the child process ended without an answer"
+    request_interrupt()  # Ctrl-C: the stop predicate stops the child, and says why
+    try:
+        interrupted = run_in_child(time.sleep, (600,), stop=Deadline(60).expired)
+    finally:
+        reset_interrupt()
+    assert (interrupted.termination, interrupted.status) == (Termination.INTERRUPTED, "stopped")

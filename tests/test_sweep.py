@@ -371,7 +371,9 @@ budgets: [0.8]
     rows = outcome.table.set_index("method")
     assert rows.loc["greedy", "status"] == "oom"
     assert rows.loc["greedy", "message"] == "the run ran out of memory under the cap of 2147483648 bytes"
+    assert rows.loc["greedy", "termination"] == "resource_limit"
     assert rows.loc["chen", "status"] == "feasible"
+    assert rows.loc["chen", "termination"] == "converged"
 
 
 def test_a_cap_too_small_to_load_the_solver_is_recorded_not_fatal(tmp_path):

@@ -288,6 +288,8 @@ def test_runs_killed_by_a_signal_or_at_their_time_limit_keep_what_they_printed_i
     rows = done["outcome"].table.set_index("status")
     assert sorted(rows.index) == ["error", "timeout"]
     assert "killed by signal SIGKILL" in rows.loc["error", "message"]
+    # Why each stopped, in the methods' vocabulary: the sweep's kill at the limit, and a crash.
+    assert (rows.loc["timeout", "termination"], rows.loc["error", "termination"]) == ("time_limit", "error")
     for status in ("error", "timeout"):
         log = tmp_path / "out" / "logs" / f"{rows.loc[status, 'run_id']}.log"
         assert log.read_text().splitlines() == ["test hook: sleeping 600 s before solving"]

@@ -25,7 +25,7 @@ from remat_bench.core.budget import Budget, budget_of
 from remat_bench.core.control import grace_s, interrupted
 from remat_bench.core.errors import MethodError, ModelTooLargeError
 from remat_bench.core.graph import Graph, Number
-from remat_bench.core.outcome import MethodResult, Status, Termination
+from remat_bench.core.outcome import MethodResult, SolutionStatus, Status, Termination
 from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import Simulation, baseline, clean_up_simulated, simulate
 from remat_bench.methods import Method, get_method
@@ -209,17 +209,19 @@ def evaluate(graph: Graph, solver: type[Method], budget: Budget, time_limit: flo
         duration_goal=result.lower_bound_any_order if budget.amount is not None else None,
         peak_goal=result.peak_lower_bound if peak_only else None)
     start = time.perf_counter()
-    answer = _call(graph, solver, parsed, budget, time_limit, context)
+    answer, verdict = _call(graph, solver, parsed, budget, time_limit, context)
     wall = time.perf_counter() - start
-    result.termination = answer.termination if not interrupted() else Termination.INTERRUPTED
-    if result.termination is Termination.UNKNOWN:
-        result.termination = _termination_guessed(answer, wall, time_limit)
+    result.termination = answer.termination
+    if interrupted() and answer.termination is Termination.TIME_LIMIT:
+        result.termination = Termination.INTERRUPTED  # Ctrl-C ends every deadline: the method saw its limit
     result.solve_time_s = answer.solve_time_s or wall
     result.objective, result.lower_bound = answer.objective, answer.lower_bound
     result.stats = {**answer.stats, "bound_any_order": result.stats_bound}
-    result.status, result.message = answer.status, answer.message
-    if answer.schedule is not None:
-        _judge(graph, budget, answer, result, context.bounds, bound_effort(time_limit))
+    result.message = answer.message
+    if answer.schedule is not None and verdict is None:
+        verdict = _judge(graph, budget, answer, result, context.bounds, bound_effort(time_limit))
+    # The one place a run's status is decided: what the method found, why it stopped, and the verdict.
+    result.status = Status.of(answer.solution_status, result.termination, verdict)
     return result
 
 
@@ -239,28 +241,34 @@ def evaluate_in_child(graph: Graph, solver: type[Method], budget: Budget, time_l
     context = dataclasses.replace(context, bounds=context.bounds.for_graph(graph), runner=None)
     stop_at = None if time_limit is None else time.perf_counter() + time_limit + grace_s(time_limit)
     reason = ""
+    why = Termination.INTERRUPTED
 
     def stopping() -> bool:
-        nonlocal reason
+        nonlocal reason, why
         if interrupted():
             reason = "interrupted"
         elif stop is not None and (told := stop()):
             reason = told
         elif stop_at is not None and time.perf_counter() > stop_at:
             reason = f"still running {grace_s(time_limit):g} s past its time limit; stopped"
+            why = Termination.TIME_LIMIT
         return bool(reason)
 
     outcome = run_in_child(_child_evaluate, (graph, solver, budget, time_limit, dict(params or {}), bound, context,
                                              peak_only), stop=stopping, daemon=False)
-    if outcome.status == "done":
+    if outcome.returned:
         done: RunResult = outcome.value
         return done
-    if outcome.status == "start_failed":
+    if outcome.termination is Termination.NOT_APPLICABLE:  # no child could start: here, then
         return evaluate(graph, solver, budget, time_limit, params, bound=bound, context=context, peak_only=peak_only)
     result = _new_result(graph, solver, parse_method_params(solver, params or {}), budget)
-    result.message = reason if outcome.status == "stopped" else \
-        f"method '{solver.name}' failed in its process: {outcome.message}"
-    result.termination = Termination.INTERRUPTED if interrupted() else Termination.ERROR
+    if outcome.termination is Termination.ERROR:
+        result.message, result.termination = f"method '{solver.name}' failed in its process: {outcome.message}", \
+            Termination.ERROR
+    else:
+        result.message, result.termination = reason, why
+    # Stopped (past its limit, on Ctrl-C, or told to) or failed: no answer came back, which is an error.
+    result.status = Status.of(SolutionStatus.NO_SOLUTION, result.termination, Status.ERROR)
     return result
 
 
@@ -322,13 +330,14 @@ def _refusal(graph: Graph, solver: type[Method], budget: Budget, result: RunResu
     if budget.peak_bound is not None:
         result.peak_lower_bound, result.peak_lower_bound_reason = budget.peak_bound.amount, budget.peak_bound.reason
     if budget.refusal is not None:
-        result.status, result.message, result.below_floor = Status.INFEASIBLE, budget.refusal, True
+        result.message, result.below_floor = budget.refusal, True
         result.termination = Termination.PROVEN  # at once, by the memory floor
+        result.status = Status.of(SolutionStatus.INFEASIBLE, result.termination)
         return result
     reason = applicable(graph, solver, budget.amount)
     if reason is not None:
-        result.status, result.message = Status.UNSUPPORTED, reason
-        result.termination = Termination.NOT_APPLICABLE
+        result.message, result.termination = reason, Termination.NOT_APPLICABLE
+        result.status = Status.of(SolutionStatus.NO_SOLUTION, result.termination)
         return result
     return None
 
@@ -358,11 +367,13 @@ def _any_order(graph: Graph, budget: Budget, time_limit: float | None, bounds: B
 
 
 def _call(graph: Graph, solver: type[Method], parsed: dict[str, Any], budget: Budget, time_limit: float | None,
-          context: SolveContext) -> MethodResult:
-    """The method's answer; its failures (out of memory, a model too large, a bug) are answers too.
+          context: SolveContext) -> tuple[MethodResult, Status | None]:
+    """The method's answer, and the verdict on what it raised (None when it returned); its failures (out
+    of memory, a model too large, a bug) are answers too.
 
     The only place a method's exceptions are caught (`tests/test_architecture.py`).
     """
+    verdict = None
     try:
         method = solver()
         method.context = context
@@ -372,44 +383,34 @@ def _call(graph: Graph, solver: type[Method], parsed: dict[str, Any], budget: Bu
         raise
     except ModelTooLargeError as exc:
         # The method measured its model before building it and declined: a clean answer.
-        answer = MethodResult(Status.UNSUPPORTED, message=str(exc), termination=Termination.RESOURCE_LIMIT)
+        answer = MethodResult(SolutionStatus.NO_SOLUTION, message=str(exc), termination=Termination.RESOURCE_LIMIT)
+        verdict = Status.UNSUPPORTED
     except MemoryError:
         # The sweep worker recognises this status (and sentence) to record the run as 'oom'.
-        answer = MethodResult(Status.OOM, message=f"method '{solver.name}' ran out of memory",
+        answer = MethodResult(SolutionStatus.NO_SOLUTION, message=f"method '{solver.name}' ran out of memory",
                               termination=Termination.RESOURCE_LIMIT)
+        verdict = Status.OOM
     except Exception as exc:  # a method's bug is recorded, never lost
-        answer = MethodResult(Status.ERROR, message=f"method '{solver.name}' failed: {type(exc).__name__}: {exc}",
+        answer = MethodResult(SolutionStatus.NO_SOLUTION,
+                              message=f"method '{solver.name}' failed: {type(exc).__name__}: {exc}",
                               stats={"traceback": traceback.format_exc(limit=8)}, termination=Termination.ERROR)
     if interrupted():
         answer.message = ("interrupted: the best schedule found before Ctrl-C" if answer.schedule is not None
                           else "interrupted before a schedule was found") + (
                               f"; {answer.message}" if answer.message else "")
-    return answer
-
-
-def _termination_guessed(answer: MethodResult, wall: float, time_limit: float | None) -> Termination:
-    """Why the method stopped, read off how it ended, for a method that did not say."""
-    if answer.status is Status.ERROR:
-        return Termination.ERROR
-    if answer.status is Status.UNSUPPORTED:
-        return Termination.NOT_APPLICABLE
-    if answer.status in (Status.OPTIMAL, Status.INFEASIBLE):
-        return Termination.PROVEN
-    if time_limit is not None and wall >= 0.95 * time_limit:
-        return Termination.TIME_LIMIT
-    return Termination.CONVERGED
+    return answer, verdict
 
 
 def _judge(graph: Graph, budget: Budget, answer: MethodResult, result: RunResult, bounds: BoundCache,
-           effort: float) -> None:
+           effort: float) -> Status | None:
     """Score the method's schedule as every run is scored, and judge it: valid, over budget whatever the
-    method believed, optimal only where it meets the any-order bound, and that bound checked."""
+    method believed, optimal only where it meets the any-order bound, and that bound checked. Returns
+    the verdict (`Status.of`): error, over_budget, or None where the method's word stands."""
     assert answer.schedule is not None
     judged = judge_schedule(graph, answer.schedule, result.params.get("impl", "first"), budget.amount)
     if isinstance(judged, str):
-        result.status = Status.ERROR
         result.message = f"method '{result.method}' returned {judged}"
-        return
+        return Status.ERROR
     sim = judged.simulation
     result.method_schedule = answer.schedule
     result.schedule = judged.schedule.with_meta(  # the same steps: ``sim`` stays theirs
@@ -421,17 +422,24 @@ def _judge(graph: Graph, budget: Budget, answer: MethodResult, result: RunResult
     result.peak, result.duration = sim.peak, sim.duration
     result.overhead_pct = sim.overhead_pct(result.baseline_duration)
     result.schedule_steps = len(judged.schedule)
-    if budget.amount is not None and sim.peak > budget.amount and answer.status.found_schedule:
-        result.status = Status.OVER_BUDGET
+    verdict = None
+    found = answer.status.found_schedule  # what the method claimed, before any verdict
+    if budget.amount is not None and sim.peak > budget.amount and found:
+        verdict = Status.OVER_BUDGET
         result.message = (f"the simulated peak {sim.peak} is above the budget {budget.amount}"
                           + (f" ({answer.message})" if answer.message else ""))
-    if result.any_order is not None:
-        _hold_to_bound(graph, budget, result, bounds, effort)
+    if result.any_order is not None and not _hold_to_bound(graph, budget, result, bounds, effort,
+                                                           found and verdict is None):
+        verdict = Status.ERROR
+    return verdict
 
 
-def _hold_to_bound(graph: Graph, budget: Budget, result: RunResult, bounds: BoundCache, effort: float) -> None:
+def _hold_to_bound(graph: Graph, budget: Budget, result: RunResult, bounds: BoundCache, effort: float,
+                   found: bool) -> bool:
     """Hold the run's schedule against the any-order bound it reports: a schedule within the budget
-    shorter than the bound (or where the bound says none fits) contradicts it.
+    shorter than the bound (or where the bound says none fits) contradicts it. Returns False when the
+    bound is wrong (the run is then an error); sets ``proven_optimal`` where a schedule ``found``
+    within the budget meets the bound.
 
     The bound may have come from the disk cache, which anyone can edit: a contradicted bound is
     discarded and computed again. If the fresh bound is contradicted too, the bound is wrong and the
@@ -450,12 +458,14 @@ def _hold_to_bound(graph: Graph, budget: Budget, result: RunResult, bounds: Boun
     result.gap_pct = gap_pct(result.duration, bound.value)
     again = contradiction(bound, result.duration, result.peak, budget.amount) if why is not None else None
     fits = budget.amount is None or result.peak <= budget.amount
-    result.proven_optimal = bool(fits and result.status.found_schedule and again is None and bound.value is not None
+    result.proven_optimal = bool(fits and found and again is None and bound.value is not None
                                  and result.duration <= bound.value)
     if again is not None:
-        result.status, result.termination = Status.ERROR, Termination.ERROR
+        result.termination = Termination.ERROR
         result.message = (f"the any-order bound is wrong: {again} (recomputed after the cached bound failed "
                           "the same check); this is a bug in remat-bench, please report it")
+        return False
+    return True
 
 
 def contradiction(bound: Bound, duration: Number, peak: Number, budget: Number | None) -> str | None:
@@ -467,7 +477,7 @@ def contradiction(bound: Bound, duration: Number, peak: Number, budget: Number |
     """
     if budget is not None and peak > budget:
         return None
-    if bound.status == "infeasible":
+    if bound.termination is Termination.PROVEN and bound.value is None:
         return f"the bound says no schedule fits the budget, yet one with peak {peak} does"
     if bound.value is None:
         return None

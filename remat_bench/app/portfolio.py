@@ -58,7 +58,7 @@ from remat_bench.core.budget import budget_of
 from remat_bench.core.control import Deadline, interrupted
 from remat_bench.core.errors import MethodError
 from remat_bench.core.graph import Graph, Number
-from remat_bench.core.outcome import MethodResult, Status, Termination
+from remat_bench.core.outcome import MethodResult, SolutionStatus, Status, Termination, cut_short, search_ended
 from remat_bench.core.schedule import COMPUTE, Schedule
 from remat_bench.core.simulate import Simulation, baseline, place_frees
 from remat_bench.methods import get_method
@@ -96,7 +96,7 @@ class Member:
 
     method: str
     role: str  # "fast", "exact" or "polish"
-    status: str = "not_run"
+    status: Status | None = None  # None: not run (recorded as "not_run")
     seconds: float = 0.0
     overhead_pct: float | None = None
     peak: Number | None = None
@@ -105,14 +105,15 @@ class Member:
     space: str = ""
     returned: str | None = None  # an exact member's: its own search, or whose offered schedule
     message: str = ""
+    termination: Termination | None = None  # why its run stopped (None: not run)
     schedule: Schedule | None = field(default=None, repr=False)
 
     @classmethod
     def of_run(cls, run: RunResult, role: str, seconds: float) -> Member:
         """A member from its evaluated run: its status, its cleaned schedule when it found one within
         the budget (`remat_bench.app.evaluate` judged it), and what its search proved, where."""
-        member = cls(run.method, role, run.status.value, round(seconds, 3), run.overhead_pct, run.peak, run.duration,
-                     run.lower_bound, run.space, run.stats.get("returned"), run.message)
+        member = cls(run.method, role, run.status, round(seconds, 3), run.overhead_pct, run.peak, run.duration,
+                     run.lower_bound, run.space, run.stats.get("returned"), run.message, run.termination)
         if run.status.found_schedule:
             member.schedule = run.schedule
         return member
@@ -123,7 +124,8 @@ class Member:
         self.overhead_pct = sim.overhead_pct(baseline(graph).duration)
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "schedule" and v not in (None, "")}
+        record = {**self.__dict__, "status": "not_run" if self.status is None else self.status.value}
+        return {k: v for k, v in record.items() if k != "schedule" and v not in (None, "")}
 
 
 class Auto(Method):
@@ -156,7 +158,7 @@ class Auto(Method):
             clock.give_polish_time_to_members()
         if exact and (reached := self._reached(budget, members)) is not None:
             for name in exact:  # a fast member's schedule meets the goal: nothing is faster (or lower)
-                members.append(Member(name, "exact", "not_run", message=f"{reached}'s schedule is proven optimal"))
+                members.append(Member(name, "exact", message=f"{reached}'s schedule is proven optimal"))
         elif exact and not clock.members.expired():
             jobs = params["jobs"] or min(os.cpu_count() or 1, len(exact))
             self._run_exact(graph, budget, exact, clock.members, min(jobs, len(exact)), members, hints)
@@ -174,7 +176,7 @@ class Auto(Method):
             # checkmate's input-order stages, and gets every core (docs/benchmarks.md, "auto on the
             # published graphs": checkmate alone never beat moccasin order=free alone there).
             exact.remove("checkmate")
-            members.append(Member("checkmate", "exact", "not_run", message="no backward nodes: moccasin's "
+            members.append(Member("checkmate", "exact", message="no backward nodes: moccasin's "
                                   "order-free search holds checkmate's space and takes every core"))
         return [n for n in runnable if n not in EXACT], exact
 
@@ -191,7 +193,8 @@ class Auto(Method):
                 reason = "the any-order bound proves that no order fits without recomputation"
         if reason is not None:
             role = "exact" if name in EXACT else "fast"
-            members.append(Member(name, role, Status.UNSUPPORTED.value, message=reason))
+            members.append(Member(name, role, Status.UNSUPPORTED, message=reason,
+                                  termination=Termination.NOT_APPLICABLE))
             return False
         return True
 
@@ -203,7 +206,7 @@ class Auto(Method):
         runnable = names
         for k, name in enumerate(runnable):
             if deadline.expired() or interrupted():
-                members.append(Member(name, "fast", message="no time left"))
+                members.append(Member(name, "fast", message="no time left", termination=cut_short()))
                 continue
             if (reached := self._reached(budget, members)) is not None:
                 members.append(Member(name, "fast", message=f"{reached}'s schedule is proven optimal"))
@@ -225,7 +228,7 @@ class Auto(Method):
         if jobs <= 1 or not can_spawn():
             for k, name in enumerate(names):
                 if (reached := self._reached(budget, members)) is not None:
-                    members.append(Member(name, "exact", "not_run", message=f"{reached}'s schedule is proven optimal"))
+                    members.append(Member(name, "exact", message=f"{reached}'s schedule is proven optimal"))
                     continue
                 left = deadline.remaining()
                 limit = None if left is None else left / (len(names) - k)
@@ -248,13 +251,13 @@ class Auto(Method):
 
         def one(name: str) -> Member:
             if proven.by:
-                return Member(name, "exact", "not_run", message=f"{proven.by}'s schedule is proven optimal")
+                return Member(name, "exact", message=f"{proven.by}'s schedule is proven optimal")
             params = {"threads": threads, **_exact_params(graph, name, members)}
             member = self._evaluated(graph, budget, name, "exact", params, limit, hints, stop=stop)
             if self._reached(budget, [member]) is not None:
                 proven.found(name)
-            elif proven.by and proven.by != name and member.status == Status.ERROR.value:
-                member.status = "not_run"
+            elif proven.by and proven.by != name and member.status is Status.ERROR:
+                member.status = None  # stopped for the proven member's schedule: not run to its end
             return member
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -336,8 +339,9 @@ class Auto(Method):
         if winner is None:
             proven = any_order is not None and any_order.value is None  # no schedule fits at all
             return MethodResult(
-                Status.INFEASIBLE if proven else Status.NO_SOLUTION, solve_time_s=deadline.elapsed(), stats=stats,
-                termination=Termination.PROVEN if proven else self._stopped(deadline),
+                SolutionStatus.INFEASIBLE if proven else SolutionStatus.NO_SOLUTION, solve_time_s=deadline.elapsed(),
+                stats=stats,
+                termination=Termination.PROVEN if proven else self._stopped(deadline, members),
                 message="no schedule fits the budget (the any-order bound)" if proven else
                 "no member found a schedule within the budget")
         bound = None if any_order is None else any_order.value
@@ -345,15 +349,16 @@ class Auto(Method):
         # No lower bound of its own: the any-order bound is the run's (the pipeline reports it), and the
         # members' bounds, each valid in its own space, are in stats["bounds"].
         return MethodResult(
-            Status.OPTIMAL if optimal else Status.FEASIBLE, winner.schedule, objective=winner.duration,
+            SolutionStatus.OPTIMAL if optimal else SolutionStatus.FEASIBLE, winner.schedule, objective=winner.duration,
             solve_time_s=deadline.elapsed(), stats=stats, message=f"the fastest schedule is {stats['winner']}'s",
-            termination=Termination.PROVEN if optimal else self._stopped(deadline))
+            termination=Termination.PROVEN if optimal else self._stopped(deadline, members))
 
     @staticmethod
-    def _stopped(deadline: Deadline) -> Termination:
-        """Why auto ended without a proof: its time ran out, or every member ended before it did."""
-        return Termination.INTERRUPTED if interrupted() else \
-            Termination.TIME_LIMIT if deadline.expired() else Termination.CONVERGED
+    def _stopped(deadline: Deadline, members: list[Member]) -> Termination:
+        """Why auto ended without a proof: its time ran out (or Ctrl-C), or a member's share of it did
+        (more time could still change the answer), or every member ran to its end."""
+        cut = any(m.termination in (Termination.TIME_LIMIT, Termination.INTERRUPTED) for m in members)
+        return cut_short() if interrupted() or deadline.expired() or cut else Termination.CONVERGED
 
     def _any_order(self, graph: Graph, budget: Number | None) -> Any:
         """The any-order bound the pipeline computed (from the cache), or one computed now in a few seconds."""
@@ -480,12 +485,12 @@ class Polish(Method):
             sim = candidate.simulation
             if sim.peak <= budget and sim.duration < (best[0] if best is not None else fastest):
                 best = (sim.duration, label, candidate.schedule, stats.get("undone", 0))
-        termination = Termination.TIME_LIMIT if deadline.expired() else Termination.CONVERGED
+        termination = search_ended(deadline)
         if best is None:
-            return MethodResult(Status.NO_SOLUTION, solve_time_s=deadline.elapsed(), termination=termination,
+            return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=deadline.elapsed(), termination=termination,
                                 message=f"no member's schedule was improved ({attempts} attempts)")
         duration, label, schedule, undone = best
-        return MethodResult(Status.FEASIBLE, schedule, objective=duration, solve_time_s=deadline.elapsed(),
+        return MethodResult(SolutionStatus.FEASIBLE, schedule, objective=duration, solve_time_s=deadline.elapsed(),
                             stats={"returned": label}, termination=termination,
                             message=f"{undone} recomputation{'' if undone == 1 else 's'} undone ({attempts} attempts)")
 

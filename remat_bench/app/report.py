@@ -36,6 +36,7 @@ from remat_bench.app.sweep.results import (
 )
 from remat_bench.core.errors import RematBenchError
 from remat_bench.core.files import atomic_write_text
+from remat_bench.core.outcome import Status
 
 MAX_GRAPH_CHARTS = 12
 
@@ -186,7 +187,7 @@ def production_section(frame: pd.DataFrame) -> str | None:
     mine = frame[frame["method"].isin(PRODUCTION)]
     if mine.empty:
         return None
-    left_out = mine[mine["status"].isin(["unsupported", "infeasible"])]
+    left_out = mine[mine["status"].isin([Status.UNSUPPORTED.value, Status.INFEASIBLE.value])]
     mine = mine[~mine.index.isin(left_out.index)]
     others = frame[frame["ok"] & frame["overhead_pct"].notna()]
     rows = []
@@ -285,13 +286,13 @@ def finding_section(frame: pd.DataFrame) -> str | None:
                          if len(bound) and len(base) and float(base.iloc[0]) else None)
             reorder = good[good["method"] == "reorder"]
             # reorder is infeasible only when proven (the any-order bound's prefix cuts, or CP-SAT).
-            needed = bool((at["method"].eq("reorder") & at["status"].eq("infeasible")).any())
+            needed = bool((at["method"].eq("reorder") & at["status"].eq(Status.INFEASIBLE.value)).any())
             if len(reorder):
                 no_remat += 1
                 verdict = "no rematerialization needed: an order fits at 0%"
             elif best_any is not None and bound_pct is not None and best_any <= bound_pct + 1e-9:
                 verdict = "proven optimal (best = bound)"
-            elif at["lower_bound_any_order"].isna().all() and at["status"].eq("infeasible").any():
+            elif at["lower_bound_any_order"].isna().all() and at["status"].eq(Status.INFEASIBLE.value).any():
                 verdict = "no schedule fits (below the memory floor)"
             elif best_any is None:
                 verdict = "open: no schedule found"

@@ -36,6 +36,9 @@ class Deadline:
     def __init__(self, seconds: float | None) -> None:
         self.start = time.monotonic()
         self.seconds = seconds
+        # Set once `expired` has said so: whoever polled stopped or skipped work then, so a search
+        # polling this deadline was cut short (`remat_bench.core.outcome.search_ended`).
+        self.ran_out = False
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
@@ -48,7 +51,9 @@ class Deadline:
         return max(0.0, self.seconds - self.elapsed())
 
     def expired(self) -> bool:
-        return _INTERRUPTED.is_set() or (self.seconds is not None and self.elapsed() >= self.seconds)
+        passed = _INTERRUPTED.is_set() or (self.seconds is not None and self.elapsed() >= self.seconds)
+        self.ran_out = self.ran_out or passed
+        return passed
 
 
 def grace_s(time_limit: float | None) -> float:

@@ -26,7 +26,14 @@ from remat_bench.core.control import (  # noqa: F401 (re-exported: methods impor
 )
 from remat_bench.core.errors import MethodError
 from remat_bench.core.graph import Graph, Number
-from remat_bench.core.outcome import MethodResult, Status, Termination  # noqa: F401 (re-exported)
+from remat_bench.core.outcome import (  # noqa: F401 (re-exported: methods import them from here)
+    MethodResult,
+    SolutionStatus,
+    Status,
+    Termination,
+    cut_short,
+    search_ended,
+)
 from remat_bench.core.schedule import Schedule
 from remat_bench.toolkit.bound import BoundCache
 

@@ -39,7 +39,7 @@ import numpy as np
 
 from remat_bench.core.control import Deadline
 from remat_bench.core.graph import Graph, Number
-from remat_bench.core.outcome import MethodResult, Status
+from remat_bench.core.outcome import MethodResult, SolutionStatus, Status
 from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import baseline_schedule, clean_up_simulated, place_frees, simulate
 from remat_bench.methods.base import Param, SolveContext
@@ -167,7 +167,8 @@ def best_of(graph: Graph, budget: Number | None, answer: MethodResult, pool: Seq
     else:
         why = (f"{winner.source}'s schedule ({duration}) is faster than the search's own "
                f"({mine[0]}); returning it")
-    return MethodResult(Status.FEASIBLE, winner.schedule, objective=winner.duration,
+    # Its search ended as it did (``termination``): the schedule returned is another's.
+    return MethodResult(SolutionStatus.FEASIBLE, winner.schedule, objective=winner.duration,
                         lower_bound=answer.lower_bound if answer.status is not Status.INFEASIBLE else None,
                         solve_time_s=answer.solve_time_s, stats=answer.stats, message=why,
                         termination=answer.termination)
@@ -206,8 +207,8 @@ def _run(graph: Graph, budget: Number | None, source: Source, limit: float | Non
         entry["skipped"] = "no runner to run other methods (run this method through remat_bench.app.evaluate)"
         return None
     result = context.runner(source.name, graph, budget, limit, source.params)
-    if result.status.value == "error":
+    if result.status is Status.ERROR:
         entry["error"] = result.message
     # The method's schedule as it returned it, when it called it found (a peak the simulator puts over the
     # budget is kept too: a search that starts above the budget may use it).
-    return result.method_schedule if result.status.found_schedule or result.status.value == "over_budget" else None
+    return result.method_schedule if result.status.found_schedule or result.status is Status.OVER_BUDGET else None

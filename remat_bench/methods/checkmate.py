@@ -47,8 +47,10 @@ from remat_bench.methods.base import (
     Method,
     MethodResult,
     Param,
+    SolutionStatus,
     SolveContext,
-    Status,
+    Termination,
+    cut_short,
 )
 from remat_bench.methods.candidates import (
     KEEP_BEST,
@@ -116,7 +118,8 @@ class Checkmate(Method):
             # No time left to solve: the warm start is the answer, if there is one.
             from remat_bench.toolkit.milp import MilpSolution
 
-            sol = MilpSolution("feasible" if start is not None else "no_solution", x=start,
+            sol = MilpSolution(SolutionStatus.FEASIBLE if start is not None else SolutionStatus.NO_SOLUTION,
+                               cut_short(), x=start,
                                objective=None if start is None else float(cm.model.cost @ start),
                                message="the time limit ran out before the MILP could start")
             return best_of(graph, budget, milp_result(cm, sol, stats, deadline), pool)
@@ -211,17 +214,25 @@ def milp_result(cm: CheckmateModel, sol: Any, stats: dict[str, Any], deadline: D
         incumbents.append(row)
     stats["incumbents"] = incumbents
     lower = None if sol.dual_bound is None else sol.dual_bound * cm.dur_scale
-    if sol.status == "infeasible":
-        return MethodResult(Status.INFEASIBLE, lower_bound=None, solve_time_s=deadline.elapsed(), stats=stats,
+    if sol.solution_status is SolutionStatus.INFEASIBLE:
+        return MethodResult(SolutionStatus.INFEASIBLE, lower_bound=None, solve_time_s=deadline.elapsed(), stats=stats,
+                            termination=Termination.PROVEN,
                             message="the solver proved that no staged schedule fits the budget")
     if sol.x is None:
-        return MethodResult(Status.NO_SOLUTION, lower_bound=lower, solve_time_s=deadline.elapsed(), stats=stats,
+        return MethodResult(SolutionStatus.NO_SOLUTION, lower_bound=lower, solve_time_s=deadline.elapsed(),
+                            stats=stats, termination=sol.termination,
                             message=f"no schedule found before the solver stopped ({sol.message})")
     schedule = cm.decode(sol.x)
     objective = cm.objective(sol.x)
-    status = Status.OPTIMAL if sol.status == "optimal" or (goal is not None and objective <= goal) else \
-        Status.FEASIBLE
-    if status is Status.OPTIMAL and lower is not None:
+    # Optimal when proven in its space, or when it meets the goal (HiGHS's objective target: a duration
+    # no schedule goes below). A target HiGHS met that the exact objective misses by its rounding is not
+    # a proof: the search ended on the target's criterion.
+    optimal = sol.solution_status is SolutionStatus.OPTIMAL or (goal is not None and objective <= goal)
+    if optimal:
+        termination = Termination.PROVEN
+    else:
+        termination = sol.termination if sol.termination is not Termination.PROVEN else Termination.CONVERGED
+    if optimal and lower is not None:
         lower = min(lower, objective)
-    return MethodResult(status, schedule, objective=objective, lower_bound=lower,
-                        solve_time_s=deadline.elapsed(), stats=stats)
+    return MethodResult(SolutionStatus.OPTIMAL if optimal else SolutionStatus.FEASIBLE, schedule, objective=objective,
+                        lower_bound=lower, solve_time_s=deadline.elapsed(), stats=stats, termination=termination)

@@ -33,7 +33,9 @@ from remat_bench.methods.base import (
     Method,
     MethodResult,
     Param,
-    Status,
+    SolutionStatus,
+    Termination,
+    search_ended,
 )
 from remat_bench.methods.checkmate_model import CheckmateModel, check_fits, too_short
 from remat_bench.toolkit.least_peak import least_peak_by_bisection
@@ -121,11 +123,13 @@ def best_rounding(cm: CheckmateModel, x: np.ndarray, budget: Number, thresholds:
 
 def lp_rounding(graph: Graph, budget: Number, *, thresholds: int, samples: int, seed: int,
                 backend: str, deadline: Deadline, tighten: int,
-                stats: dict[str, Any]) -> tuple[Schedule | None, Number | None, float | None, str]:
+                stats: dict[str, Any]) -> tuple[Schedule | None, Number | None, float | None, str, Termination]:
     """Solve the LP (tightening the budget if its roundings overshoot) and round it.
 
     Returns (schedule, its pre-clean-up duration, the LP bound at ``budget``, a
-    sentence on why nothing came out). Fills ``stats``.
+    sentence on why nothing came out, why it stopped: proven where the LP proves that
+    nothing fits, the LP solver's termination where it did not solve, else how the
+    roundings ended). Fills ``stats``.
     """
     from remat_bench.core.budget import memory_floor
 
@@ -146,23 +150,26 @@ def lp_rounding(graph: Graph, budget: Number, *, thresholds: int, samples: int, 
         sol = solve_milp(cm.model, backend=backend, time_limit=deadline.remaining(), relax=True)
         stats["lp_time_s"] = round(stats.get("lp_time_s", 0.0) + sol.solve_time_s, 3)
         stats["solver"] = sol.solver
-        if sol.status == "infeasible":
-            why = ("the LP relaxation is infeasible, so no staged schedule fits the budget"
-                   if factor == 1.0 else why)
-            break
-        if sol.status != "optimal" or sol.x is None:
-            why = f"the LP relaxation did not solve within the time limit ({sol.message})"
-            break
+        if sol.solution_status is SolutionStatus.INFEASIBLE:
+            if factor == 1.0:
+                stats["roundings_tried"] = tried
+                return None, None, lower, "the LP relaxation is infeasible, so no staged schedule fits the budget", \
+                    Termination.PROVEN
+            break  # a tightened budget below what fits: the tightening is over
+        if sol.solution_status is not SolutionStatus.OPTIMAL or sol.x is None:
+            stats["roundings_tried"] = tried
+            return None, None, lower, f"the LP relaxation did not solve within the time limit ({sol.message})", \
+                sol.termination
         if factor == 1.0 and sol.objective is not None:
             lower = float(sol.objective) * cm.dur_scale
         schedule, raw, label, count = best_rounding(cm, sol.x, budget, thresholds, samples, seed, deadline)
         tried += count
         if schedule is not None:
             stats.update({"roundings_tried": tried, "best_rounding": label, "lp_budget_factor": round(factor, 3)})
-            return schedule, raw, lower, ""
+            return schedule, raw, lower, "", search_ended(deadline)
         why = f"none of the {tried} rounded schedules fits the budget"
     stats["roundings_tried"] = tried
-    return None, None, lower, why
+    return None, None, lower, why, search_ended(deadline)
 
 
 class CheckmateLP(Method):
@@ -191,13 +198,14 @@ class CheckmateLP(Method):
         stats = check_fits(graph.n, graph.num_edges, "Checkmate LP")
         if (short := too_short(stats, deadline)) is not None:
             return short
-        schedule, raw, lower, why = lp_rounding(
+        schedule, raw, lower, why, termination = lp_rounding(
             graph, budget, thresholds=params["thresholds"], samples=params["samples"], seed=params["seed"],
             backend=params["backend"], deadline=deadline, tighten=params["tighten"], stats=stats)
         if lower is not None and graph.total_duration:
             stats["lp_overhead_pct"] = 100 * (lower / graph.total_duration - 1)
         if schedule is None:
-            status = Status.INFEASIBLE if why.startswith("the LP relaxation is infeasible") else Status.NO_SOLUTION
-            return MethodResult(status, lower_bound=lower, solve_time_s=deadline.elapsed(), stats=stats, message=why)
-        return MethodResult(Status.FEASIBLE, schedule, objective=raw, lower_bound=lower,
-                            solve_time_s=deadline.elapsed(), stats=stats)
+            proven = termination is Termination.PROVEN  # the LP proves that nothing in the staged space fits
+            return MethodResult(SolutionStatus.INFEASIBLE if proven else SolutionStatus.NO_SOLUTION, lower_bound=lower,
+                                solve_time_s=deadline.elapsed(), stats=stats, message=why, termination=termination)
+        return MethodResult(SolutionStatus.FEASIBLE, schedule, objective=raw, lower_bound=lower,
+                            solve_time_s=deadline.elapsed(), stats=stats, termination=termination)

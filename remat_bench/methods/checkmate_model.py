@@ -18,7 +18,8 @@ from remat_bench.core.schedule import COMPUTE, Schedule, ScheduleBuilder
 from remat_bench.methods.base import (
     Deadline,
     MethodResult,
-    Status,
+    SolutionStatus,
+    cut_short,
 )
 from remat_bench.toolkit.milp import (
     ModelBuilder,
@@ -406,7 +407,9 @@ def too_short(estimate: dict[str, Any], deadline: Deadline) -> MethodResult | No
     build = estimate["est_columns"] * BUILD_SECONDS_PER_COLUMN
     if remaining is None or build < remaining:
         return None
-    return MethodResult(Status.NO_SOLUTION, solve_time_s=deadline.elapsed(), stats=estimate, message=(
+    # The time limit stops it before it starts.
+    return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=deadline.elapsed(), stats=estimate,
+                        termination=cut_short(), message=(
         f"the time limit ({remaining:.1f} s left) is too short to build the model of about "
         f"{estimate['est_columns']:,} variables (about {build:.1f} s); give more time"))
 

@@ -40,7 +40,9 @@ from remat_bench.methods.base import (
     Method,
     MethodResult,
     Param,
-    Status,
+    SolutionStatus,
+    Termination,
+    search_ended,
 )
 from remat_bench.toolkit.lowering import LoweringError, Plan, lower_plan, plan_from_checkpoints
 
@@ -140,7 +142,7 @@ class Chen(Method):
                 if best is None or key < best[0]:
                     best = (key, schedule, (sim, plan))
         except LoweringError as exc:
-            return MethodResult(Status.UNSUPPORTED, message=str(exc))
+            return MethodResult(SolutionStatus.NO_SOLUTION, message=str(exc), termination=Termination.NOT_APPLICABLE)
         assert best is not None
         _, schedule, (sim, plan) = best
         stats = {
@@ -152,8 +154,10 @@ class Chen(Method):
         elapsed = time.perf_counter() - start
         if budget is not None and sim.peak > budget:
             return MethodResult(
-                Status.NO_SOLUTION, schedule, objective=sim.duration, solve_time_s=elapsed, stats=stats,
+                SolutionStatus.NO_SOLUTION, schedule, objective=sim.duration, solve_time_s=elapsed, stats=stats,
+                termination=search_ended(deadline),
                 message=(f"chen's lowest peak over {tried} plans is {memory_text(sim.peak, graph)}, above the budget "
                          f"{memory_text(budget, graph)}"),
             )
-        return MethodResult(Status.FEASIBLE, schedule, objective=sim.duration, solve_time_s=elapsed, stats=stats)
+        return MethodResult(SolutionStatus.FEASIBLE, schedule, objective=sim.duration, solve_time_s=elapsed,
+                            stats=stats, termination=search_ended(deadline))

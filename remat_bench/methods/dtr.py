@@ -80,7 +80,7 @@ from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule, ScheduleBuilder
 from remat_bench.core.simulate import simulate
-from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status, Termination, interrupted
+from remat_bench.methods.base import Deadline, Method, MethodResult, Param, SolutionStatus, Termination, cut_short
 from remat_bench.toolkit.least_peak import least_peak_of_pass
 
 HEURISTICS = ("h_dtr", "h_dtr_eq", "h_dtr_local", "lru", "size")
@@ -386,10 +386,6 @@ def dtr_schedule(graph: Graph, budget: Number, heuristic: str = "h_dtr", deadlin
     return DTRPass(graph, budget, heuristic, deadline).run()
 
 
-def _stopped() -> Termination:
-    return Termination.INTERRUPTED if interrupted() else Termination.TIME_LIMIT
-
-
 class DTR(Method):
     name = "dtr"
     search_space = "eviction under the budget in input order by DTR's heuristic, recomputing on demand"
@@ -412,21 +408,22 @@ class DTR(Method):
             run = DTRPass(graph, budget, heuristic, deadline)
             schedule = run.run()
         except Stuck as stuck:
-            return MethodResult(Status.NO_SOLUTION, solve_time_s=time.perf_counter() - start,
+            return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=time.perf_counter() - start,
                                 message=self._why(graph, budget, stuck), termination=Termination.CONVERGED)
         except OutOfTime:
-            return MethodResult(Status.NO_SOLUTION, solve_time_s=time.perf_counter() - start,
+            return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=time.perf_counter() - start,
                                 message="the time limit ran out before the DTR pass finished",
-                                termination=_stopped())
+                                termination=cut_short())
         sim = simulate(graph, schedule)
         stats = {"heuristic": heuristic, "evictions": run.evictions, "recomputations": sim.recomputations}
         if sim.peak > budget:  # sizes that are not whole numbers, summed in another order than the simulator's
-            return MethodResult(Status.NO_SOLUTION, solve_time_s=time.perf_counter() - start, stats=stats,
+            return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=time.perf_counter() - start, stats=stats,
+                                termination=Termination.CONVERGED,
                                 message=f"the DTR schedule peaks at {memory_text(sim.peak, graph)}, above the budget "
                                         f"{memory_text(budget, graph)}, by "
                                         "rounding of fractional sizes")
-        return MethodResult(Status.FEASIBLE, schedule, objective=sim.duration,
-                            solve_time_s=time.perf_counter() - start, stats=stats)
+        return MethodResult(SolutionStatus.FEASIBLE, schedule, objective=sim.duration,
+                            solve_time_s=time.perf_counter() - start, stats=stats, termination=Termination.CONVERGED)
 
     @staticmethod
     def _why(graph: Graph, budget: Number, stuck: Stuck) -> str:
@@ -443,6 +440,7 @@ class DTR(Method):
         best, rounds, converged = least_peak_of_pass(
             graph, lambda budget: dtr_schedule(graph, budget, heuristic, deadline), deadline, (Stuck,), (OutOfTime,))
         sim = simulate(graph, best)
-        termination = Termination.CONVERGED if converged else _stopped()
-        return MethodResult(Status.FEASIBLE, best, objective=sim.duration, solve_time_s=time.perf_counter() - start,
+        termination = Termination.CONVERGED if converged else cut_short()
+        return MethodResult(SolutionStatus.FEASIBLE, best, objective=sim.duration,
+                            solve_time_s=time.perf_counter() - start,
                             stats={"heuristic": heuristic, "bisection_rounds": rounds}, termination=termination)

@@ -95,7 +95,8 @@ from remat_bench.methods.base import (
     Method,
     MethodResult,
     Param,
-    Status,
+    SolutionStatus,
+    search_ended,
 )
 from remat_bench.toolkit.lowering import (
     Plan,
@@ -811,9 +812,10 @@ class FengHuang(Method):
         elapsed = time.perf_counter() - start
         if budget is not None and sim.peak > budget:
             return MethodResult(
-                Status.NO_SOLUTION, best.schedule, objective=sim.duration, solve_time_s=elapsed, stats=stats,
+                SolutionStatus.NO_SOLUTION, best.schedule, objective=sim.duration, solve_time_s=elapsed, stats=stats,
+                termination=search_ended(deadline),
                 message=(f"fenghuang's lowest simulated peak over {len(scored)} checkpoint sets is "
                          f"{memory_text(sim.peak, graph)}, above the budget {memory_text(budget, graph)}"),
             )
-        return MethodResult(Status.FEASIBLE, best.schedule, objective=sim.duration, solve_time_s=elapsed,
-                            stats=stats)
+        return MethodResult(SolutionStatus.FEASIBLE, best.schedule, objective=sim.duration, solve_time_s=elapsed,
+                            stats=stats, termination=search_ended(deadline))

@@ -31,7 +31,7 @@ from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule, ScheduleBuilder
 from remat_bench.core.simulate import simulate
-from remat_bench.methods.base import Deadline, Method, MethodResult, Status
+from remat_bench.methods.base import Deadline, Method, MethodResult, SolutionStatus, Termination, cut_short
 from remat_bench.toolkit.least_peak import least_peak_of_pass
 
 
@@ -280,15 +280,18 @@ class Greedy(Method):
                     why = (f"greedy could not make room for node '{graph.ids[stuck.node]}': it needs "
                            f"{memory_text(stuck.need, graph)} with everything evictable evicted, above the budget "
                            f"{memory_text(budget, graph)}")
-                return MethodResult(Status.NO_SOLUTION, solve_time_s=time.perf_counter() - start, message=why)
+                # It gave up: its pass ran to its end (it polls no deadline).
+                return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=time.perf_counter() - start, message=why,
+                                    termination=Termination.CONVERGED)
             sim = simulate(graph, schedule)
-            return MethodResult(Status.FEASIBLE, schedule, objective=sim.duration,
-                                solve_time_s=time.perf_counter() - start)
+            return MethodResult(SolutionStatus.FEASIBLE, schedule, objective=sim.duration,
+                                solve_time_s=time.perf_counter() - start, termination=Termination.CONVERGED)
 
         # Lowest peak: bisect the budget (the shared search of the eviction passes).
-        best, rounds, _ = least_peak_of_pass(graph, partial(greedy_schedule, graph), deadline, (_Stuck,))
+        best, rounds, converged = least_peak_of_pass(graph, partial(greedy_schedule, graph), deadline, (_Stuck,))
         sim = simulate(graph, best)
-        return MethodResult(Status.FEASIBLE, best, objective=sim.duration,
+        return MethodResult(SolutionStatus.FEASIBLE, best, objective=sim.duration,
                             solve_time_s=time.perf_counter() - start,
-                            stats={"bisection_rounds": rounds})
+                            stats={"bisection_rounds": rounds},
+                            termination=Termination.CONVERGED if converged else cut_short())
 

@@ -38,7 +38,7 @@ import numpy as np
 
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.simulate import simulate
-from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status
+from remat_bench.methods.base import Deadline, Method, MethodResult, Param, SolutionStatus, search_ended
 from remat_bench.toolkit.lowering import LOWERINGS, Found, Plan, lower_plan, search_knob
 
 # The knapsack's capacity in this many equal steps (PyTorch's dp solver discretises memory too).
@@ -145,13 +145,14 @@ class Knapsack(Method):
             if found is not None and (best is None or found[:2] < best[:2]):
                 best = found
         if best is None:
-            return MethodResult(Status.NO_SOLUTION, solve_time_s=deadline.elapsed(), stats=stats,
+            return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=deadline.elapsed(), stats=stats,
+                                termination=search_ended(deadline),
                                 message="no knapsack capacity gives a schedule within the budget, even saving "
                                         "nothing")
         duration, _, schedule, fraction, transient = best
         stats.update({"fraction": round(fraction, 6), "lowering": "transient" if transient else "hold"})
-        return MethodResult(Status.FEASIBLE, schedule, objective=duration, solve_time_s=deadline.elapsed(),
-                            stats=stats)
+        return MethodResult(SolutionStatus.FEASIBLE, schedule, objective=duration, solve_time_s=deadline.elapsed(),
+                            stats=stats, termination=search_ended(deadline))
 
     @staticmethod
     def _search(graph: Graph, budget: Number | None, plan_at: Any, segments: tuple[tuple[int, ...], ...],

@@ -78,7 +78,10 @@ from remat_bench.methods.base import (
     Method,
     MethodResult,
     Param,
-    Status,
+    SolutionStatus,
+    Termination,
+    cut_short,
+    search_ended,
 )
 from remat_bench.toolkit.lowering import (
     LoweringError,
@@ -777,7 +780,7 @@ class Kusumoto(Method):
             fam = lower_set_family(fg, sets, deadline)
         except DPTimeout:
             return MethodResult(
-                Status.NO_SOLUTION, solve_time_s=time.perf_counter() - started,
+                SolutionStatus.NO_SOLUTION, solve_time_s=time.perf_counter() - started, termination=cut_short(),
                 stats={"variant": variant, "lower_sets": len(sets), "forward_nodes": fg.n},
                 message=(f"the time limit ({time_limit:.3g} s) ran out while tabulating {len(sets):,} lower sets "
                          f"over {fg.n:,} forward nodes"))
@@ -796,8 +799,8 @@ class Kusumoto(Method):
         except DPTimeout:
             best, note = None, f"the time limit ({time_limit:.3g} s) ran out inside the DP over {fam.count} lower sets"
         except LoweringError as exc:
-            return MethodResult(Status.UNSUPPORTED, message=str(exc))
-        return self._answer(search, best, note, stats, available, started)
+            return MethodResult(SolutionStatus.NO_SOLUTION, message=str(exc), termination=Termination.NOT_APPLICABLE)
+        return self._answer(search, best, note, stats, available, started, search_ended(deadline))
 
     @staticmethod
     def _lower_sets(graph: Graph, fg: ForwardGraph, variant: str, cap: int,
@@ -809,7 +812,8 @@ class Kusumoto(Method):
             sets = enumerate_lower_sets(fg, cap)
             if sets is None:
                 return MethodResult(
-                    Status.NO_SOLUTION, solve_time_s=time.perf_counter() - started,
+                    SolutionStatus.NO_SOLUTION, solve_time_s=time.perf_counter() - started,
+                    termination=Termination.RESOURCE_LIMIT,  # a refusal for the family's size
                     stats={"variant": variant, "lower_sets": f">{cap}", "forward_nodes": fg.n},
                     message=(f"the forward graph of '{graph.name}' has more than {cap} lower sets "
                              f"(max_lower_sets); use variant=approx, or raise max_lower_sets"))
@@ -822,7 +826,8 @@ class Kusumoto(Method):
             need = 4 * len(sets) * fg.n
             size = f"{need / 2**30:.1f} GiB" if need >= 2**30 else f"{need / 2**20:.2f} MiB"
             return MethodResult(
-                Status.NO_SOLUTION, solve_time_s=time.perf_counter() - started,
+                SolutionStatus.NO_SOLUTION, solve_time_s=time.perf_counter() - started,
+                termination=Termination.RESOURCE_LIMIT,  # a refusal for the tables' size
                 stats={"variant": variant, "lower_sets": len(sets), "forward_nodes": fg.n},
                 message=(f"the {len(sets):,} lower sets over {fg.n:,} forward nodes of '{graph.name}' would need "
                          f"{size} of tables, more than this implementation holds "
@@ -833,7 +838,7 @@ class Kusumoto(Method):
 
     @staticmethod
     def _answer(search: _Search, best: _Attempt | None, note: str, stats: dict[str, Any], available: int,
-                started: float) -> MethodResult:
+                started: float, termination: Termination) -> MethodResult:
         """The run's result: the chosen attempt's schedule, with the DP's work and how far the paper's
         memory model (eq. 2) was from the simulator."""
         fam, fixed = search.fam, search.graph.fixed_memory
@@ -854,7 +859,8 @@ class Kusumoto(Method):
                        f"(tables of every set would exceed {MAX_TABLE_CELLS:,} set-node cells)")
             note = f"{thinned}; {note}" if note else thinned
         if best is None:
-            return MethodResult(Status.NO_SOLUTION, solve_time_s=elapsed, stats=stats, message=note)
+            return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=elapsed, stats=stats, message=note,
+                                termination=termination)
         sim = best.simulation
         model_peak = _item(best.strategy.peak + fixed)
         stats.update({
@@ -866,7 +872,8 @@ class Kusumoto(Method):
             "simulated_peak": sim.peak,
             "model_error_pct": round(100.0 * (sim.peak - model_peak) / model_peak, 3) if model_peak else None,
         })
-        return MethodResult(Status.FEASIBLE, best.schedule, objective=sim.duration, solve_time_s=elapsed,
+        return MethodResult(SolutionStatus.FEASIBLE, best.schedule, objective=sim.duration, solve_time_s=elapsed,
+                            termination=termination,
                             stats=stats, message=note)
 
     @staticmethod

@@ -57,9 +57,10 @@ from remat_bench.methods.base import (
     Method,
     MethodResult,
     Param,
+    SolutionStatus,
     SolveContext,
-    Status,
     Termination,
+    cut_short,
     run_interruptibly,
 )
 from remat_bench.methods.candidates import (
@@ -70,6 +71,7 @@ from remat_bench.methods.candidates import (
     candidate_schedules,
     offered_candidates,
 )
+from remat_bench.toolkit import cp_sat
 from remat_bench.toolkit.bound import BoundCache
 from remat_bench.toolkit.improve import staged_repair
 from remat_bench.toolkit.order_search import OrderAnswer
@@ -717,7 +719,8 @@ class Moccasin(Method):
               **params: Any) -> MethodResult:
         deadline = Deadline(time_limit if time_limit is not None else 3600.0)
         if params["max_intervals"] < 0:
-            return MethodResult(Status.ERROR, message="max_intervals must be at least 1 (0: automatic)")
+            return MethodResult(SolutionStatus.NO_SOLUTION, message="max_intervals must be at least 1 (0: automatic)",
+                                termination=Termination.ERROR)
         if params["order"] == "free":
             return self._solve_free(graph, budget, deadline, params)
         # Two intervals per node were enough on the published graphs (measured; three slowed
@@ -769,8 +772,8 @@ class Moccasin(Method):
         total = graph.total_duration
         if budget is not None and answer.peak <= budget:
             # Every node computed once: no schedule can be shorter.
-            return MethodResult(Status.OPTIMAL, order_schedule, objective=total, lower_bound=total,
-                                solve_time_s=deadline.elapsed(), stats=stats,
+            return MethodResult(SolutionStatus.OPTIMAL, order_schedule, objective=total, lower_bound=total,
+                                solve_time_s=deadline.elapsed(), stats=stats, termination=Termination.PROVEN,
                                 message="an order fits the budget with no recomputation")
         candidates = [("order", order_schedule)]
         pool = offered_candidates(graph, budget, self.context.hints, stats=stats)
@@ -790,7 +793,7 @@ class Moccasin(Method):
             if staged_sim is not None and staged_sim.valid and staged_result.status.found_schedule and \
                     self.context.reached(budget, staged_sim.peak, staged_sim.duration):
                 staged_result.stats = {**stats, **staged_result.stats}
-                staged_result.termination = Termination.CONVERGED
+                staged_result.termination = Termination.PROVEN  # the goal is met: nothing is faster
                 staged_result.message = "the staged step's schedule meets the any-order bound"
                 return staged_result
             if staged_schedule is not None and staged_sim is not None and staged_sim.valid:
@@ -854,7 +857,7 @@ class Moccasin(Method):
         lowest, fastest, tried = _hints(p1, graph, candidates, order, budget)
         stats["hints"] = tried
         if lowest is None:
-            return MethodResult(Status.ERROR, stats=stats, message=(
+            return MethodResult(SolutionStatus.NO_SOLUTION, stats=stats, termination=Termination.ERROR, message=(
                 f"could not express any starting schedule in the {order} model"))
         if budget is not None and fastest is not None:
             # A hint already fits: phase 1 has nothing to do, and phase 2 starts from the fastest.
@@ -870,16 +873,17 @@ class Moccasin(Method):
             if budget is None and self.context.peak_goal is not None and reached_budget <= self.context.peak_goal:
                 # The caller wants the peak only (`remat-bench floor`), and no schedule goes lower.
                 schedule = self._schedule_from_intervals(graph, phase1_solution, p1.horizon)
-                return MethodResult(Status.FEASIBLE, schedule, objective=simulate(graph, schedule).duration,
-                                    stats=stats, solve_time_s=deadline.elapsed(), termination=Termination.CONVERGED,
+                # It stopped at the goal it was given (CP-SAT's callback): proven, as a goal met is.
+                return MethodResult(SolutionStatus.FEASIBLE, schedule, objective=simulate(graph, schedule).duration,
+                                    stats=stats, solve_time_s=deadline.elapsed(), termination=Termination.PROVEN,
                                     message="the lowest peak is proven; its duration was not minimised")
             budget = reached_budget
         return self._phase2(graph, budget, deadline, params, C, order, events, phase1_solution, stats, progress)
 
     @staticmethod
     def _out_of_time(deadline: Deadline, stats: dict[str, Any], message: str) -> MethodResult:
-        return MethodResult(Status.NO_SOLUTION, stats=stats, solve_time_s=deadline.elapsed(),
-                            termination=Termination.TIME_LIMIT, message=message)
+        return MethodResult(SolutionStatus.NO_SOLUTION, stats=stats, solve_time_s=deadline.elapsed(),
+                            termination=cut_short(), message=message)
 
     def _phase1(self, graph: Graph, budget: Number | None, deadline: Deadline, params: dict[str, Any],
                 p1: StagedModel, hint: Intervals, C: int, order: str, stats: dict[str, Any],
@@ -918,9 +922,11 @@ class Moccasin(Method):
         if status1 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             stats["progress"] = progress
             if status1 == cp_model.INFEASIBLE:
-                return MethodResult(Status.INFEASIBLE, stats=stats, solve_time_s=deadline.elapsed(),
+                return MethodResult(SolutionStatus.INFEASIBLE, stats=stats, solve_time_s=deadline.elapsed(),
+                                    termination=Termination.PROVEN,
                                     message=f"CP-SAT proved that no {order} schedule exists")
-            return MethodResult(Status.NO_SOLUTION, stats=stats, solve_time_s=deadline.elapsed(),
+            return MethodResult(SolutionStatus.NO_SOLUTION, stats=stats, solve_time_s=deadline.elapsed(),
+                                termination=cp_sat.termination(status1),
                                 message="phase 1 found no schedule within the time limit")
         peak_units = solver1.value(p1.capacity)
         if budget is None:
@@ -935,8 +941,9 @@ class Moccasin(Method):
             # The lowest peak reached comes back too: it shows how close phase 1 got, and
             # seeds the order-free model.
             return MethodResult(
-                Status.INFEASIBLE if proven else Status.NO_SOLUTION, p1.decode(solver1), stats=stats,
+                SolutionStatus.INFEASIBLE if proven else SolutionStatus.NO_SOLUTION, p1.decode(solver1), stats=stats,
                 solve_time_s=deadline.elapsed(),
+                termination=Termination.PROVEN if proven else cp_sat.termination(status1),
                 message=(f"CP-SAT proved that no {space} fits the budget" if proven else
                          f"phase 1 reached a peak of {memory_text(peak_units * q + graph.fixed_memory, graph)}, "
                          f"not the budget {memory_text(budget, graph)}, within its time"))
@@ -961,23 +968,25 @@ class Moccasin(Method):
         stats["branches"] = solver2.num_branches
         stats["conflicts"] = solver2.num_conflicts
         if status2 == cp_model.INFEASIBLE:
-            return MethodResult(Status.INFEASIBLE, stats=stats, solve_time_s=deadline.elapsed(),
+            return MethodResult(SolutionStatus.INFEASIBLE, stats=stats, solve_time_s=deadline.elapsed(),
+                                termination=Termination.PROVEN,
                                 message=f"CP-SAT proved that no {order} schedule fits the budget")
         if status2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             # Phase 1's schedule fits: fall back to it rather than report nothing.
             schedule = self._schedule_from_intervals(graph, phase1_solution, p2.horizon)
             sim = simulate(graph, schedule)
-            return MethodResult(Status.FEASIBLE, schedule, objective=sim.duration, stats=stats,
-                                solve_time_s=deadline.elapsed(),
+            return MethodResult(SolutionStatus.FEASIBLE, schedule, objective=sim.duration, stats=stats,
+                                solve_time_s=deadline.elapsed(), termination=cp_sat.termination(status2),
                                 message="phase 2 found nothing better than phase 1 in time")
         schedule = p2.decode(solver2)
         objective = solver2.objective_value * p2.dur_scale
         lower = solver2.best_objective_bound * p2.dur_scale
         # Optimal when proven in its space, or when it meets the goal (a duration no schedule goes below).
         met = goal is not None and objective <= goal
-        status = Status.OPTIMAL if status2 == cp_model.OPTIMAL or met else Status.FEASIBLE
-        return MethodResult(status, schedule, objective=_number(objective), lower_bound=_number(lower),
-                            solve_time_s=deadline.elapsed(), stats=stats)
+        optimal = status2 == cp_model.OPTIMAL or met
+        return MethodResult(SolutionStatus.OPTIMAL if optimal else SolutionStatus.FEASIBLE, schedule,
+                            objective=_number(objective), lower_bound=_number(lower), solve_time_s=deadline.elapsed(),
+                            stats=stats, termination=Termination.PROVEN if optimal else cp_sat.termination(status2))
 
     @staticmethod
     def _intervals_from(sm: StagedModel, solver: Any) -> Intervals:

@@ -87,8 +87,10 @@ from remat_bench.methods.base import (
     Method,
     MethodResult,
     Param,
+    SolutionStatus,
     SolveContext,
-    Status,
+    Termination,
+    cut_short,
 )
 from remat_bench.methods.candidates import (
     KEEP_BEST,
@@ -1034,15 +1036,17 @@ def warm_start(mm: MonetModel, candidates: list[tuple[str, Schedule, Number, Num
 
 
 def fallback(candidates: list[tuple[str, Schedule, Number, Number]], why: str, deadline: Deadline,
-             stats: dict[str, Any]) -> MethodResult:
-    """The best candidate schedule when the solver had no time, or ``no_solution`` without one."""
+             stats: dict[str, Any], termination: Termination | None = None) -> MethodResult:
+    """The best candidate schedule when the solver had no time (or, ``termination``, stopped without a
+    solution for that reason), or ``no_solution`` without one."""
+    termination = termination if termination is not None else cut_short()
     if not candidates:
-        return MethodResult(Status.NO_SOLUTION, solve_time_s=deadline.elapsed(), stats=stats,
-                            message=f"{why}, and no heuristic schedule fits")
+        return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=deadline.elapsed(), stats=stats,
+                            termination=termination, message=f"{why}, and no heuristic schedule fits")
     name, schedule, _peak, duration = candidates[0]
     stats["returned"] = name
-    return MethodResult(Status.FEASIBLE, schedule, objective=duration, solve_time_s=deadline.elapsed(),
-                        stats=stats, message=f"{why}; returning the {name} schedule")
+    return MethodResult(SolutionStatus.FEASIBLE, schedule, objective=duration, solve_time_s=deadline.elapsed(),
+                        stats=stats, termination=termination, message=f"{why}; returning the {name} schedule")
 
 
 class Monet(Method):
@@ -1103,7 +1107,8 @@ class Monet(Method):
                 return fallback(candidates, str(exc), deadline, stats)
         stats.update(model_stats(mm))
         if mm.violated:
-            return MethodResult(Status.INFEASIBLE, solve_time_s=deadline.elapsed(), stats=stats, message=(
+            return MethodResult(SolutionStatus.INFEASIBLE, solve_time_s=deadline.elapsed(), stats=stats,
+                                termination=Termination.PROVEN, message=(
                 f"no MONeT schedule fits the budget: {mm.violated[0]} needs more than {memory_text(budget, st.graph)} "
                 "whatever is stored or recomputed"))
         if start is None and candidates:
@@ -1120,11 +1125,13 @@ class Monet(Method):
         stats.update({"solver": sol.solver, "solver_status": sol.message, "solver_time_s": round(sol.solve_time_s, 3),
                       "nodes": sol.nodes, "mip_gap": sol.gap})
         lower = None if sol.dual_bound is None else (sol.dual_bound + mm.offset) * mm.dur_scale
-        if sol.status == "infeasible":
-            return MethodResult(Status.INFEASIBLE, solve_time_s=deadline.elapsed(), stats=stats,
+        if sol.solution_status is SolutionStatus.INFEASIBLE:
+            return MethodResult(SolutionStatus.INFEASIBLE, solve_time_s=deadline.elapsed(), stats=stats,
+                                termination=Termination.PROVEN,
                                 message="the solver proved that no MONeT schedule fits the budget")
         if sol.x is None:
-            return MethodResult(Status.NO_SOLUTION, lower_bound=lower, solve_time_s=deadline.elapsed(), stats=stats,
+            return MethodResult(SolutionStatus.NO_SOLUTION, lower_bound=lower, solve_time_s=deadline.elapsed(),
+                                stats=stats, termination=sol.termination,
                                 message=f"no schedule found before the solver stopped ({sol.message})")
         schedule = mm.decode(sol.x)
         sim = simulate(graph, schedule)
@@ -1135,13 +1142,15 @@ class Monet(Method):
             # The model counts every value the decoded schedule holds: a mismatch is a bug here.
             why = sim.violation if not sim.valid else (
                 f"peak {memory_text(sim.peak, graph)} above the budget {memory_text(budget or 0, graph)}")
-            return MethodResult(Status.ERROR, solve_time_s=deadline.elapsed(), stats=stats,
+            return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=deadline.elapsed(), stats=stats,
+                                termination=Termination.ERROR,
                                 message=f"the decoded MONeT schedule does not match its model: {why}")
-        status = Status.OPTIMAL if sol.status == "optimal" else Status.FEASIBLE
-        if status is Status.OPTIMAL and lower is not None:
+        optimal = sol.solution_status is SolutionStatus.OPTIMAL
+        if optimal and lower is not None:
             lower = min(lower, objective)
-        return MethodResult(status, schedule, objective=objective, lower_bound=lower,
-                            solve_time_s=deadline.elapsed(), stats=stats)
+        return MethodResult(SolutionStatus.OPTIMAL if optimal else SolutionStatus.FEASIBLE, schedule,
+                            objective=objective, lower_bound=lower, solve_time_s=deadline.elapsed(), stats=stats,
+                            termination=sol.termination)
 
     def _least_peak(self, st: Stages, deadline: Deadline, params: dict[str, Any],
                     stats: dict[str, Any]) -> MethodResult:
@@ -1161,24 +1170,26 @@ class Monet(Method):
         sol = self._run(mm, deadline, params, start)
         stats["peak_solver_status"] = sol.message
         if sol.x is None:
-            if sol.status != "infeasible" and candidates:
+            infeasible = sol.solution_status is SolutionStatus.INFEASIBLE
+            if not infeasible and candidates:
                 return fallback(candidates, f"no solution while minimising the peak ({sol.message})", deadline,
-                                stats)
-            status = Status.INFEASIBLE if sol.status == "infeasible" else Status.NO_SOLUTION
-            return MethodResult(status, solve_time_s=deadline.elapsed(), stats=stats,
+                                stats, sol.termination)
+            return MethodResult(SolutionStatus.INFEASIBLE if infeasible else SolutionStatus.NO_SOLUTION,
+                                solve_time_s=deadline.elapsed(), stats=stats, termination=sol.termination,
                                 message=f"no MONeT schedule found while minimising the peak ({sol.message})")
         phase1 = mm.decode(sol.x)
         peak = simulate(graph, phase1).peak
         stats["least_peak"] = peak
-        stats["least_peak_proven"] = sol.status == "optimal"
-        # Phase 2 at that peak, from phase 1's schedule.
-        phase1_answer = MethodResult(Status.FEASIBLE, phase1, objective=mm.duration(sol.x),
-                                     solve_time_s=deadline.elapsed(), stats=stats)
+        stats["least_peak_proven"] = sol.solution_status is SolutionStatus.OPTIMAL
+        # Phase 2 at that peak, from phase 1's schedule (the answer, where phase 2 gives none).
+        phase1_answer = MethodResult(SolutionStatus.FEASIBLE, phase1, objective=mm.duration(sol.x),
+                                     solve_time_s=deadline.elapsed(), stats=stats, termination=sol.termination)
         nodes, impls = mm.sequence(sol.x)
         try:
             mm2 = MonetModel(st, peak, deadline)
         except OutOfTime as exc:
             phase1_answer.message = f"phase 2: {exc}; returning the least-peak solution"
+            phase1_answer.termination = cut_short()
             return phase1_answer
         start2 = mm2.encode(nodes, impls)
         if start2 is not None and mm2.model.violation(start2) > 1e-6:
@@ -1189,7 +1200,9 @@ class Monet(Method):
             # Out of time in phase 2: phase 1's schedule still reaches the least peak found.
             phase1_answer.message = result.message
             phase1_answer.solve_time_s = deadline.elapsed()
+            phase1_answer.termination = result.termination
             return phase1_answer
-        if result.status is Status.OPTIMAL and not stats["least_peak_proven"]:
-            result.status = Status.FEASIBLE
+        if result.solution_status is SolutionStatus.OPTIMAL and not stats["least_peak_proven"]:
+            # Its duration is proven at a peak that is not: the search as a whole stopped where phase 1 did.
+            result.solution_status, result.termination = SolutionStatus.FEASIBLE, sol.termination
         return result

@@ -13,7 +13,7 @@ from typing import Any
 from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.simulate import baseline, baseline_schedule
-from remat_bench.methods.base import Method, MethodResult, Status
+from remat_bench.methods.base import Method, MethodResult, SolutionStatus, Termination
 
 
 class NoRemat(Method):
@@ -29,13 +29,14 @@ class NoRemat(Method):
         elapsed = time.perf_counter() - start
         if budget is not None and peak > budget:
             return MethodResult(
-                Status.INFEASIBLE, schedule, objective=graph.total_duration, solve_time_s=elapsed,
+                SolutionStatus.INFEASIBLE, schedule, objective=graph.total_duration, solve_time_s=elapsed,
                 message=(f"the baseline peaks at {memory_text(peak, graph)}, above the budget "
                          f"{memory_text(budget, graph)}"),
+                termination=Termination.PROVEN,  # its space is this one schedule
             )
         # Its space is one schedule, and computing each node once is the least duration
         # any schedule can have: whenever it fits, it is optimal.
         return MethodResult(
-            Status.OPTIMAL, schedule, objective=graph.total_duration,
-            lower_bound=graph.total_duration, solve_time_s=elapsed,
+            SolutionStatus.OPTIMAL, schedule, objective=graph.total_duration,
+            lower_bound=graph.total_duration, solve_time_s=elapsed, termination=Termination.PROVEN,
         )

@@ -56,7 +56,7 @@ from remat_bench.core.errors import MethodError
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import simulate
-from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status, Termination
+from remat_bench.methods.base import Deadline, Method, MethodResult, Param, SolutionStatus, Termination
 from remat_bench.toolkit.lowering import LOWERINGS, Plan, lower_plan
 
 RULES = ("dots_saveable", "nothing_saveable", "megatron_selective")
@@ -320,7 +320,7 @@ class Policy(Method):
         try:
             plan, found = policy_plan(graph, rule, None if params["block"] == "auto" else params["block"])
         except PolicyUnsupported as exc:
-            return MethodResult(Status.UNSUPPORTED, solve_time_s=deadline.elapsed(), message=str(exc),
+            return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=deadline.elapsed(), message=str(exc),
                                 termination=Termination.NOT_APPLICABLE)
         modes = LOWERINGS[params["lowering"]]
         tried: list[Lowered] = []
@@ -341,11 +341,11 @@ class Policy(Method):
             shown = memory_text(budget, graph)
             times = f", {peak / budget:.2f} times the budget {shown}" if budget > 0 else f", above the budget {shown}"
             return MethodResult(
-                Status.NO_SOLUTION, schedule, objective=duration, solve_time_s=deadline.elapsed(), stats=stats,
+                SolutionStatus.NO_SOLUTION, schedule, objective=duration, solve_time_s=deadline.elapsed(), stats=stats,
                 termination=Termination.CONVERGED,
                 message=f"the {rule} rule's schedule peaks at {peak}{times} (the rule saves what it saves whatever "
                         "the budget)")
-        return MethodResult(Status.FEASIBLE, schedule, objective=duration, solve_time_s=deadline.elapsed(),
+        return MethodResult(SolutionStatus.FEASIBLE, schedule, objective=duration, solve_time_s=deadline.elapsed(),
                             stats=stats, termination=Termination.CONVERGED)
 
 

@@ -44,8 +44,9 @@ import numpy as np
 from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.simulate import place_frees
-from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status
-from remat_bench.toolkit.order_search import best_order
+from remat_bench.methods.base import Deadline, Method, MethodResult, Param, SolutionStatus, Termination, search_ended
+from remat_bench.toolkit import cp_sat
+from remat_bench.toolkit.order_search import OrderAnswer, best_order
 
 
 class Reorder(Method):
@@ -71,8 +72,9 @@ class Reorder(Method):
         schedule = place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64))
         total = graph.total_duration
         stats = {**answer.stats, "peak": answer.peak}
+        termination = _termination(answer, deadline)
         if budget is not None and answer.peak > budget:
-            status = Status.INFEASIBLE if answer.infeasible else Status.NO_SOLUTION
+            status = SolutionStatus.INFEASIBLE if answer.infeasible else SolutionStatus.NO_SOLUTION
             if answer.infeasible and "proven_by" in answer.stats:
                 why = f"no order fits the budget without recomputation ({answer.stats['proven_by']})"
             elif answer.infeasible:
@@ -81,7 +83,17 @@ class Reorder(Method):
                 why = (f"the best order found peaks at {memory_text(answer.peak, graph)}, above the budget "
                        f"{memory_text(budget, graph)}")
             return MethodResult(status, schedule, objective=total, solve_time_s=deadline.elapsed(),
-                                stats=stats, message=why)
-        status = Status.OPTIMAL if answer.proven else Status.FEASIBLE
+                                stats=stats, message=why, termination=termination)
+        status = SolutionStatus.OPTIMAL if answer.proven else SolutionStatus.FEASIBLE
         return MethodResult(status, schedule, objective=total, lower_bound=total if budget is not None else None,
-                            solve_time_s=deadline.elapsed(), stats=stats)
+                            solve_time_s=deadline.elapsed(), stats=stats, termination=termination)
+
+
+def _termination(answer: OrderAnswer, deadline: Deadline) -> Termination:
+    """Why the order search stopped: a proof (an order that fits, or none can), else CP-SAT's own
+    status when it ran (`remat_bench.toolkit.cp_sat`), else the deadline that ended the steps before it."""
+    if answer.proven or answer.infeasible:
+        return Termination.PROVEN
+    if "cp_status" in answer.stats:
+        return cp_sat.termination(answer.stats["cp_status"])
+    return search_ended(deadline)

@@ -54,7 +54,7 @@ from remat_bench.core.errors import MethodError, RematBenchError
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import simulate
-from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status, Termination
+from remat_bench.methods.base import Deadline, Method, MethodResult, Param, SolutionStatus, Termination, search_ended
 from remat_bench.toolkit.lowering import LOWERINGS, Found, Plan, found_key, lower_plan, search_knob
 
 # What torch 2.13 accepts (torch/_functorch/config.py). PyTorch's third estimator, "profile", times
@@ -115,16 +115,16 @@ class TorchBudget(Method):
                 found = _search(partitions, budget, deadline)
             stats = partitions.stats(found)
         except RematBenchError as exc:  # the model cannot be re-traced, or PyTorch's trace cannot be aligned
-            return MethodResult(Status.ERROR, solve_time_s=deadline.elapsed(), message=str(exc),
+            return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=deadline.elapsed(), message=str(exc),
                                 termination=Termination.ERROR)
-        termination = Termination.TIME_LIMIT if deadline.expired() else Termination.CONVERGED
+        termination = search_ended(deadline)
         if found is None or (budget is not None and found[1] > budget):
             message = (partitions.nothing_fits(budget) if found is None else
                        f"at PyTorch's activation_memory_budget {knob:g} the simulated peak is "
                        f"{memory_text(found[1], graph)}, above the budget {memory_text(budget or 0, graph)}")
-            return MethodResult(Status.NO_SOLUTION, solve_time_s=deadline.elapsed(), stats=stats,
+            return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=deadline.elapsed(), stats=stats,
                                 termination=termination, message=message)
-        return MethodResult(Status.FEASIBLE, found[2], objective=found[0], solve_time_s=deadline.elapsed(),
+        return MethodResult(SolutionStatus.FEASIBLE, found[2], objective=found[0], solve_time_s=deadline.elapsed(),
                             stats=stats, termination=termination)
 
 

@@ -90,7 +90,17 @@ from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import COMPUTE, FREE, Schedule
 from remat_bench.core.simulate import Simulation, place_frees, simulate
-from remat_bench.methods.base import Deadline, Method, MethodResult, Param, Status, interrupted
+from remat_bench.methods.base import (
+    Deadline,
+    Method,
+    MethodResult,
+    Param,
+    SolutionStatus,
+    Termination,
+    cut_short,
+    interrupted,
+    search_ended,
+)
 from remat_bench.toolkit.child import can_spawn, run_in_child
 
 # A build of TWRemat(k) past this many steps is abandoned (about 1 GB once simulated and
@@ -168,12 +178,17 @@ def merge_nested_bags(bags: list[frozenset[int]], edges: list[tuple[int, int]]
 
 
 class DecompositionStopped(Exception):
-    """A decomposition was stopped (time limit, Ctrl-C), or the child process running networkx's died."""
+    """A decomposition was stopped (time limit, Ctrl-C), or the child process running networkx's died
+    (``termination`` says which)."""
+
+    def __init__(self, message: str, termination: Termination) -> None:
+        super().__init__(message)
+        self.termination = termination
 
 
 def _stopped(deadline: Deadline) -> DecompositionStopped:
     return DecompositionStopped("interrupted" if interrupted() else
-                                f"stopped at the time limit ({deadline.seconds:.3g} s)")
+                                f"stopped at the time limit ({deadline.seconds:.3g} s)", cut_short())
 
 
 def min_degree_decomposition(n: int, edges: list[tuple[int, int]],
@@ -278,13 +293,13 @@ def tree_decomposition(graph: Graph, heuristic: str = "min_degree",
         if (deadline is not None and deadline.remaining() is not None and graph.n >= CHILD_PROCESS_NODES
                 and can_spawn()):
             outcome = run_in_child(_min_fill_in_decomposition, args, stop=deadline.expired)
-            if outcome.status == "error":
+            if outcome.died:
+                raise DecompositionStopped(outcome.message, Termination.ERROR)
+            if outcome.termination is Termination.ERROR:
                 raise RuntimeError(outcome.message)
-            if outcome.status == "stopped":
+            if outcome.termination in (Termination.TIME_LIMIT, Termination.INTERRUPTED):
                 raise _stopped(deadline)
-            if outcome.status == "died":
-                raise DecompositionStopped(outcome.message)
-        if outcome is not None and outcome.status == "done":
+        if outcome is not None and outcome.returned:
             raw_bags, raw_edges = outcome.value
         else:  # small graph, no limit, or no child could start
             raw_bags, raw_edges = _min_fill_in_decomposition(*args)
@@ -594,6 +609,8 @@ class _Search:
         self.tried: list[list[Any]] = []  # [heuristic, k, peak, duration] of each schedule built
         self.abandoned: list[list[Any]] = []  # [heuristic, k] stopped by the deadline or MAX_STEPS
         self.last_attempt_s = 0.0  # wall time of the last schedule built, checked and cleaned
+        self.why_none = Termination.CONVERGED  # why the last `attempt` gave no schedule
+        self.ended: Termination | None = None  # why the search stopped before its end (None: it did not)
 
     def fits(self, candidate: _Candidate) -> bool:
         return self.budget is None or candidate.sim.peak <= self.budget
@@ -616,12 +633,14 @@ class _Search:
         remaining = self.deadline.remaining()
         too_late = self.deadline.expired() or (remaining is not None and remaining < 2 * self.last_attempt_s)
         if not first and too_late:
+            self.why_none = cut_short()  # it could not be built and scored within the limit
             return None
         started = time.perf_counter()
         raw = twremat_schedule(self.graph, tree, k, None if first else self.deadline.expired,
                                None if first else MAX_STEPS)
         if raw is None:
             self.abandoned.append([heuristic, k])
+            self.why_none = cut_short() if self.deadline.ran_out else Termination.RESOURCE_LIMIT  # MAX_STEPS
             return None
         own = simulate(self.graph, raw)
         if not own.valid:  # the recursion's bookkeeping is wrong: a bug, never scored
@@ -640,6 +659,7 @@ class _Search:
         """``min``: every k of the grid (peaks do not fall monotonically with k)."""
         for k in [ks[-1], *ks[:-1]]:
             if self.attempt(heuristic, tree, k) is None and self.deadline.expired():
+                self.ended = cut_short()
                 return
 
     def cheapest_fit(self, heuristic: str, tree: SeparatorTree, ks: list[int]) -> None:
@@ -654,6 +674,7 @@ class _Search:
         for k in reversed(ks):
             candidate = self.attempt(heuristic, tree, k)
             if candidate is None:
+                self.ended = self.why_none
                 return  # out of time, or too long: deeper recursions are longer still
             if self.fits(candidate):
                 fit = k
@@ -667,6 +688,7 @@ class _Search:
             mid = (low + high) // 2
             candidate = self.attempt(heuristic, tree, cutoffs[mid])
             if candidate is None:
+                self.ended = self.why_none
                 return
             if self.fits(candidate):
                 low = mid
@@ -695,7 +717,7 @@ class TWRemat(Method):
         deadline = Deadline(time_limit)
         k, grid = params["k"], params["grid"]
         if k < 0 or grid < 1:
-            return MethodResult(Status.ERROR, message=(
+            return MethodResult(SolutionStatus.NO_SOLUTION, termination=Termination.ERROR, message=(
                 f"twremat needs k >= 0 (0 searches k) and grid >= 1, got k={k}, grid={grid}"))
         names = list(HEURISTICS) if params["heuristic"] == "both" else [params["heuristic"]]
         search = _Search(graph, budget, deadline)
@@ -721,16 +743,19 @@ class TWRemat(Method):
                 else:
                     search.cheapest_fit(name, tree, k_grid(tree, grid))
         except _InvalidSchedule as exc:
-            return MethodResult(Status.ERROR, solve_time_s=time.perf_counter() - start,
-                                message=str(exc))
+            return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=time.perf_counter() - start,
+                                message=str(exc), termination=Termination.ERROR)
         except DecompositionStopped as exc:
+            search.ended = exc.termination
             if search.best is None:
-                return MethodResult(Status.NO_SOLUTION, solve_time_s=time.perf_counter() - start, message=(
+                return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=time.perf_counter() - start,
+                                    termination=exc.termination, message=(
                     f"the {names[0] if len(names) == 1 else 'tree'} decomposition of the {graph.n:,} nodes "
                     f"did not finish: {exc}"))
 
         best = search.best
         assert best is not None  # the first schedule is always built to the end
+        termination = search.ended or search_ended(deadline)
         stats: dict[str, Any] = {
             "heuristic": best.heuristic,
             "k": best.k,
@@ -748,10 +773,10 @@ class TWRemat(Method):
         elapsed = time.perf_counter() - start
         if not search.fits(best):
             return MethodResult(
-                Status.NO_SOLUTION, best.schedule, objective=best.sim.duration, solve_time_s=elapsed,
-                stats=stats, message=(
+                SolutionStatus.NO_SOLUTION, best.schedule, objective=best.sim.duration, solve_time_s=elapsed,
+                stats=stats, termination=termination, message=(
                     f"twremat's lowest peak over {len(search.tried)} schedules is {memory_text(best.sim.peak, graph)} "
                     f"(k={best.k}, heuristic {best.heuristic}), above the budget {memory_text(budget or 0, graph)}"),
             )
-        return MethodResult(Status.FEASIBLE, best.schedule, objective=best.sim.duration,
-                            solve_time_s=elapsed, stats=stats)
+        return MethodResult(SolutionStatus.FEASIBLE, best.schedule, objective=best.sim.duration,
+                            solve_time_s=elapsed, stats=stats, termination=termination)

@@ -82,6 +82,7 @@ from typing import Any
 import numpy as np
 
 from remat_bench.core.graph import Graph, Number
+from remat_bench.core.outcome import SolutionStatus, Termination
 
 # Above this many nodes the n x n ancestor sets would cost too much; the trivial bound is used.
 MAX_NODES = 5000
@@ -104,10 +105,16 @@ PROBE_SHARE = 0.6
 
 @dataclass(frozen=True)
 class Bound:
-    """A lower bound on duration for every schedule at one budget."""
+    """A lower bound on duration for every schedule at one budget, and why its search stopped.
+
+    ``termination``: ``proven`` when its 0/1 program was solved (``value`` None: no schedule fits),
+    ``converged`` for the trivial bound (the durations' sum: no program to solve), ``time_limit`` or
+    ``interrupted`` when the program was stopped early (its solver's dual bound is the value), or
+    the solver's ``error``. `status` says the same in the words `remat-bench bound` shows.
+    """
 
     value: Number | None  # None when infeasible
-    status: str  # "optimal" (the 0/1 program was solved), "trivial", "infeasible", "limit"
+    termination: Termination
     recomputed: tuple[str, ...] = ()  # the values the bound says must be computed again
     solve_time_s: float = 0.0
     cuts: int = 0
@@ -122,7 +129,32 @@ class Bound:
                 "solve_time_s": self.solve_time_s, "cuts": self.cuts, "prefix_sizes": list(self.prefix_sizes),
                 "recompute_cuts": self.recompute_cuts,
                 "order_peak_at_least": self.order_peak_at_least,
-                "no_order_fits": self.no_order_fits}
+                "no_order_fits": self.no_order_fits, "termination": self.termination.value}
+
+    def __post_init__(self) -> None:
+        # A status word in place of the termination (older callers and cache entries): the same fact.
+        if not isinstance(self.termination, Termination):
+            word = str(self.termination)
+            object.__setattr__(self, "termination", STATUS_WORDS.get(word) or Termination(word))
+
+    @property
+    def status(self) -> str:
+        """In a word: "optimal" (the 0/1 program was solved), "infeasible" (it proved that no schedule
+        fits), "trivial" (the durations' sum), or "limit" (stopped early: the solver's dual bound)."""
+        if self.termination is Termination.PROVEN:
+            return "infeasible" if self.value is None else "optimal"
+        return "trivial" if self.termination is Termination.CONVERGED else "limit"
+
+    @property
+    def settled(self) -> bool:
+        """Whether no further effort changes it (a proof, or the trivial bound): reused whatever effort
+        a request asks for."""
+        return self.termination in (Termination.PROVEN, Termination.CONVERGED)
+
+
+# `Bound.status`'s words, and the terminations they stand for.
+STATUS_WORDS = {"optimal": Termination.PROVEN, "infeasible": Termination.PROVEN, "trivial": Termination.CONVERGED,
+                "limit": Termination.TIME_LIMIT}
 
 
 def _bits_to_array(bits: int, n: int) -> np.ndarray:
@@ -473,12 +505,12 @@ def _probe(block: _PrefixCut, k: int, seconds: float, cap: Number | None = None)
     model = SparseModel(cost=coef, lower=lo, upper=hi, integer=integer, A=rows.matrix(3 * n),
                         row_lower=np.asarray(rows.lower), row_upper=np.asarray(rows.upper))
     sol = solve_milp(model, time_limit=max(0.05, seconds), mip_gap=0.0, options=EXACT)
-    if sol.status == "infeasible" and cap is not None:
+    if sol.solution_status is SolutionStatus.INFEASIBLE and cap is not None:
         above = math.floor(cap) + 1 if block.integral else float(np.nextafter(float(cap), np.inf))
         return PrefixProbe(k, above, above)
     if sol.objective is None and sol.dual_bound is None:
         return None  # no answer in time (a DAG always has a downset of each size)
-    optimal = sol.status == "optimal" and sol.objective is not None
+    optimal = sol.solution_status is SolutionStatus.OPTIMAL and sol.objective is not None
     proven = sol.objective if optimal and sol.objective is not None else max(0.0, sol.dual_bound or 0.0)
     at_least = block.fixed + proven
     best = block.fixed + sol.objective if sol.objective is not None else at_least
@@ -493,15 +525,15 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
     ``max_recompute_cuts`` = 0 leaves the recomputation cuts out (the tests compare the two)."""
     trivial = graph.min_total_duration
     if budget is None:
-        return Bound(trivial, "trivial")
+        return Bound(trivial, Termination.CONVERGED)
     if graph.n > MAX_NODES:
-        return Bound(trivial, "trivial")
+        return Bound(trivial, Termination.CONVERGED)
     start = time.perf_counter()
     base, sets = memory_cuts(graph)
     fastest = np.minimum.reduceat(graph.op_duration, graph.op_start[:-1]).astype(np.float64)
     mem = graph.memory.astype(np.float64)
     if np.any(base > budget):
-        return Bound(None, "infeasible", solve_time_s=time.perf_counter() - start)
+        return Bound(None, Termination.PROVEN, solve_time_s=time.perf_counter() - start)
     # Cut of c: sum_{x in A(c)} mem_x y_x >= sum_{x in A(c)} mem_x - (B - base_c). Only cuts that
     # bind, and only x with positive memory and duration, matter (y_x = 1 is free when duration is 0).
     rows = _Rows.empty()
@@ -528,7 +560,7 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
     # if a probe says they bind (the program with them took 23 s there, for the same value).
     recompute = recompute_cuts(graph, budget, base, sets, max_recompute_cuts) if cuts else []
     first = (_solve_program(graph, rows.copy(), fastest, budget, [], time_limit / 3, recompute) if cuts
-             else (0.0, "optimal", ()))
+             else (0.0, Termination.PROVEN, ()))
     probes: list[PrefixProbe] = []
     left = time_limit - (time.perf_counter() - start)
     if graph.n <= MAX_PREFIX_NODES and first[0] is not None and left > 0.1:
@@ -547,14 +579,14 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
         second = _solve_program(graph, rows.copy(), fastest, budget, chosen, left, recompute)
         if second[0] is None or (first[0] is not None and second[0] > first[0]):
             answer = second
-    extra, status, recomputed = answer
+    extra, termination, recomputed = answer
     elapsed = time.perf_counter() - start
     info: dict[str, Any] = {"solve_time_s": elapsed, "cuts": cuts, "order_peak_at_least": peak_at_least,
             "prefix_sizes": tuple(chosen) if answer is not first else (), "recompute_cuts": len(recompute)}
     if extra is None:
-        return Bound(None, "infeasible", no_order_fits=True, **info)
+        return Bound(None, Termination.PROVEN, no_order_fits=True, **info)
     value = trivial + (int(np.ceil(extra - 1e-6)) if isinstance(trivial, int) else extra)
-    return Bound(value, status, recomputed, no_order_fits=no_order or extra > 0, **info)
+    return Bound(value, termination, recomputed, no_order_fits=no_order or extra > 0, **info)
 
 
 def _undominated(cuts: list[tuple[float, np.ndarray]]) -> list[tuple[float, np.ndarray]]:
@@ -574,11 +606,12 @@ def _undominated(cuts: list[tuple[float, np.ndarray]]) -> list[tuple[float, np.n
 
 def _solve_program(graph: Graph, rows: _Rows, fastest: np.ndarray, budget: Number, sizes: list[int],
                    seconds: float, recompute: list[_RecomputeCut] | None = None,
-                   ) -> tuple[float | None, str, tuple[str, ...]]:
+                   ) -> tuple[float | None, Termination, tuple[str, ...]]:
     """Least recomputation (duration) meeting the cuts in ``rows``, the prefix cuts of ``sizes`` and
     the recomputation cuts ``recompute``.
 
-    (extra duration or None when infeasible, "optimal" or "limit", the values recomputed when optimal).
+    (extra duration or None when infeasible, why the program stopped (proven when solved), the values
+    recomputed when solved).
     """
     from remat_bench.toolkit.milp import SparseModel, solve_milp
 
@@ -611,17 +644,15 @@ def _solve_program(graph: Graph, rows: _Rows, fastest: np.ndarray, budget: Numbe
         row_upper=np.asarray(rows.upper),
     )
     sol = solve_milp(model, time_limit=max(0.05, seconds), mip_gap=0.0, options=EXACT)
-    if sol.status == "infeasible":
-        return None, "infeasible", ()
-    if sol.status == "optimal" and sol.x is not None:
+    if sol.solution_status is SolutionStatus.INFEASIBLE:
+        return None, Termination.PROVEN, ()
+    if sol.solution_status is SolutionStatus.OPTIMAL and sol.x is not None:
         y = np.round(sol.x[:n]) > 0.5
-        return float(fastest[y].sum()), "optimal", tuple(graph.ids[i] for i in np.flatnonzero(y))
-    # Stopped early: the solver's dual bound is still a valid bound.
-    return max(0.0, sol.dual_bound or 0.0), "limit", ()
-
-
-# Statuses whose value no further effort changes: reused whatever effort was asked for.
-SETTLED = ("optimal", "trivial", "infeasible")
+        return float(fastest[y].sum()), Termination.PROVEN, tuple(graph.ids[i] for i in np.flatnonzero(y))
+    # Stopped early: the solver's dual bound is still a valid bound (and not settled: more time may raise it).
+    stopped = sol.termination if sol.termination not in (Termination.PROVEN, Termination.CONVERGED) \
+        else Termination.UNKNOWN
+    return max(0.0, sol.dual_bound or 0.0), stopped, ()
 
 
 @functools.lru_cache(maxsize=1)
@@ -664,7 +695,7 @@ class BoundCache:
         """(the bound, whether it came from the cache), computing it with ``effort`` seconds if needed."""
         key = (graph.sha256, budget)
         hit = self._memory.get(key) or self._read(graph.sha256, budget)
-        if hit and (hit[0].status in SETTLED or hit[1] >= effort):
+        if hit and (hit[0].settled or hit[1] >= effort):
             self._memory[key] = hit
             return hit[0], True
         bound = any_order_bound(graph, budget, effort)
@@ -721,7 +752,9 @@ class BoundCache:
             if entry.get("code") != _source_digest() or entry.get("graph") != sha256:
                 return None
             data = entry["bound"]
-            bound = Bound(value=data["value"], status=data["status"], recomputed=tuple(data["recomputed"]),
+            # "status": an entry written before bounds had a termination (its words, `STATUS_WORDS`).
+            termination = data.get("termination") or data["status"]
+            bound = Bound(value=data["value"], termination=termination, recomputed=tuple(data["recomputed"]),
                           solve_time_s=float(data["solve_time_s"]), cuts=int(data["cuts"]),
                           prefix_sizes=tuple(data["prefix_sizes"]), order_peak_at_least=data["order_peak_at_least"],
                           no_order_fits=bool(data["no_order_fits"]),

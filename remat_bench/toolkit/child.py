@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from remat_bench.core.outcome import Termination, cut_short
+
 
 def can_spawn() -> bool:
     """Whether a spawned child can start: it re-runs the parent's main script, which must exist.
@@ -29,13 +31,33 @@ def can_spawn() -> bool:
 
 @dataclass
 class ChildOutcome:
-    """How a child call ended: ``done`` (``value`` holds the answer), ``error`` (``message`` says
-    which exception), ``stopped`` (the stop predicate said so), ``died`` (no answer came), or
-    ``start_failed`` (no child could start: the caller may run the call in process)."""
+    """How a child call ended, as a `Termination`: ``converged`` (the call returned: ``value`` holds
+    its answer), ``error`` (it raised: ``message`` names the exception; or, ``died``, the child ended
+    without an answer), ``time_limit`` or ``interrupted`` (the stop predicate stopped it: Ctrl-C
+    makes it ``interrupted``), or ``not_applicable`` (no child could start: the caller may run the
+    call in process)."""
 
-    status: str
+    termination: Termination
     value: Any = None
     message: str = ""
+    died: bool = False  # no answer came: the child crashed or was killed (a stopped child is not "died")
+
+    @property
+    def returned(self) -> bool:
+        """Whether the call returned, ``value`` being its answer."""
+        return self.termination is Termination.CONVERGED
+
+    @property
+    def status(self) -> str:
+        """The words this outcome had before its termination (done, error, stopped, died, start_failed),
+        for a caller still written against them."""
+        if self.returned:
+            return "done"
+        if self.termination is Termination.NOT_APPLICABLE:
+            return "start_failed"
+        if self.termination is Termination.ERROR:
+            return "died" if self.died else "error"
+        return "stopped"
 
 
 def _die_with_parent() -> None:
@@ -81,7 +103,8 @@ def _child_main(conn: Any) -> None:
 def run_in_child(fn: Callable[..., Any], args: tuple[Any, ...], stop: Callable[[], bool],
                  stream_to: str | None = None,
                  on_message: Callable[[Any], None] | None = None, daemon: bool = True) -> ChildOutcome:
-    """``fn(*args)`` in a spawned process, killed once ``stop()`` is true.
+    """``fn(*args)`` in a spawned process, killed once ``stop()`` is true (a time limit, or Ctrl-C:
+    the outcome's termination says which).
 
     ``fn`` must be importable by name (a module-level function). With
     ``stream_to``, ``fn`` gets a keyword argument of that name: a function
@@ -103,23 +126,25 @@ def run_in_child(fn: Callable[..., Any], args: tuple[Any, ...], stop: Callable[[
         try:
             receive.send((fn, args, stream_to))
         except (BrokenPipeError, ConnectionResetError, EOFError):
-            return ChildOutcome("start_failed", message="the child process could not start")
+            return ChildOutcome(Termination.NOT_APPLICABLE, message="the child process could not start")
         while True:
             if receive.poll(0.1):
                 try:
                     kind, payload = receive.recv()
                 except EOFError:
-                    return ChildOutcome("died", message="the child process ended without an answer")
+                    return ChildOutcome(Termination.ERROR, message="the child process ended without an answer",
+                                        died=True)
                 if kind == "done":
-                    return ChildOutcome("done", value=payload)
+                    return ChildOutcome(Termination.CONVERGED, value=payload)
                 if kind == "error":
-                    return ChildOutcome("error", message=payload)
+                    return ChildOutcome(Termination.ERROR, message=payload)
                 if on_message is not None:
                     on_message(payload)
             elif not proc.is_alive():
-                return ChildOutcome("died", message="the child process ended without an answer")
+                return ChildOutcome(Termination.ERROR, message="the child process ended without an answer",
+                                    died=True)
             if stop():  # checked after every message too: a fast stream must not keep the child alive
-                return ChildOutcome("stopped")
+                return ChildOutcome(cut_short())
     finally:
         if proc.is_alive():
             proc.kill()

@@ -8,7 +8,7 @@ from typing import Any
 
 from remat_bench.core.control import Deadline, interrupted
 from remat_bench.core.graph import Graph, Number
-from remat_bench.core.outcome import MethodResult, Status, Termination
+from remat_bench.core.outcome import MethodResult, SolutionStatus, Status, Termination, cut_short
 from remat_bench.core.schedule import Schedule
 
 
@@ -25,8 +25,11 @@ def least_peak_by_bisection(graph: Graph, solve_at: Callable[[Number, float | No
     within half a percent of the baseline peak; the method then minimises duration at
     the least budget found, with the time left. The answer is optimal only when the
     least peak was proven (the two ends met on proofs) and the last solve proved its
-    duration optimal. stats: ``least_peak``, ``least_peak_lower`` (no schedule of the
-    method's space peaks below it, when ``least_peak_proven``), ``probes``. A caller that wants
+    duration optimal. Its termination: the last solve's proof then; else the time limit
+    where it cut the bisection short; else how the last solve ended (a proof there, which
+    does not cover the least peak, reads ``converged``). stats: ``least_peak``,
+    ``least_peak_lower`` (no schedule of the method's space peaks below it, when
+    ``least_peak_proven``), ``probes``. A caller that wants
     the peak only gives ``peak_goal``, a peak no schedule goes below (`SolveContext.peak_goal`):
     once a schedule reaches it, the search ends there, its duration not minimised.
     """
@@ -61,20 +64,25 @@ def least_peak_by_bisection(graph: Graph, solve_at: Callable[[Number, float | No
     if best is not None and peak_goal is not None and hi <= peak_goal:
         best.stats = {**best.stats, "least_peak": hi, "least_peak_lower": hi, "least_peak_proven": True,
                       "probes": probes}
-        best.status, best.termination = Status.FEASIBLE, Termination.CONVERGED
+        best.solution_status, best.termination = SolutionStatus.FEASIBLE, Termination.PROVEN  # the goal is met
         best.message = "the lowest peak is proven; its duration was not minimised"
         best.solve_time_s = deadline.elapsed()
         return best
     final = solve_at(hi, deadline.remaining())
     result = final if final.status.found_schedule else best
+    ended: Termination = final.termination if final.termination is not Termination.PROVEN else Termination.CONVERGED
+    if search.ran_out:
+        ended = cut_short()
     if result is None:
-        return MethodResult(Status.NO_SOLUTION, solve_time_s=deadline.elapsed(), stats={"probes": probes},
-                            message="no schedule found while searching for the least peak")
+        return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=deadline.elapsed(), stats={"probes": probes},
+                            message="no schedule found while searching for the least peak", termination=ended)
     exact = proven and hi <= lo
     result.stats = {**result.stats, "least_peak": hi, "least_peak_lower": lo, "least_peak_proven": exact,
                     "probes": probes}
-    if result.status is Status.OPTIMAL and not (exact and result is final):
-        result.status = Status.FEASIBLE
+    if result.solution_status is SolutionStatus.OPTIMAL and not (exact and result is final):
+        result.solution_status = SolutionStatus.FEASIBLE
+    if result.solution_status is not SolutionStatus.OPTIMAL:
+        result.termination = ended
     if not exact:
         result.message = (f"least peak searched to within {tolerance:,g} of the baseline peak: between {lo:,} "
                           f"and {hi:,}" + ("" if proven else " (the lower end unproven: probes ran out of time)"))

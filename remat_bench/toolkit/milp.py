@@ -27,6 +27,7 @@ from remat_bench.core.control import interrupted, run_interruptibly
 from remat_bench.core.errors import MethodError, ModelTooLargeError
 from remat_bench.core.graph import Graph
 from remat_bench.core.machine import available_memory_bytes
+from remat_bench.core.outcome import SolutionStatus, Termination, cut_short
 from remat_bench.toolkit.child import can_spawn, run_in_child
 
 
@@ -161,9 +162,12 @@ class Incumbent:
 
 @dataclass
 class MilpSolution:
-    """A solver's answer. ``status`` is one of optimal, feasible, infeasible, no_solution, error."""
+    """A solver's answer: what it found (``solution_status``: a point ``x`` when optimal or feasible)
+    and why it stopped (``termination``: proven when optimal or infeasible, or when it met the
+    objective target it was given; time_limit, interrupted, resource_limit, error otherwise)."""
 
-    status: str
+    solution_status: SolutionStatus
+    termination: Termination
     x: np.ndarray | None = None
     objective: float | None = None
     dual_bound: float | None = None
@@ -244,7 +248,9 @@ def solve_milp(
     if kind == "highs":
         why = None if relax else extreme_range(model)
         if why is not None:  # a model HiGHS crashed on: ``start`` is the answer, if any
-            return MilpSolution("feasible" if start is not None else "no_solution", x=start,
+            # Beyond what the solver handles, as a model too large is beyond memory.
+            return MilpSolution(SolutionStatus.FEASIBLE if start is not None else SolutionStatus.NO_SOLUTION,
+                                Termination.RESOURCE_LIMIT, x=start,
                                 objective=None if start is None else float(model.cost @ start),
                                 message=f"the MILP was not run: {why}")
         args = (model, time_limit, threads, mip_gap, seed, start, relax, keep_incumbents, options or {})
@@ -271,14 +277,15 @@ def _solve_highs_isolated(model: SparseModel, time_limit: float | None, *rest: A
                            stop=lambda: time.perf_counter() > kill_at or interrupted(),
                            stream_to="on_incumbent", on_message=incumbents.append)
     elapsed = time.perf_counter() - t0
-    if outcome.status == "done":
+    if outcome.returned:
         outcome.value.solve_time_s = elapsed
         return outcome.value
-    if outcome.status == "start_failed":
+    if outcome.termination is Termination.NOT_APPLICABLE:  # no child could start: here, then
         left = None if time_limit is None else max(0.0, time_limit - elapsed)
         return _solve_highs(model, left, *rest)
-    if outcome.status == "error":
-        return MilpSolution("error", solve_time_s=elapsed, message=outcome.message, incumbents=incumbents)
+    if outcome.termination is Termination.ERROR and not outcome.died:  # HiGHS raised
+        return MilpSolution(SolutionStatus.NO_SOLUTION, Termination.ERROR, solve_time_s=elapsed,
+                            message=outcome.message, incumbents=incumbents)
 
     import highspy
 
@@ -288,14 +295,17 @@ def _solve_highs_isolated(model: SparseModel, time_limit: float | None, *rest: A
         start_objective = float(model.cost @ start)
         if best is None or start_objective < best.objective:
             best = Incumbent(0.0, start_objective, np.asarray(start, dtype=np.float64))
+    found = best is not None and best.x is not None
     return MilpSolution(
-        status="feasible" if best is not None and best.x is not None else "no_solution",
+        SolutionStatus.FEASIBLE if found else SolutionStatus.NO_SOLUTION,
+        # Stopped (the time limit, Ctrl-C), or the child died (a crash in HiGHS): the incumbents it sent stand.
+        outcome.termination,
         x=None if best is None else best.x,
         objective=None if best is None else best.objective,
         dual_bound=None if best is None else best.dual_bound,
         solve_time_s=elapsed,
         solver=f"HiGHS {highspy.Highs().version()}",
-        message="stopped at the time limit" if not interrupted() else "interrupted",
+        message=outcome.message or ("stopped at the time limit" if not interrupted() else "interrupted"),
         incumbents=incumbents,
     )
 
@@ -418,27 +428,17 @@ def _highs_answer(h: Any, model: SparseModel, relax: bool, elapsed: float,
     solution = h.getSolution()
     has_x = bool(solution.value_valid) and info.primal_solution_status >= 2
     x = np.array(solution.col_value, dtype=np.float64) if has_x else None
-    S = highspy.HighsModelStatus
-    if status == S.kOptimal:
-        out = "optimal"
-    elif status == S.kInfeasible:
-        out = "infeasible"
-    elif x is not None:
-        out = "feasible"
-    elif status in (S.kTimeLimit, S.kIterationLimit, S.kInterrupt, S.kSolutionLimit, S.kObjectiveBound,
-                    S.kObjectiveTarget):
-        out = "no_solution"
-    else:
-        out = "error"
+    out, termination = highs_status(status, x is not None)
     mip = not relax and model.integer.any()
     if mip:
         dual = getattr(info, "mip_dual_bound", None)
     else:
-        dual = info.objective_function_value if out == "optimal" else None
+        dual = info.objective_function_value if out is SolutionStatus.OPTIMAL else None
     if dual is not None and not np.isfinite(dual):
         dual = None
     return MilpSolution(
-        status=out,
+        out,
+        termination,
         x=x,
         objective=float(info.objective_function_value) if x is not None else None,
         dual_bound=None if dual is None else float(dual),
@@ -449,6 +449,30 @@ def _highs_answer(h: Any, model: SparseModel, relax: bool, elapsed: float,
         message=h.modelStatusToString(status),
         incumbents=incumbents,
     )
+
+
+def highs_status(status: Any, has_x: bool) -> tuple[SolutionStatus, Termination]:
+    """What HiGHS found and why it stopped, from its model status (``highspy.HighsModelStatus``).
+
+    kOptimal and kInfeasible are proofs; kObjectiveTarget and kObjectiveBound are too: the goal it
+    was given is met (a caller's target is a duration no schedule goes below), or no solution beats
+    the bound. kTimeLimit and kInterrupt (Ctrl-C, `run_interruptibly`) cut it short; its iteration,
+    solution and memory limits are resource limits. Any other status is an error, except kUnknown
+    (HiGHS does not know either).
+    """
+    import highspy
+
+    S = highspy.HighsModelStatus
+    if status == S.kOptimal:
+        return SolutionStatus.OPTIMAL, Termination.PROVEN
+    if status == S.kInfeasible:
+        return SolutionStatus.INFEASIBLE, Termination.PROVEN
+    reasons = {S.kObjectiveTarget: Termination.PROVEN, S.kObjectiveBound: Termination.PROVEN,
+               S.kTimeLimit: Termination.TIME_LIMIT, S.kInterrupt: Termination.INTERRUPTED,
+               S.kIterationLimit: Termination.RESOURCE_LIMIT, S.kSolutionLimit: Termination.RESOURCE_LIMIT,
+               S.kMemoryLimit: Termination.RESOURCE_LIMIT, S.kUnknown: Termination.UNKNOWN}
+    return (SolutionStatus.FEASIBLE if has_x else SolutionStatus.NO_SOLUTION,
+            reasons.get(status, Termination.ERROR))
 
 
 def _solve_pulp(model: SparseModel, name: str, time_limit: float | None, threads: int | None,
@@ -498,18 +522,22 @@ def _solve_pulp(model: SparseModel, name: str, time_limit: float | None, threads
         pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
     x = np.array(values, dtype=np.float64) if has_x else None
     if prob.sol_status == pulp.LpSolutionOptimal and prob.status == pulp.LpStatusOptimal:
-        out = "optimal"
+        out, termination = SolutionStatus.OPTIMAL, Termination.PROVEN
     elif prob.status == pulp.LpStatusInfeasible or prob.sol_status == pulp.LpSolutionInfeasible:
-        out = "infeasible"
-    elif x is not None:
-        out = "feasible"
+        out, termination = SolutionStatus.INFEASIBLE, Termination.PROVEN
     else:
-        out = "no_solution"
+        out = SolutionStatus.FEASIBLE if x is not None else SolutionStatus.NO_SOLUTION
+        # PuLP does not say why a solver stopped short of a proof; a solver given a time limit (and no
+        # gap: stopping at one is converging) stops there, and one without either says nothing we know.
+        termination = (Termination.CONVERGED if mip_gap else cut_short() if time_limit is not None
+                       else Termination.UNKNOWN)
+        if prob.status == pulp.LpStatusUndefined and x is None:
+            termination = Termination.ERROR
     objective = float(model.cost @ x) if x is not None else None
     return MilpSolution(
-        status=out, x=x, objective=objective,
-        dual_bound=objective if out == "optimal" else None,
-        gap=0.0 if out == "optimal" else None,
+        out, termination, x=x, objective=objective,
+        dual_bound=objective if out is SolutionStatus.OPTIMAL else None,
+        gap=0.0 if out is SolutionStatus.OPTIMAL else None,
         solve_time_s=elapsed, solver=f"PuLP {pulp.__version__} {name}",
         message=pulp.LpStatus.get(prob.status, str(prob.status)),
     )

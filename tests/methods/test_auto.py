@@ -326,3 +326,16 @@ def test_a_polish_that_fails_is_recorded_and_the_members_answer_stands(monkeypat
     polish = next(m for m in r.stats["members"] if m["method"] == "polish")
     # The polish runs through the evaluation path, which words every method's failure alike.
     assert polish["status"] == "error" and polish["message"].startswith("method 'polish' failed: RuntimeError: boom")
+
+
+def test_a_member_s_status_is_the_status_of_its_run_and_not_run_is_said_so():
+    from remat_bench.app.portfolio import Member
+
+    g = random_graph(1)
+    run = run_source("greedy", g, budgets(g)[-1], 10, {})
+    member = Member.of_run(run, "fast", 0.1)
+    assert member.status is run.status and member.as_dict()["status"] == run.status.value
+    waiting = Member("moccasin", "exact", message="greedy's schedule is proven optimal")
+    assert waiting.status is None
+    assert waiting.as_dict() == {"method": "moccasin", "role": "exact", "status": "not_run", "seconds": 0.0,
+                                 "message": "greedy's schedule is proven optimal"}

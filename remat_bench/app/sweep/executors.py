@@ -42,9 +42,10 @@ from remat_bench.app.sweep.results import make_row
 from remat_bench.app.sweep.worker import OOM_SIGNS, SWEEP_FAULT
 from remat_bench.core.errors import ConfigError
 from remat_bench.core.files import safe_name
+from remat_bench.core.outcome import Status, Termination
 
 # Statuses of a failed run, whose output is kept in logs/.
-LOGGED = ("error", "oom", "timeout")
+LOGGED = (Status.ERROR, Status.OOM, Status.TIMEOUT)
 
 # Worker processes of this process that are still running, so that Ctrl-C can end them: they run in
 # their own process groups, out of reach of the terminal's SIGINT.
@@ -149,14 +150,15 @@ def _tail(path: Path, size: int = 1 << 16) -> str:
 def _outcome(spec: dict[str, Any], code: int, timed_out: bool, wall: float, text: str, log: str) -> dict[str, Any]:
     last = _last_line(log)
     if timed_out:
-        return {"status": "timeout", "message": (
+        return {"status": Status.TIMEOUT, "termination": Termination.TIME_LIMIT, "message": (
             f"killed after {wall:.1f} s: the run overstayed its time limit of {spec['time_limit']:g} s "
             f"(and {spec['grace']:g} s of grace)")}
     if code == 0 and text:
         try:
             return json.loads(text.splitlines()[-1])
         except ValueError:
-            return {"status": "error", "message": f"the run printed an unreadable result: {text[-200:]!r}"}
+            return {"status": Status.ERROR, "termination": Termination.ERROR,
+                    "message": f"the run printed an unreadable result: {text[-200:]!r}"}
     oom = bool(spec.get("memory_limit")) and bool(OOM_SIGNS.search(log))
     if code < 0:
         sig = signal.Signals(-code)
@@ -167,7 +169,9 @@ def _outcome(spec: dict[str, Any], code: int, timed_out: bool, wall: float, text
         what = f"the run exited with status {code} without a result"
     if oom:
         what = f"the run ran out of memory under the cap of {spec['memory_limit']} bytes; {what}"
-    return {"status": "oom" if oom else "error", "message": what + (f"; it last printed: {last}" if last else "")}
+    return {"status": Status.OOM if oom else Status.ERROR,
+            "termination": Termination.RESOURCE_LIMIT if oom else Termination.ERROR,
+            "message": what + (f"; it last printed: {last}" if last else "")}
 
 
 def _last_line(log: str) -> str:

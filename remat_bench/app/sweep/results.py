@@ -28,6 +28,7 @@ import pandas as pd
 
 from remat_bench.app.sweep.config import params_text, row_key
 from remat_bench.core.files import atomic_write_bytes, atomic_write_text
+from remat_bench.core.outcome import Status
 
 # Column -> pandas dtype; "number" columns are Int64 when every value is whole (sizes, flops), else Float64.
 COLUMNS: dict[str, str] = {
@@ -77,11 +78,13 @@ COLUMNS: dict[str, str] = {
     "host": "string",
     "finished_at": "string",
 }
-SUCCESS = ("optimal", "feasible")
+SUCCESS = (Status.OPTIMAL.value, Status.FEASIBLE.value)
 # Statuses that answer the question, schedule or not: a proof that nothing fits (`infeasible`, often
 # instant, below the memory floor) is the solver done in its own time. Every other run produced nothing
 # (it ran out of time, crashed, gave up, or erred) and counts at its time limit in solve-time means.
-ANSWERED = (*SUCCESS, "infeasible")
+ANSWERED = (*SUCCESS, Status.INFEASIBLE.value)
+# Statuses of runs that failed: counted as failures in the summaries.
+FAILED = (Status.ERROR.value, Status.OOM.value, Status.OVER_BUDGET.value, Status.TIMEOUT.value)
 TABLE = "results.parquet"
 CSV = "results.csv"
 TIME_SHIFT_S = 1.0
@@ -248,7 +251,7 @@ def summarize(frame: pd.DataFrame) -> list[MethodSummary]:
     frame = frame.assign(label=labels(frame), ok=succeeded(frame))
     out = []
     for label, group in frame.groupby("label", sort=False):
-        applicable = group[group["status"] != "unsupported"]
+        applicable = group[group["status"] != Status.UNSUPPORTED.value]
         ok = applicable[applicable["ok"]]
         answered = applicable["status"].isin(ANSWERED).fillna(False).astype(bool)
         times = np.where(answered, applicable["solve_time_s"].astype(float).fillna(0.0),
@@ -258,8 +261,8 @@ def summarize(frame: pd.DataFrame) -> list[MethodSummary]:
             runs=len(group),
             applicable=len(applicable),
             successes=len(ok),
-            timeouts=int((group["status"] == "timeout").sum()),
-            failures=int(group["status"].isin(("error", "oom", "over_budget", "timeout")).sum()),
+            timeouts=int((group["status"] == Status.TIMEOUT.value).sum()),
+            failures=int(group["status"].isin(FAILED).sum()),
             success_rate=len(ok) / len(applicable) if len(applicable) else math.nan,
             overhead_sgm=shifted_geometric_mean(ok["overhead_pct"].astype(float), OVERHEAD_SHIFT_PCT),
             solve_time_sgm=shifted_geometric_mean(times, TIME_SHIFT_S),

@@ -39,6 +39,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from remat_bench.core.errors import RematBenchError
+from remat_bench.core.outcome import Status, Termination
 
 # Test hooks, read only here, so that tests need no test-only method in the registry (and reach
 # workers started by Dask too). REMAT_BENCH_TEST_SLEEP="METHOD:SECONDS" makes runs of METHOD (or "*")
@@ -145,7 +146,7 @@ def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
         ballast = _test_hooks(method)
         graph = load_graph(spec["graph_path"])
         if graph.sha256 != spec["graph_sha256"]:
-            return {"status": "error", "message": (
+            return {"status": Status.ERROR, "termination": Termination.ERROR, "message": (
                 f"graph file {spec['graph_path']} changed since the sweep was planned (sha256 "
                 f"{graph.sha256[:12]}, expected {spec['graph_sha256'][:12]}); run the sweep again")}
         result = run(graph, method, spec["budget_text"], spec["time_limit"], spec["params"])
@@ -155,7 +156,8 @@ def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:
         # e.g. a method whose solver is missing on this machine, or cannot even be loaded under the cap
         known = isinstance(exc, RematBenchError)
-        return {"status": "error", "message": str(exc) if known else f"{type(exc).__name__}: {exc}",
+        return {"status": Status.ERROR, "termination": Termination.ERROR,
+                "message": str(exc) if known else f"{type(exc).__name__}: {exc}",
                 **({} if known else {"stats": {"traceback": traceback.format_exc(limit=8)}})}
 
     fields = result.to_json()
@@ -174,7 +176,7 @@ def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
             # why the run still failed, as the sweep's fault, so that --resume runs it again.
             answered = fields.get("status")
             fields["stats"] = {**(fields.get("stats") or {}), "method_status": answered}
-            fields["status"] = "error"
+            fields["status"] = Status.ERROR
             fields["schedule"] = None
             fields["message"] = f"the run's {answered} schedule could not be saved: {type(exc).__name__}: {exc}"
             fields[SWEEP_FAULT] = True
@@ -201,8 +203,8 @@ def main() -> None:
         # interpreter while the stdin-watching thread holds stdin's lock, which CPython answers with
         # SIGABRT ("_enter_buffered_busy"): the cause hidden behind a signal, and the run's result lost.
         traceback.print_exc()
-        outcome = {"status": "error", "message": f"the sweep's worker failed: {type(exc).__name__}: {exc}",
-                   SWEEP_FAULT: True}
+        outcome = {"status": Status.ERROR, "termination": Termination.ERROR,
+                   "message": f"the sweep's worker failed: {type(exc).__name__}: {exc}", SWEEP_FAULT: True}
     try:
         outcome["worker_wall_time_s"] = time.perf_counter() - started
         outcome["peak_rss"] = peak_rss_bytes()
@@ -238,15 +240,16 @@ def _run_under_limits() -> dict[str, Any]:
         outcome = run_spec(spec)
     except MemoryError:
         reserve = None
-        outcome = {"status": "oom", "message": f"the run ran out of memory under the cap of {cap} bytes"
-                   if cap else "the run ran out of memory"}
+        outcome = {"status": Status.OOM, "termination": Termination.RESOURCE_LIMIT,
+                   "message": f"the run ran out of memory under the cap of {cap} bytes" if cap
+                   else "the run ran out of memory"}
     del reserve
     # An allocation refused under the cap does not always surface as MemoryError (CPython may report a
     # SystemError, a library a failed load): a failure with the address space at the cap is one too.
     near_cap = bool(cap) and (address_space_peak() or 0) >= 0.9 * cap
-    if (cap and outcome["status"] == "error" and not outcome.get(SWEEP_FAULT)
+    if (cap and outcome["status"] == Status.ERROR and not outcome.get(SWEEP_FAULT)
             and (near_cap or OOM_SIGNS.search(outcome.get("message", "")))):
-        outcome["status"] = "oom"
+        outcome["status"], outcome["termination"] = Status.OOM, Termination.RESOURCE_LIMIT
         outcome["message"] = f"the run ran out of memory under the cap of {cap} bytes: {outcome['message']}"
     return outcome
 
