@@ -478,3 +478,41 @@ def test_schedule_files_are_drawn_one_colour_and_budget_each_named_by_file(tmp_p
     assert same.axes[0].get_xlabel() == "step"
     assert [ln.get_label() for ln in same.axes[0].get_lines() if ln.get_label().startswith("budget")] == \
         [f"budget {tight.budget}"]
+
+
+def progress_tables():
+    """The hand-made sweep of tests/test_profiles.py, with what the charts read besides."""
+    from tests.test_profiles import hand_made_sweep
+
+    results, points = hand_made_sweep()
+    results = results.assign(budget_fraction=results["budget_text"].astype(float), lower_bound_any_order=99.0,
+                             baseline_duration=90.0, overhead_pct=100 * (results["duration"] / 90.0 - 1))
+    points = points.assign(overhead_pct=100 * (points["duration"] / 90.0 - 1))
+    return results, points
+
+
+def test_the_progress_chart_draws_each_run_to_its_end_and_the_bound(tmp_path):
+    results, points = progress_tables()
+    fig = charts.progress_figure(results, points)
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(axes) == 2  # one graph at two budgets
+    at_08 = next(ax for ax in axes if ax.get_title().endswith("at 0.8"))
+    steps = [ln for ln in at_08.get_lines() if ln.get_drawstyle() == "steps-post"]
+    assert [list(ln.get_xdata()) for ln in steps] == [[1.0, 5.0, 5.0], [2.0, 8.0, 8.0]]  # A, then B, to their ends
+    assert at_08.get_xscale() == "log"
+    bound = [ln for ln in at_08.get_lines() if ln.get_linestyle() == "--"]
+    assert len(bound) == 1 and bound[0].get_ydata()[0] == pytest.approx(100 * (99 / 90 - 1))
+    charts.progress(results, points, tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_the_profile_chart_steps_through_the_hand_computed_shares():
+    results, points = progress_tables()
+    fig = charts.profile_figure(results, points, within_pct=10.0)
+    left = fig.axes[0]
+    lines = {ln.get_label(): ln for ln in left.get_lines()}
+    # Within 10% (110): A at 5 s and 3 s, B at 8 s and never: at tau 1, A is fastest on both; B on none.
+    assert lines["A"].get_ydata()[0] == pytest.approx(1.0)
+    assert lines["B"].get_ydata()[0] == pytest.approx(0.0)
+    tau = lines["B"].get_xdata()
+    assert lines["B"].get_ydata()[np.searchsorted(tau, 1.6)] == pytest.approx(0.5)  # 8 s is 1.6 x A's 5 s

@@ -249,3 +249,16 @@ def test_a_graph_name_longer_than_a_file_name_still_gets_its_charts(tmp_path):
     figures = sorted(p.name for p in (tmp_path / "report-figures").iterdir())
     assert any(name.endswith("-timeline.png") for name in figures)
     assert max(len(name) for name in figures) <= 120
+
+
+def test_the_speed_section_reads_the_progress_table():
+    from remat_bench.app.report import speed_section
+    from tests.test_charts import progress_tables
+
+    results, points = progress_tables()
+    frame = results.assign(label=results["method"])
+    text = speed_section(frame, points)
+    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| A")
+            or line.startswith("| B")}
+    assert rows["A"] == "| A | 2 | 100% | 1.00 | 0.269 | 2.00 |"
+    assert rows["B"] == "| B | 2 | 50% | 1.47 | 0.650 | 2.00 |"

@@ -840,3 +840,146 @@ def intervals_figure(graph: Graph, schedule: Schedule, title: str | None = None)
     ax.set_title(title or f"{graph.name}, {method}: when each value is held "
                           f"({int(again.sum())} recomputations, peak {sim.peak:,})")
     return fig
+
+
+# ---------------------------------------------------------------------- progress over time
+
+def progress(results: pd.DataFrame, points: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
+    """Write `progress_figure` to ``path``."""
+    return save(progress_figure(results, points, title), path)
+
+
+def progress_figure(results: pd.DataFrame, points: pd.DataFrame, title: str | None = None) -> Figure:
+    """Overhead of the best schedule held against solve time, one panel per graph (rows) and budget
+    (columns), one line per method: the Moccasin paper's Figure 5 ("solve progress plots").
+
+    ``points`` is a progress table (`remat_bench.app.sweep.profiles.PROGRESS_COLUMNS`): every
+    improving schedule of a run, scored by the simulator, with its time since the run started (the
+    any-order bound's time included, and Moccasin's phase 1: the paper shifted its curves by that
+    time, here it is in them). Each line ends at its run's solve time; the any-order bound of the
+    instance is dashed, grey.
+    """
+    frame = _labelled(results)
+    runs = frame[frame["run_id"].isin(set(points["run_id"]))]
+    if runs.empty:
+        raise ChartError("no run recorded its progress, so there is no progress to draw")
+    graphs = list(dict.fromkeys(runs.sort_values(["nodes", "graph"])["graph"]))
+    budgets = sorted(set(runs["budget_text"]), key=lambda b: -float(b) if _is_number(b) else 0.0)
+    fig = Figure(figsize=(3.6 * len(budgets), 2.9 * len(graphs) + 0.9), layout="constrained")
+    axes = fig.subplots(len(graphs), len(budgets), squeeze=False)
+    order = _label_order(runs)
+    by_run = {run: g.sort_values("time_s") for run, g in points.groupby("run_id", sort=False)}
+    shown: set[str] = set()
+    bound_drawn = False
+    for r, graph in enumerate(graphs):
+        for c, budget in enumerate(budgets):
+            ax = axes[r][c]
+            mine = runs[(runs["graph"] == graph) & (runs["budget_text"] == budget)]
+            for label in order:
+                for _, run in mine[mine["label"] == label].iterrows():
+                    pts = by_run.get(run["run_id"])
+                    if pts is None or pts.empty:
+                        continue
+                    x = pts["time_s"].to_numpy(dtype=float)
+                    y = pts["overhead_pct"].to_numpy(dtype=float)
+                    end = max(float(run["solve_time_s"] or x[-1]), x[-1])
+                    style = method_style(run["method"])
+                    ax.step(np.append(x, end), np.append(y, y[-1]), where="post", color=style["color"],
+                            linestyle=run["linestyle"], linewidth=1.3)
+                    ax.plot(x, y, linestyle="none", marker=style["marker"], markersize=3, color=style["color"])
+                    shown.add(label)
+            bound = _bound_overhead(mine)
+            if bound is not None:
+                ax.axhline(bound, color=BOUND_EDGE, linestyle="--", linewidth=0.9)
+                bound_drawn = True
+            if mine.empty or not any(run_id in by_run for run_id in mine["run_id"]):
+                ax.text(0.5, 0.5, "no schedule recorded", transform=ax.transAxes, ha="center", va="center",
+                        fontsize=9, color=NOTE_COLOUR)
+            ax.set_xscale("log")
+            _plain_log_axis(ax.xaxis)
+            nodes = mine["nodes"].iloc[0] if not mine.empty else ""
+            ax.set_title(f"{graph} ({nodes} nodes) at {budget}", fontsize=9)
+            if r == len(graphs) - 1:
+                ax.set_xlabel("solve time (s, log)")
+            if c == 0:
+                ax.set_ylabel("overhead (%)")
+            ax.grid(True, alpha=0.3)
+    handles: list[Any] = _legend_handles(runs, [lab for lab in order if lab in shown])
+    names = [h.get_label() for h in handles]
+    if bound_drawn:
+        handles.append(Line2D([], [], color=BOUND_EDGE, linestyle="--", linewidth=0.9))
+        names.append("any-order lower bound: no schedule is faster")
+    fig.legend(handles, names, loc="outside lower center", ncols=min(6, len(names)), fontsize=9, frameon=False)
+    fig.suptitle(title or "Overhead of the best schedule held, against solve time")
+    return fig
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _bound_overhead(runs: pd.DataFrame) -> float | None:
+    """The best any-order bound the runs of one instance computed, as an overhead (%), or None."""
+    if runs.empty or "lower_bound_any_order" not in runs:
+        return None
+    known = runs.dropna(subset=["lower_bound_any_order", "baseline_duration"])
+    known = known[known["baseline_duration"] > 0]
+    if known.empty:
+        return None
+    return float((100 * (known["lower_bound_any_order"].astype(float)
+                         / known["baseline_duration"].astype(float) - 1)).max())
+
+
+def profile(results: pd.DataFrame, points: pd.DataFrame, path: str | Path, within_pct: float = 1.0,
+            title: str | None = None) -> Path:
+    """Write `profile_figure` to ``path``."""
+    return save(profile_figure(results, points, within_pct, title), path)
+
+
+def profile_figure(results: pd.DataFrame, points: pd.DataFrame, within_pct: float = 1.0,
+                   title: str | None = None) -> Figure:
+    """How fast each method gets within ``within_pct`` percent of the best schedule any run found on an
+    instance (a graph at a budget). Left, the Dolan-Moré performance profile: the share of instances
+    a method reaches that within tau times the fastest method's time. Right, the share of instances
+    it has reached it by each time (`remat_bench.app.sweep.profiles`)."""
+    from remat_bench.app.sweep.profiles import performance_profile, times_to_target
+
+    frame = _labelled(results)
+    times = times_to_target(frame, points, within_pct, frame["label"])
+    if times.empty or not np.isfinite(times.to_numpy(dtype=float)).any():
+        raise ChartError(f"no run reached within {within_pct:g}% of the best schedule, so there is no profile")
+    finite = times.to_numpy(dtype=float)
+    finite = finite[np.isfinite(finite)]
+    ratios_top = float(np.nanmax(finite / max(finite.min(), 1e-3))) if len(finite) else 10.0
+    taus = np.geomspace(1.0, max(2.0, ratios_top * 1.2), 200)
+    prof = performance_profile(times, taus)
+    fig = Figure(figsize=(11, 4.4), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    moments = np.geomspace(max(1e-3, finite.min() / 2), finite.max() * 1.5, 200)
+    for label in _label_order(frame.drop_duplicates("label")):
+        if label not in times.columns:
+            continue
+        row = frame[frame["label"] == label].iloc[0]
+        style = method_style(row["method"])
+        left.step(taus, prof[label].to_numpy(), where="post", color=style["color"], linestyle=row["linestyle"],
+                  label=label)
+        reached = [(times[label].to_numpy(dtype=float) <= t).mean() for t in moments]
+        right.step(moments, reached, where="post", color=style["color"], linestyle=row["linestyle"])
+    for ax, xlabel in ((left, "tau: times the fastest method's time (log)"), (right, "solve time (s, log)")):
+        ax.set_xscale("log")
+        _plain_log_axis(ax.xaxis)
+        ax.set_xlabel(xlabel)
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(True, alpha=0.3)
+    left.set_ylabel(f"share of instances within {within_pct:g}% of the best")
+    right.set_ylabel("share of instances")
+    left.set_title("performance profile (Dolan and Moré)", fontsize=10)
+    right.set_title(f"instances within {within_pct:g}% of the best by each time", fontsize=10)
+    fig.legend(loc="outside lower center", ncols=min(6, len(times.columns)), fontsize=9, frameon=False)
+    fig.suptitle(title or f"How fast each method gets within {within_pct:g}% of the best schedule "
+                 f"({len(times)} instances)")
+    return fig

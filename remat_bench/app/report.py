@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from remat_bench.app.sweep.profiles import load_progress
 from remat_bench.app.sweep.results import (
     OVERHEAD_SHIFT_PCT,
     TIME_SHIFT_S,
@@ -415,11 +416,17 @@ def write_report(results: str | Path, path: str | Path, title: str | None = None
     finding = finding_section(frame)
     if finding is not None:
         parts += ["## Input order or any order: is rematerialization needed?", "", finding, ""]
+    progress = load_progress(results)
+    if progress is not None and not progress.empty:
+        parts += ["## How fast each method gets there", "", speed_section(frame, progress), ""]
 
     chart_lines = []
+    with_progress = progress is not None and not progress.empty
     for kind, draw, wanted in (
         ("tradeoff", charts.tradeoff, frame["budget_fraction"].nunique() >= 2),
         ("scaling", charts.scaling, frame["nodes"].nunique() >= 2),
+        ("progress", lambda t, out: charts.progress(t, progress, out), with_progress),
+        ("profile", lambda t, out: charts.profile(t, progress, out, SPEED_TARGET_PCT), with_progress),
     ):
         if not wanted:
             continue
@@ -447,6 +454,39 @@ def write_report(results: str | Path, path: str | Path, title: str | None = None
         parts += [graph_table(mine), ""]
     atomic_write_text(path, "\n".join(parts).rstrip() + "\n")
     return path
+
+
+SPEED_TARGET_PCT = 1.0  # "within 1% of the best schedule any run found on the instance"
+SPEED_SHIFT_S = 10.0  # qpbenchmark's shift for times
+
+
+def speed_section(frame: pd.DataFrame, progress: pd.DataFrame) -> str:
+    """How fast each method gets there (`remat_bench.app.sweep.profiles.speed_summary`): per method and
+    per graph size class, success rate, time to target, primal integral and time to a first schedule."""
+    from remat_bench.app.sweep.profiles import SIZE_CLASSES, size_class, speed_summary
+
+    def table(runs: pd.DataFrame) -> str:
+        summary = speed_summary(runs, progress, SPEED_TARGET_PCT, SPEED_SHIFT_S)
+        rows = [[method, str(int(row["runs"])), _cell(100 * row["success_rate"], "{:.0f}%"),
+                 _cell(row["time_to_target_sgm"], "{:.2f}"), _cell(row["primal_integral"], "{:.3f}"),
+                 _cell(row["first_schedule_s"], "{:.2f}")] for method, row in summary.iterrows()]
+        return _table(["method", "runs", "success", "time to target (sgm, best = 1)", "primal integral",
+                       "first schedule (s, median)"], rows)
+
+    parts = [f"Time to target: the time a run first holds a schedule within {SPEED_TARGET_PCT:g}% of the best "
+             "schedule any run found on the instance (graph and budget), from its progress (every improving "
+             "schedule, scored by the simulator); its shifted geometric mean over the instances (shift "
+             f"{SPEED_SHIFT_S:g} s, a run that never gets there charged its time limit), divided by the best "
+             "method's, so that the best is 1. Primal integral: the integral over the time limit of the primal "
+             "gap (1 without a schedule, then (duration - best) / duration; Berthold 2013), as a share of the "
+             "limit: 0 is the best schedule at once, 1 nothing all along. Success: a schedule the simulator "
+             "confirms within the budget.", "", table(frame)]
+    classes = frame["nodes"].astype(float).map(size_class)
+    if classes.nunique() > 1:
+        for _, _, name in SIZE_CLASSES:
+            if (classes == name).any():
+                parts += ["", f"Graphs of {name}:", "", table(frame[classes == name])]
+    return "\n".join(parts)
 
 
 def _graph_charts(results: Path, table: pd.DataFrame, graph: str, figures: Path, report: Path,

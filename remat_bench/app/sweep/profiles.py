@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -91,3 +92,123 @@ def scaled_shifted_geometric_means(times: pd.DataFrame, limit: float | Mapping[s
     means = pd.Series(out)
     best = means.min()
     return means / best if best > 0 else means
+
+
+# ---------------------------------------------------------------------- over a sweep's runs
+
+# The columns a progress table has (one row per improving schedule of a run; `remat_bench.app.sweep`
+# writes it as progress.parquet beside results.parquet): which run, when, and what the schedule was.
+PROGRESS_COLUMNS = ("run_id", "time_s", "duration", "peak", "overhead_pct", "source", "bound")
+# Graph sizes the report groups instances by (nodes), as the paper's figures do: small, medium, large.
+SIZE_CLASSES = ((0, 300, "under 300 nodes"), (300, 1000, "300 to 999 nodes"), (1000, math.inf, "1,000 nodes and more"))
+
+
+def instances(results: pd.DataFrame) -> pd.DataFrame:
+    """One row per instance (graph and budget) of a results table: its best simulated duration over every
+    run that found a schedule within the budget (NaN when none did), nodes, and baseline duration."""
+    found = results[results["status"].isin(("optimal", "feasible"))]
+    best = found.groupby(["graph", "budget_text"], sort=False)["duration"].min().rename("best")
+    keys = results.groupby(["graph", "budget_text"], sort=False).agg(nodes=("nodes", "first"),
+                                                                   baseline_duration=("baseline_duration", "first"))
+    return keys.join(best)
+
+
+def times_to_target(results: pd.DataFrame, progress: pd.DataFrame, within_pct: float,
+                    label: pd.Series | None = None) -> pd.DataFrame:
+    """Seconds each method (a column, by ``label``: default the method) took to hold a schedule within
+    ``within_pct`` percent of the instance's best duration (a row per instance); ``inf`` for a run that
+    never did. With several runs of one method on an instance (seeds, repeats), their median."""
+    from remat_bench.app.sweep.results import labels
+
+    names = label if label is not None else labels(results)
+    best = instances(results)["best"]
+    points = {run: list(zip(g["time_s"].astype(float), g["duration"].astype(float), strict=True))
+              for run, g in progress.sort_values("time_s").groupby("run_id", sort=False)}
+    rows: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for index, run in results.iterrows():
+        key = (run["graph"], run["budget_text"])
+        target = best.get(key)
+        seconds = math.inf
+        if target is not None and not pd.isna(target) and run["status"] in ("optimal", "feasible"):
+            seconds = time_to_target(points.get(run["run_id"], []) or
+                                     [(float(run["solve_time_s"]), float(run["duration"]))],
+                                     float(target) * (1 + within_pct / 100))
+        rows.setdefault(key, {}).setdefault(names[index], []).append(seconds)
+    table = pd.DataFrame({key: {m: float(np.median(v)) for m, v in per.items()} for key, per in rows.items()}).T
+    table.index.names = ["graph", "budget_text"]
+    return table.fillna(math.inf)
+
+
+def speed_summary(results: pd.DataFrame, progress: pd.DataFrame, within_pct: float = 1.0,
+                  shift_s: float = 10.0) -> pd.DataFrame:
+    """Per method: success rate (a schedule the simulator confirms within the budget, over the runs that
+    applied), the shifted geometric mean of the time to within ``within_pct`` percent of the instance's
+    best (failures charged the run's time limit; the best method is 1), the mean primal integral over
+    the time limit as a share of it (0: the best schedule at once; 1: nothing all along), and the median
+    time to a first schedule."""
+    from remat_bench.app.sweep.results import labels
+
+    names = labels(results)
+    applicable = results[~results["status"].isin(("unsupported",))]
+    best = instances(results)["best"]
+    ttt = times_to_target(results, progress, within_pct, names)
+    limits = {m: float(results.loc[names == m, "time_limit"].max()) for m in ttt.columns}
+    sgm = scaled_shifted_geometric_means(ttt, limits, shift_s)
+    by_run = {run: g.sort_values("time_s") for run, g in progress.groupby("run_id", sort=False)}
+    rows = []
+    for method in ttt.columns:
+        mine = applicable[names.loc[applicable.index] == method]
+        integrals, firsts = [], []
+        for _, run in mine.iterrows():
+            limit = float(run["time_limit"])
+            target = best.get((run["graph"], run["budget_text"]))
+            if target is None or pd.isna(target) or not limit:
+                continue
+            points = by_run.get(run["run_id"])
+            pts = [] if points is None else list(zip(points["time_s"].astype(float), points["duration"].astype(float),
+                                                     strict=True))
+            if not pts and run["status"] in ("optimal", "feasible"):
+                pts = [(float(run["solve_time_s"]), float(run["duration"]))]
+            integrals.append(primal_integral(pts, float(target), limit) / limit)
+            if pts:
+                firsts.append(pts[0][0])
+        found = mine["status"].isin(("optimal", "feasible"))
+        rows.append({"method": method, "runs": len(mine),
+                     "success_rate": float(found.mean()) if len(mine) else math.nan,
+                     "time_to_target_sgm": float(sgm[method]),
+                     "primal_integral": float(np.mean(integrals)) if integrals else math.nan,
+                     "first_schedule_s": float(np.median(firsts)) if firsts else math.nan})
+    return pd.DataFrame(rows).set_index("method")
+
+
+def size_class(nodes: float) -> str:
+    """The `SIZE_CLASSES` name a graph of ``nodes`` nodes falls in."""
+    return next(name for low, high, name in SIZE_CLASSES if low <= nodes < high)
+
+
+PROGRESS_TABLE = "progress.parquet"
+PROGRESS_JOURNAL = "progress.jsonl"
+
+
+def load_progress(folder: str | Path) -> pd.DataFrame | None:
+    """A results folder's progress table: rebuilt from its journal when there is one, else the Parquet;
+    None when the sweep recorded no progress. Lines that cannot be read are left out."""
+    import json
+
+    folder = Path(folder)
+    journal = folder / PROGRESS_JOURNAL
+    if journal.exists():
+        rows = []
+        with journal.open(encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    row = json.loads(line)
+                except ValueError:  # the partial line of a process killed mid-write
+                    continue
+                if isinstance(row, dict) and {"run_id", "time_s", "duration"} <= row.keys():
+                    rows.append(row)
+        return pd.DataFrame(rows, columns=list(PROGRESS_COLUMNS)) if rows else pd.DataFrame(
+            columns=list(PROGRESS_COLUMNS))
+    if (folder / PROGRESS_TABLE).exists():
+        return pd.read_parquet(folder / PROGRESS_TABLE)
+    return None
