@@ -516,3 +516,13 @@ def test_the_profile_chart_steps_through_the_hand_computed_shares():
     assert lines["B"].get_ydata()[0] == pytest.approx(0.0)
     tau = lines["B"].get_xdata()
     assert lines["B"].get_ydata()[np.searchsorted(tau, 1.6)] == pytest.approx(0.5)  # 8 s is 1.6 x A's 5 s
+
+
+def test_the_time_to_best_chart_puts_each_run_at_its_last_improvement():
+    results, points = progress_tables()
+    fig = charts.time_to_best_figure(results, points)
+    ax = fig.axes[0]
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    # A's runs held their best at 5 s (0.8) and 3 s (0.9): the median 4 s; B's one run at 8 s.
+    assert list(lines["A"].get_ydata()) == [4.0] and list(lines["B"].get_ydata()) == [8.0]
+    assert ax.get_xscale() == ax.get_yscale() == "log"

@@ -983,3 +983,40 @@ def profile_figure(results: pd.DataFrame, points: pd.DataFrame, within_pct: floa
     fig.suptitle(title or f"How fast each method gets within {within_pct:g}% of the best schedule "
                  f"({len(times)} instances)")
     return fig
+
+
+def time_to_best(results: pd.DataFrame, points: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
+    """Write `time_to_best_figure` to ``path``."""
+    return save(time_to_best_figure(results, points, title), path)
+
+
+def time_to_best_figure(results: pd.DataFrame, points: pd.DataFrame, title: str | None = None) -> Figure:
+    """The time until each run held its best schedule against the graph's number of nodes, log-log, one
+    line per method through the median over the budgets (the Moccasin paper's Figure 6). A run that
+    found no schedule has no point; its method's line stops there."""
+    frame = _labelled(results)
+    last = points.sort_values("time_s").groupby("run_id")["time_s"].last()
+    runs = frame[frame["ok"] & frame["run_id"].isin(last.index)].assign(
+        best_at=lambda f: f["run_id"].map(last).astype(float))
+    if runs.empty:
+        raise ChartError("no run recorded a schedule within its budget, so there is no time to its best")
+    fig = Figure(figsize=(6.4, 4.6), layout="constrained")
+    ax = fig.subplots()
+    for label in _label_order(runs):
+        mine = runs[runs["label"] == label]
+        style = method_style(mine["method"].iloc[0])
+        ax.scatter(mine["nodes"].astype(float), mine["best_at"].clip(lower=1e-3), s=14, alpha=0.5,
+                   color=style["color"], marker=style["marker"])
+        median = mine.groupby("nodes")["best_at"].median().sort_index()
+        ax.plot(median.index.astype(float), median.clip(lower=1e-3), color=style["color"],
+                linestyle=mine["linestyle"].iloc[0], marker=style["marker"], label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _plain_log_axis(ax.xaxis)
+    _plain_log_axis(ax.yaxis)
+    ax.set_xlabel("nodes (log)")
+    ax.set_ylabel("time until the best schedule (s, log)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, frameon=False, title="points: each budget; lines: their median", title_fontsize=8)
+    fig.suptitle(title or "Time until the best schedule, against graph size")
+    return fig
