@@ -20,7 +20,7 @@ from benchmarks.common import Rows, show
 from remat_bench.app.pipeline import run
 from remat_bench.core.budget import parse_budget
 from remat_bench.core.graph import Graph
-from remat_bench.toolkit.bound import BoundCache
+from remat_bench.toolkit.bound_cache import BoundCache
 
 SCALE = float(os.environ.get("BENCH_AUTO_SCALE", 1.0))
 METHODS = ("greedy", "kusumoto", "checkmate", "moccasin", "auto")

@@ -17,7 +17,7 @@ from benchmarks.common import Rows, paper, show
 from remat_bench.app.pipeline import run
 from remat_bench.core.budget import memory_floor, parse_budget
 from remat_bench.core.graph import load_graph
-from remat_bench.toolkit.bound import BoundCache
+from remat_bench.toolkit.bound_cache import BoundCache
 
 GRAPHS = ["random_layered_n100", "random_layered_n250", "random_layered_n500", "random_layered_n1000",
           "checkmate_fcn8_vgg_train", "checkmate_resnet50_train", "checkmate_vgg16_train"]

@@ -23,7 +23,7 @@ from benchmarks.common import Rows, paper, show
 from remat_bench.app.pipeline import run
 from remat_bench.core.budget import parse_budget
 from remat_bench.core.graph import Graph, load_graph
-from remat_bench.toolkit.bound import BoundCache
+from remat_bench.toolkit.bound_cache import BoundCache
 
 SCALE = float(os.environ.get("BENCH_REALSCALE_SCALE", 1.0))
 ONLY = os.environ.get("BENCH_REALSCALE_ONLY", "")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-# Bounds are cached on disk (remat_bench.toolkit.bound.BoundCache); the suite keeps its own, empty at
+# Bounds are cached on disk (remat_bench.toolkit.bound_cache.BoundCache); the suite keeps its own, empty at
 # the start, so that no run depends on what an earlier one left in the user's cache. Set before
 # the package is imported: the process's cache reads it then, and child processes inherit it.
 os.environ["REMAT_BENCH_BOUND_CACHE"] = tempfile.mkdtemp(prefix="remat-bench-test-bounds-")

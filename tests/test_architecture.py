@@ -129,3 +129,20 @@ def test_the_reader_sees_real_imports():
     assert "remat_bench.core.graph" in imports_of(PACKAGE / "core" / "budget.py")
     assert GRAPH.has_edge("remat_bench.app.cli.solve", "remat_bench.app.pipeline")
     assert len(GRAPH.edges) > 100
+
+
+def test_the_bound_cache_stands_apart_from_the_bound_and_from_the_environment():
+    """Issue 31: the bound's mathematics (toolkit/bound.py) imports no cache; methods see the bounds through
+    the `BoundSource` protocol (only `methods.base` makes a default, in-memory cache); and which folder the
+    cache uses is read from the environment by the application alone, never by the toolkit or a method."""
+    assert not GRAPH.has_edge("remat_bench.toolkit.bound", "remat_bench.toolkit.bound_cache")
+    users = sorted(s for s, t in GRAPH.edges if t == "remat_bench.toolkit.bound_cache" and layer(s) == "methods")
+    assert users == ["remat_bench.methods.base"]
+    reading = []
+    for name, path in MODULES.items():
+        if layer(name) not in ("toolkit", "methods"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv"):
+                reading.append(f"{name}:{node.lineno}")
+    assert reading == []

@@ -207,7 +207,8 @@ def test_a_cached_bound_that_a_schedule_contradicts_is_discarded_and_recomputed(
 def test_a_bound_still_contradicted_after_recomputing_is_an_error_never_optimal(monkeypatch):
     from remat_bench.app import pipeline
     from remat_bench.toolkit import bound as bound_module
-    from remat_bench.toolkit.bound import Bound, BoundCache
+    from remat_bench.toolkit.bound import Bound
+    from remat_bench.toolkit.bound_cache import BoundCache
     from tests.helpers import SHIPPED
 
     monkeypatch.setattr(bound_module, "any_order_bound", lambda graph, budget, effort=30.0: Bound(10**9, "optimal"))
@@ -225,7 +226,8 @@ def test_a_bound_says_why_its_search_stopped_and_its_status_word_follows(tmp_pat
     import json
 
     from remat_bench.core.outcome import Termination
-    from remat_bench.toolkit.bound import Bound, BoundCache, _source_digest
+    from remat_bench.toolkit.bound import Bound
+    from remat_bench.toolkit.bound_cache import BoundCache, code_digest
     from tests.helpers import SHIPPED
 
     g = load_graph(SHIPPED / "chain-16-train.json")
@@ -247,5 +249,5 @@ def test_a_bound_says_why_its_search_stopped_and_its_status_word_follows(tmp_pat
     assert (written["bound"]["status"], written["bound"]["termination"]) == ("optimal", "proven")
     del written["bound"]["termination"]
     entry.write_text(json.dumps(written))
-    assert written["code"] == _source_digest()
+    assert written["code"] == code_digest()
     assert BoundCache(str(tmp_path)).peek(g, 14) == solved  # read back from its status word

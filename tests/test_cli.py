@@ -237,7 +237,8 @@ def test_no_bound_skips_it_and_a_cached_bound_is_reused(tmp_path, monkeypatch):
 
 def test_a_limit_bound_is_recomputed_for_more_effort_a_settled_one_is_not(tmp_path, monkeypatch):
     from remat_bench.toolkit import bound
-    from remat_bench.toolkit.bound import Bound, BoundCache
+    from remat_bench.toolkit.bound import Bound
+    from remat_bench.toolkit.bound_cache import BoundCache
 
     g = load_graph(CHAIN)
     cache = BoundCache(str(tmp_path))

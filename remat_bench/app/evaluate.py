@@ -30,7 +30,7 @@ from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import Simulation, baseline, clean_up_simulated, simulate
 from remat_bench.methods import Method, get_method
 from remat_bench.methods.base import SolveContext
-from remat_bench.toolkit.bound import Bound, BoundCache
+from remat_bench.toolkit.bound import Bound, BoundSource
 
 
 @dataclass
@@ -349,7 +349,7 @@ def applicable(graph: Graph, solver: type[Method], budget: Number | None) -> str
     return why if not ok else solver.skip(graph, budget)
 
 
-def _any_order(graph: Graph, budget: Budget, time_limit: float | None, bounds: BoundCache,
+def _any_order(graph: Graph, budget: Budget, time_limit: float | None, bounds: BoundSource,
                result: RunResult) -> float | None:
     """The any-order lower bound, recorded in ``result``; returns the time limit left for the method.
 
@@ -401,7 +401,7 @@ def _call(graph: Graph, solver: type[Method], parsed: dict[str, Any], budget: Bu
     return answer, verdict
 
 
-def _judge(graph: Graph, budget: Budget, answer: MethodResult, result: RunResult, bounds: BoundCache,
+def _judge(graph: Graph, budget: Budget, answer: MethodResult, result: RunResult, bounds: BoundSource,
            effort: float) -> Status | None:
     """Score the method's schedule as every run is scored, and judge it: valid, over budget whatever the
     method believed, optimal only where it meets the any-order bound, and that bound checked. Returns
@@ -434,7 +434,7 @@ def _judge(graph: Graph, budget: Budget, answer: MethodResult, result: RunResult
     return verdict
 
 
-def _hold_to_bound(graph: Graph, budget: Budget, result: RunResult, bounds: BoundCache, effort: float,
+def _hold_to_bound(graph: Graph, budget: Budget, result: RunResult, bounds: BoundSource, effort: float,
                    found: bool) -> bool:
     """Hold the run's schedule against the any-order bound it reports: a schedule within the budget
     shorter than the bound (or where the bound says none fits) contradicts it. Returns False when the

@@ -2,12 +2,14 @@
 
 The work of a run (applicability, the any-order bound, the method, clean-up, simulation,
 judging) is `remat_bench.app.evaluate`; this module resolves a name (`remat_bench.app.catalog`:
-a registered method or the portfolio) and a budget, gives the run its bound cache, and,
-for several methods, computes the bound once and evaluates each in a child process.
+a registered method or the portfolio) and a budget, gives the run its bound cache (the user's,
+on the folder the environment names: `bound_cache_folder`), and, for several methods, computes
+the bound once and evaluates each in a child process.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -24,10 +26,38 @@ from remat_bench.app.evaluate import (  # noqa: F401 (re-exported: callers impor
 )
 from remat_bench.core.budget import Budget, parse_budget
 from remat_bench.core.errors import MethodError
+from remat_bench.core.files import cache_dir
 from remat_bench.core.graph import Graph
 from remat_bench.methods import Method
 from remat_bench.methods.base import SolveContext
-from remat_bench.toolkit.bound import BoundCache, default_cache_folder
+from remat_bench.toolkit.bound import BoundSource
+from remat_bench.toolkit.bound_cache import BoundCache
+
+# The environment variable naming the bound cache's folder (``off`` for none).
+BOUND_CACHE_SETTING = "REMAT_BENCH_BOUND_CACHE"
+
+
+def bound_cache_folder() -> str | None:
+    """The folder of the user's bound cache: $REMAT_BENCH_BOUND_CACHE, else ``<user cache>/bounds``.
+
+    The environment is read here, where a command starts a run, and not by the cache
+    (`remat_bench.toolkit.bound_cache`) or the evaluation path, which take what they are given:
+    a sweep's worker, auto's members and candidate schedules then share the cache they are handed.
+
+    Returns
+    -------
+    str or None
+        None when the setting is empty, ``off``, ``0`` or ``no`` (bounds kept in memory only).
+    """
+    setting = os.environ.get(BOUND_CACHE_SETTING)
+    if setting is not None:
+        return None if setting.strip().lower() in ("", "off", "0", "no") else setting
+    return str(cache_dir() / "bounds")
+
+
+def user_bound_cache() -> BoundCache:
+    """The user's bound cache, on `bound_cache_folder` (a new object on each call; the folder is shared)."""
+    return BoundCache(bound_cache_folder())
 
 
 def resolve_method(name: str, params: dict[str, Any]) -> tuple[type[Method], dict[str, Any]]:
@@ -42,7 +72,7 @@ def resolve_method(name: str, params: dict[str, Any]) -> tuple[type[Method], dic
 
 
 def run(graph: Graph, method: str, budget: str | float | Budget, time_limit: float | None = None,
-        params: dict[str, Any] | None = None, bound: bool = True, bounds: BoundCache | None = None,
+        params: dict[str, Any] | None = None, bound: bool = True, bounds: BoundSource | None = None,
         peak_only: bool = False) -> RunResult:
     """``method`` (a name) on ``graph`` at ``budget`` (text, a number, or parsed), judged by `evaluate`.
 
@@ -53,13 +83,13 @@ def run(graph: Graph, method: str, budget: str | float | Budget, time_limit: flo
     cls, _ = resolve_method(method, params or {})
     if not isinstance(budget, Budget):
         budget = parse_budget(str(budget), graph)
-    context = SolveContext(bounds=bounds if bounds is not None else BoundCache(default_cache_folder()))
+    context = SolveContext(bounds=bounds if bounds is not None else user_bound_cache())
     return evaluate(graph, cls, budget, time_limit, params, bound=bound, context=context, peak_only=peak_only)
 
 
 def run_many(graph: Graph, methods: list[str], budget: Budget, time_limit: float | None,
              params: dict[str, dict[str, Any]], *, bound: bool = True, jobs: int = 1,
-             bounds: BoundCache | None = None) -> list[RunResult]:
+             bounds: BoundSource | None = None) -> list[RunResult]:
     """Each of ``methods`` on ``graph`` at ``budget`` (parsed), results in ``methods``' order: one
     after another here, or with ``jobs`` above 1, ``jobs`` at a time in child processes
     (`evaluate_in_child`).
@@ -68,7 +98,7 @@ def run_many(graph: Graph, methods: list[str], budget: Budget, time_limit: float
     then reads it from the cache, and its bound time is this one's); each run's share of the limit
     is what is left after it, as when a run computes the bound itself. Ctrl-C stops every child.
     """
-    bounds = bounds if bounds is not None else BoundCache(default_cache_folder())
+    bounds = bounds if bounds is not None else user_bound_cache()
     context = SolveContext(bounds=bounds)
     solvers = {m: get_solver(m) for m in methods}
     if jobs <= 1 or len(methods) <= 1:

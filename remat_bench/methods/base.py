@@ -35,7 +35,8 @@ from remat_bench.core.outcome import (  # noqa: F401 (re-exported: methods impor
     search_ended,
 )
 from remat_bench.core.schedule import Schedule
-from remat_bench.toolkit.bound import BoundCache
+from remat_bench.toolkit.bound import BoundSource
+from remat_bench.toolkit.bound_cache import BoundCache
 
 
 @dataclass(frozen=True)
@@ -119,9 +120,11 @@ class Param:
 
 @dataclass
 class SolveContext:
-    """What the caller shares with a method for one run: the bound cache (an object, not a global),
-    and schedules it already has (``hints``: label and schedule; ``auto`` offers its fast members'
-    answers to its exact ones, which start from them where they fit and never return worse).
+    """What the caller shares with a method for one run: where its any-order bounds come from
+    (``bounds``, a `remat_bench.toolkit.bound.BoundSource`: an object, not a global; methods ask it
+    only what that protocol names), and schedules it already has (``hints``: label and schedule;
+    ``auto`` offers its fast members' answers to its exact ones, which start from them where they
+    fit and never return worse).
 
     ``duration_goal`` and ``peak_goal`` say when the caller is done: a schedule within the budget
     that takes at most ``duration_goal`` (the any-order bound: none is faster), or, at ``budget=min``
@@ -138,7 +141,7 @@ class SolveContext:
     and no runner (candidates from other methods are then skipped, and say so).
     """
 
-    bounds: BoundCache = field(default_factory=BoundCache)
+    bounds: BoundSource = field(default_factory=BoundCache)  # in memory only, unless the caller gives one
     hints: list[tuple[str, Schedule]] = field(default_factory=list)
     duration_goal: Number | None = None
     peak_goal: Number | None = None

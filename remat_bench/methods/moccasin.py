@@ -72,7 +72,7 @@ from remat_bench.methods.candidates import (
     offered_candidates,
 )
 from remat_bench.toolkit import cp_sat
-from remat_bench.toolkit.bound import BoundCache
+from remat_bench.toolkit.bound import BoundSource, any_order_bound
 from remat_bench.toolkit.improve import staged_repair
 from remat_bench.toolkit.order_search import OrderAnswer
 
@@ -303,7 +303,7 @@ def _check_model_size(graph: Graph, max_intervals: int) -> None:
 
 def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
                  feeds_consumer: bool = True, precedence: str = "flags",
-                 order: str = "staged", events: int = 0, bounds: BoundCache | None = None) -> StagedModel:
+                 order: str = "staged", events: int = 0, bounds: BoundSource | None = None) -> StagedModel:
     """The retention-interval model; ``budget`` None leaves the capacity a variable (phase 1 form).
 
     ``order="staged"``: the input-order stages (events stage * n + position).
@@ -565,16 +565,18 @@ def _objective(m: Any, copies: list[list[Copy]], dur: np.ndarray) -> Any:
     return objective
 
 
-def _duration_bound(m: Any, objective: Any, graph: Graph, budget: Number, bounds: BoundCache | None) -> None:
+def _duration_bound(m: Any, objective: Any, graph: Graph, budget: Number, bounds: BoundSource | None) -> None:
     """A redundant constraint (not in the paper): the duration is at least the any-order cut bound.
 
     Every schedule, whatever its order, lasts at least that bound (`remat_bench.toolkit.bound`):
     stated, it lets CP-SAT stop as soon as it reaches it. The pipeline's bound when it computed
     one; else a short one of moccasin's own (its time).
     """
-    bounds = bounds if bounds is not None else BoundCache()
-    known = bounds.peek(graph, budget)
-    bound = (known if known is not None else bounds.get(graph, budget, 3.0)[0]).value
+    if bounds is None:
+        bound = any_order_bound(graph, budget, 3.0).value
+    else:
+        known = bounds.peek(graph, budget)
+        bound = (known if known is not None else bounds.get(graph, budget, 3.0)[0]).value
     if bound is not None and bound > 0:
         m.add(objective >= int(bound))
 

@@ -72,12 +72,10 @@ give +0.014%, the schedules +3.674%; docs/benchmarks.md).
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -155,6 +153,29 @@ class Bound:
 # `Bound.status`'s words, and the terminations they stand for.
 STATUS_WORDS = {"optimal": Termination.PROVEN, "infeasible": Termination.PROVEN, "trivial": Termination.CONVERGED,
                 "limit": Termination.TIME_LIMIT}
+
+
+class BoundSource(Protocol):
+    """Where a run's any-order bounds come from: what a method (`SolveContext.bounds`) and the
+    evaluation path may ask. `remat_bench.toolkit.bound_cache.BoundCache` keeps them in memory and on
+    disk; a method never needs to know which.
+    """
+
+    def peek(self, graph: Graph, budget: Number | None) -> Bound | None:
+        """The bound already known for ``graph`` at ``budget`` (None: none is; never computes one)."""
+
+    def get(self, graph: Graph, budget: Number | None, effort: float = 30.0) -> tuple[Bound, bool]:
+        """The bound, computed with ``effort`` seconds unless one good for that is known, and whether it
+        was known."""
+
+    def recompute(self, graph: Graph, budget: Number | None, effort: float) -> Bound:
+        """The bound computed afresh, the one known forgotten (a schedule contradicted it)."""
+
+    def share(self, graph: Graph, same: Graph, budget: Number | None) -> None:
+        """Let ``same`` (``graph`` with its nodes in another order) use ``graph``'s bound at ``budget``."""
+
+    def for_graph(self, graph: Graph) -> BoundSource:
+        """A source for a child process that solves ``graph``: its bounds of ``graph`` and no others."""
 
 
 def _bits_to_array(bits: int, n: int) -> np.ndarray:
@@ -653,124 +674,3 @@ def _solve_program(graph: Graph, rows: _Rows, fastest: np.ndarray, budget: Numbe
     stopped = sol.termination if sol.termination not in (Termination.PROVEN, Termination.CONVERGED) \
         else Termination.UNKNOWN
     return max(0.0, sol.dual_bound or 0.0), stopped, ()
-
-
-@functools.lru_cache(maxsize=1)
-def _source_digest() -> str:
-    """A digest of this module's source: a bound cached on disk by other code is never reused."""
-    import hashlib
-    from pathlib import Path
-
-    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
-
-
-class BoundCache:
-    """Any-order bounds remembered per (graph hash, budget), in memory and optionally on disk.
-
-    A bound computed with a time limit of ``effort`` seconds answers a request for
-    ``effort`` or less, or any request when it is settled (the 0/1 program was solved,
-    or the answer is trivial or infeasible); a request for more effort than a cached
-    "limit" bound was given computes it again. On disk each entry is one small JSON
-    file named by the graph hash and budget, tagged with a digest of this module's
-    source, so a changed bound is never read back. The pipeline makes one per run
-    (or takes the caller's) and hands it to the method (`SolveContext`); sweep runs,
-    each in its own process, and `remat-bench bound` share its folder.
-    """
-
-    def __init__(self, folder: str | None = None) -> None:
-        self.folder = folder
-        self._memory: dict[tuple[str, Number | None], tuple[Bound, float]] = {}
-
-    def _path(self, sha256: str, budget: Number | None):
-        from pathlib import Path
-
-        return Path(self.folder) / f"{sha256[:32]}-{budget}.json" if self.folder else None
-
-    def peek(self, graph: Graph, budget: Number | None) -> Bound | None:
-        """The cached bound of ``graph`` at ``budget``, whatever its effort (never computes one)."""
-        hit = self._memory.get((graph.sha256, budget)) or self._read(graph.sha256, budget)
-        return hit[0] if hit else None
-
-    def get(self, graph: Graph, budget: Number | None, effort: float = 30.0) -> tuple[Bound, bool]:
-        """(the bound, whether it came from the cache), computing it with ``effort`` seconds if needed."""
-        key = (graph.sha256, budget)
-        hit = self._memory.get(key) or self._read(graph.sha256, budget)
-        if hit and (hit[0].settled or hit[1] >= effort):
-            self._memory[key] = hit
-            return hit[0], True
-        bound = any_order_bound(graph, budget, effort)
-        self.put(graph.sha256, budget, bound, effort)
-        return bound, False
-
-    def put(self, sha256: str, budget: Number | None, bound: Bound, effort: float) -> None:
-        if len(self._memory) > 256:
-            self._memory.clear()
-        self._memory[(sha256, budget)] = (bound, effort)
-        path = self._path(sha256, budget)
-        if path is not None:
-            import json
-
-            from remat_bench.core.errors import OutputError
-            from remat_bench.core.files import atomic_write_text
-
-            entry = {"bound": bound.as_dict(), "effort": effort, "code": _source_digest(), "graph": sha256,
-                     "budget": budget}
-            with contextlib.suppress(OutputError):  # a cache that cannot be written only costs time
-                atomic_write_text(path, json.dumps(entry))
-
-    def recompute(self, graph: Graph, budget: Number | None, effort: float) -> Bound:
-        """The bound of ``graph`` at ``budget`` computed afresh, the cached one forgotten in memory and on
-        disk (a schedule contradicted it: an edited or stale entry)."""
-        self._memory.pop((graph.sha256, budget), None)
-        path = self._path(graph.sha256, budget)
-        if path is not None:
-            with contextlib.suppress(OSError):
-                path.unlink(missing_ok=True)
-        return self.get(graph, budget, effort)[0]
-
-    def for_graph(self, graph: Graph) -> BoundCache:
-        """A cache with the same folder and this one's in-memory bounds of ``graph``: small enough to hand
-        to a child process that solves ``graph`` (the rest of the memory stays here)."""
-        out = BoundCache(self.folder)
-        out._memory = {key: hit for key, hit in self._memory.items() if key[0] == graph.sha256}
-        return out
-
-    def share(self, graph: Graph, same: Graph, budget: Number | None) -> None:
-        """Let ``same`` (``graph`` with its nodes in another order) use ``graph``'s cached bound."""
-        hit = self._memory.get((graph.sha256, budget))
-        if hit:
-            self._memory[(same.sha256, budget)] = hit
-
-    def _read(self, sha256: str, budget: Number | None) -> tuple[Bound, float] | None:
-        path = self._path(sha256, budget)
-        if path is None or not path.is_file():
-            return None
-        import json
-
-        try:
-            entry = json.loads(path.read_text())
-            if entry.get("code") != _source_digest() or entry.get("graph") != sha256:
-                return None
-            data = entry["bound"]
-            # "status": an entry written before bounds had a termination (its words, `STATUS_WORDS`).
-            termination = data.get("termination") or data["status"]
-            bound = Bound(value=data["value"], termination=termination, recomputed=tuple(data["recomputed"]),
-                          solve_time_s=float(data["solve_time_s"]), cuts=int(data["cuts"]),
-                          prefix_sizes=tuple(data["prefix_sizes"]), order_peak_at_least=data["order_peak_at_least"],
-                          no_order_fits=bool(data["no_order_fits"]),
-                          recompute_cuts=int(data.get("recompute_cuts", 0)))
-            return bound, float(entry["effort"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None  # an unreadable entry is recomputed (and overwritten)
-
-
-def default_cache_folder() -> str | None:
-    """$REMAT_BENCH_BOUND_CACHE (``off`` for none), else <user cache>/bounds."""
-    import os
-
-    from remat_bench.core.files import cache_dir
-
-    setting = os.environ.get("REMAT_BENCH_BOUND_CACHE")
-    if setting is not None:
-        return None if setting.strip().lower() in ("", "off", "0", "no") else setting
-    return str(cache_dir() / "bounds")

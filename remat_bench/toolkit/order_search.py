@@ -14,7 +14,7 @@ import numpy as np
 
 from remat_bench.core.control import Deadline, run_interruptibly
 from remat_bench.core.graph import Graph, Number
-from remat_bench.toolkit.bound import BoundCache
+from remat_bench.toolkit.bound import BoundSource
 from remat_bench.toolkit.orders import OrderProfile, list_schedule, local_search, order_peak
 
 
@@ -29,7 +29,7 @@ class OrderAnswer:
 
 def best_order(graph: Graph, budget: Number | None, deadline: Deadline, workers: int = 0,
                seed: int = 0, tries: int = 8, hints: list[list[int]] | None = None,
-               search_share: float = 0.3, probe_share: float = 0.3, bounds: BoundCache | None = None) -> OrderAnswer:
+               search_share: float = 0.3, probe_share: float = 0.3, bounds: BoundSource | None = None) -> OrderAnswer:
     """The list schedules, the local search (``search_share`` of the time), the prefix probes
     (``probe_share``), then the CP-SAT order model; each step stops the search when its order fits.
 
@@ -195,7 +195,7 @@ def _hint_order(m: Any, graph: Graph, order: list[int], x: list[Any], end: list[
 
 
 def _no_order_fits(graph: Graph, budget: Number, best: list[int], deadline: Deadline, share: float,
-                   stats: dict[str, Any], bounds: BoundCache | None = None) -> bool:
+                   stats: dict[str, Any], bounds: BoundSource | None = None) -> bool:
     """True when the prefix probes (`remat_bench.toolkit.bound`) prove that no order fits the budget.
 
     The bound already computed for this graph and budget (the pipeline computes

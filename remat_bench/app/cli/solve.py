@@ -352,16 +352,16 @@ def bound(graph: str, budget: str, time_limit: float, as_json: bool) -> None:
 
     Exit status 0 with the bound; 1 when the bound proves that no schedule fits.
     """
+    from remat_bench.app.pipeline import user_bound_cache
     from remat_bench.core.budget import parse_budget
     from remat_bench.core.simulate import baseline, overhead_pct
-    from remat_bench.toolkit.bound import BoundCache, default_cache_folder
 
     g = load(graph)
     b = parse_budget(budget, g)
     if b.is_min:
         raise click.BadParameter("the bound needs a budget, not 'min'", param_hint="--budget")
     # Through the on-disk cache: a bound `solve` or a sweep computed with as much effort answers at once.
-    result, _ = BoundCache(default_cache_folder()).get(g, b.amount, time_limit)
+    result, _ = user_bound_cache().get(g, b.amount, time_limit)
     base = baseline(g)
     overhead = None if result.value is None else overhead_pct(result.value, base.duration)
     data = {"graph": g.name, "budget": b.amount, "budget_fraction": b.fraction, "status": result.status,
