@@ -1,9 +1,10 @@
 """``auto``: the fastest schedule any method finds within one time limit, never worse than a fast heuristic.
 
-No method is best everywhere (docs/benchmarks.md, "auto"): on a 48-layer GPT at half its
-peak, kusumoto's lower-set DP finds +7.3% in 8 s where Moccasin's CP-SAT, started from
-chen's schedule, stayed at +19% after 120 s; on the published random layered graphs CP-SAT
-proves optima that no heuristic reaches. A user should not have to run them all and pick.
+No method is best everywhere: on a deep transformer at half its peak a fast heuristic
+(kusumoto's lower-set DP) can be far ahead of an exact method still searching at its time
+limit, while on the published random layered graphs CP-SAT proves optima that no heuristic
+reaches (docs/benchmarks.md, "auto: the portfolio beside its members"). A user should not
+have to run them all and pick.
 ``auto`` runs them as a portfolio, in three steps:
 
 1. **Fast members**, one after another: greedy, dtr, chen, fenghuang, twremat, knapsack (its
@@ -23,10 +24,8 @@ proves optima that no heuristic reaches. A user should not have to run them all 
    fastest schedule so far, unless proven optimal, has its recomputations undone one at a
    time, the most expensive first, with the rest reordered to fit the budget again
    (`remat_bench.toolkit.improve.drop_with_reorder`); then the next fastest, while time
-   is left. Measured (120 s, 2 cores, docs/benchmarks.md "auto on the published graphs"): on
-   random_layered_n500 at 0.8 it took moccasin's +1.942% to +1.148% in 12 s, where moccasin
-   order=free alone gave +1.886% (+1.591% at best over six runs); on n1000 at 0.8 +2.039% to
-   +1.715% (alone: +1.984%).
+   is left. It is what takes auto below its best member where CP-SAT is cut short by the
+   limit (docs/benchmarks.md, "auto on the published graphs").
 4. **The answer**: the fastest schedule within the budget after the shared clean-up (the
    least peak first for ``min``).
 
@@ -236,8 +235,8 @@ class Auto(Method):
                                                limit, hints))
             return
         # Every member gets every core, though they share them: CP-SAT's portfolio needs two workers
-        # or more (measured, GPT-12 at 0.5 in 120 s beside checkmate: moccasin +9.274% with 2 workers,
-        # +9.490% with 1), and HiGHS's branch and bound runs on one thread whatever it is given.
+        # or more (one worker did worse even with the cores to itself: docs/benchmarks.md, "auto: the
+        # portfolio beside its members"), and HiGHS's branch and bound runs on one thread whatever it is given.
         threads = os.cpu_count() or 1
         left = deadline.remaining()
         # Members beyond ``jobs`` wait for a slot: each gets the share of the time its wave has.
@@ -394,10 +393,9 @@ def _exact_params(graph: Graph, name: str, members: list[Member]) -> dict[str, A
     graph without backward nodes, whose input order is one topological order among many, and
     where reorder found an order of lower peak than the input order (it then starts from that
     order instead of searching for one again). On a training graph the input order (forward,
-    then backward) is the one its stages are built for. Measured on the published random
-    layered graphs at 120 s (paper-auto sweep): the order-free path at or below the staged
-    model on all eight instances, e.g. n500 at 0.8 +1.734% against +2.568%, n1000 at 0.9
-    +0.142% against +0.608%.
+    then backward) is the one its stages are built for. On the published random layered graphs
+    the order-free path ends at or below the staged model (docs/benchmarks.md, "auto on the
+    published graphs").
     """
     if name != "moccasin":
         return {}

@@ -491,7 +491,8 @@ def parse_json(text: str, source: str, error: type[Exception] = GraphError) -> A
         raise ValueError(constant)
 
     # The cyclic garbage collector would scan the millions of lists a schedule's steps make
-    # while they are built (2.5x the parse time on 400k steps); none of them can form a cycle.
+    # while they are built, a multiple of the parse time (docs/benchmarks.md, "Reading a schedule
+    # file"); none of them can form a cycle.
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -645,8 +646,9 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # the schema's id pattern refuses the
 def fast_schema_ok(data: dict[str, Any]) -> bool:
     """True only for documents the JSON Schema accepts; written out by hand for speed.
 
-    jsonschema needs about 0.3 ms per node (30 s for a 100,000-node graph); this
-    check covers the same rules in a few microseconds each. It may only be
+    jsonschema walks a graph node by node, too slowly for graphs of 100,000 nodes
+    (docs/benchmarks.md, "Figures that used to live in the code"); this check
+    covers the same rules with plain dict and type tests. It may only be
     stricter than the schema, never looser (tested against jsonschema); when it
     says no, jsonschema is run to find and word the problem.
     """

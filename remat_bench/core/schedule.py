@@ -183,7 +183,7 @@ def _decode_steps(steps: list[Any], graph: Graph) -> Decoded | None:
     ["compute", id, implementation] with an implementation the node has. Anything else
     (a wrong type, an unknown id, a bad word) returns None, and the caller's step-by-step
     decoder finds and words the problem. Comprehensions and dict lookups, not a loop
-    with per-step checks: about 0.3 us a step.
+    with per-step checks (docs/benchmarks.md, "Reading a schedule file").
     """
     n = len(steps)
     word_code = {"compute": 0, "free": 1}
@@ -253,7 +253,8 @@ def schedule_from_dict(data: Any, graph: Graph, source: str = "schedule", force:
         what = "has no 'format' field" if found is None else f"has format {found!r}"
         raise ScheduleError(f"{source}: is not a remat-bench schedule file (it {what}; a schedule file "
                             f"has format '{FORMAT}', as `remat-bench solve -o` writes)")
-    # jsonschema walks a million steps in about 15 s: the steps are decoded in bulk here
+    # jsonschema takes far longer than the simulation to walk the steps (docs/benchmarks.md, "Reading
+    # a schedule file"): the steps are decoded in bulk here
     # (`_decode_steps`), and the schema checks the rest of the document. A file whose steps
     # the bulk decoder refuses is walked in full, step by step, to word its first problem.
     steps = data.get("steps")

@@ -289,9 +289,9 @@ def place_frees(graph: Graph, nodes: np.ndarray, impls: np.ndarray, drop_unused:
     at once): the schedule a method meant, before clean-up.
     """
     # The two sweeps walk Python lists (fast per step); the schedule is then assembled with
-    # numpy. Building it step by step, one list of frees per step, cost seconds on a 1.27 M-step
-    # schedule once the process held a large heap (the garbage collector rescanned it as the
-    # lists piled up).
+    # numpy. Building it step by step, one list of frees per step, made the garbage collector
+    # rescan a large heap as the lists piled up (docs/benchmarks.md, "Figures that used to live
+    # in the code").
     nodes = np.asarray(nodes, dtype=np.int64)
     ops = graph.op_start[nodes] + np.asarray(impls, dtype=np.int64)
     if drop_unused:

@@ -84,7 +84,8 @@ def estimated_size(kind: str, **kwargs: Any) -> tuple[int, int]:
     Exact in nodes. Edges: exact for vgg16, resnet50 and densenet121 (their structure is fixed), a bound
     of three per node for the transformer and the U-Net; for a random layered
     graph the edge density times the products of consecutive layer sizes, plus the skip edges and one
-    per node, which errs high (by 10% at the default width, up to 75% for very wide layers).
+    per node, which errs high, the more so for very wide layers (docs/benchmarks.md, "Figures that
+    used to live in the code"): a cap on the estimate never lets a graph above the cap through.
     """
     if kind == "chain":
         layers = kwargs["n_layers"]

@@ -1,8 +1,8 @@
 """Candidate schedules: how one method uses others' answers (warm starts, hints, fallbacks).
 
 An exact method's bottleneck is often its first incumbent: a schedule from a fast
-heuristic, accepted by its model, starts it (Checkmate's MILP found none in 300 s
-on random_layered_n100 at 0.8 without one; docs/benchmarks.md). A method asks for
+heuristic, accepted by its model, starts it (without one Checkmate's MILP stays far from
+the published overheads: docs/benchmarks.md, "Checkmate"). A method asks for
 candidates here, by name, with the share of its time each may take; it never
 imports another method. Names:
 

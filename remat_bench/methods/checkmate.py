@@ -143,8 +143,8 @@ def warm_start(cm: CheckmateModel, graph: Graph, budget: Number, deadline: Deadl
     """The cheapest schedule the model accepts as a point (greedy, chen, kusumoto, peak shaving, the
     hints in ``context``, else LP rounding), its source, and every candidate within the budget.
 
-    The MILP's bottleneck is its first incumbent (measured: none in 300 s on
-    random_layered_n100 at 0.8 without one). The fast heuristics and the shaved
+    The MILP's bottleneck is its first incumbent (docs/benchmarks.md, "Checkmate": HiGHS
+    alone, without a warm start, stays far above the optimum). The fast heuristics and the shaved
     input order come first (`remat_bench.methods.candidates`); LP rounding
     (``checkmate-lp``), given at most a quarter of the time left and a minute,
     only when none of them is accepted. A candidate is moved into the staged

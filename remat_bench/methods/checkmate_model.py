@@ -397,7 +397,8 @@ class CheckmateModel:
         return x
 
 
-# Measured: building the model takes about 3 microseconds per column (787,000 columns in 2.4 s).
+# The time building the model takes per column, measured (docs/benchmarks.md, "Figures that used to
+# live in the code"): a deadline too short to build the model is refused before building it.
 BUILD_SECONDS_PER_COLUMN = 3e-6
 
 

@@ -59,7 +59,7 @@ class GreedyPass:
     - ``heap``: resident values by `score`, cheapest first; ``parked``: values whose eviction would
       cascade, waiting (``parked_version[v]`` is the version parked, or -1) until they can be evicted
       cleanly again: re-admitted to ``heap`` when their holds drop to zero or an operand comes back.
-      Re-checking them at every eviction instead was quadratic: 700 s on a 100,000-node chain.
+      Re-checking them at every eviction instead was quadratic (docs/benchmarks.md, "Large graphs").
     """
 
     def __init__(self, graph: Graph, budget: Number) -> None:

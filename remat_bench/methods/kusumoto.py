@@ -631,8 +631,8 @@ def best_chain(fam: LowerSetFamily, budget: Number | None, objective: str,
     """The optimal chain of ``fam`` for ``objective`` within ``budget`` (eq. 2), or None if none fits.
 
     The plain DP (`solve_dp`) can keep thousands of (overhead, memory) states
-    per lower set when sizes are real byte counts (DenseNet-121: 3 million
-    states, 30 s). Pruning keeps it exact and fast: `backward_bounds` drops
+    per lower set when sizes are real byte counts (DenseNet-121: docs/benchmarks.md,
+    "Figures that used to live in the code"). Pruning keeps it exact and fast: `backward_bounds` drops
     states that cannot reach V and gives a lower bound on the key (overhead
     for ``tc``, its negative for ``mc``). A plain run is tried first and
     stopped if it keeps more than a few states per lower set; then the DP is

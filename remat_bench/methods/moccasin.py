@@ -19,19 +19,19 @@ it, so two computations never share an event (6).
 - Two phases (2.4): phase 1 minimises max(peak, budget) from a hint, phase 2
   minimises duration from phase 1's solution.
 
-What this implementation changes, measured on this repository's 2-core
-machine (docs/benchmarks.md):
+What this implementation changes, each for a measured gain (docs/benchmarks.md,
+"Moccasin" and "Figures that used to live in the code"):
 
 - Events are numbered stage * n + position, and the start of a recomputation
   of v is the affine expression n * stage + v of a contiguous stage variable,
-  rather than the paper's packed numbering with gappy domains (presolve 0.3 s
-  instead of 5.5 s on random_layered_n100).
+  rather than the paper's packed numbering with gappy domains (a much shorter
+  presolve).
 - Precedence uses one Boolean per (edge, copy of v, copy of u) meaning "this
   copy of u is present and covers this start", at least one per present copy
   of v, instead of add_reservoir_constraint_with_active: faster presolve,
   earlier first solutions, and a lower bound where the reservoir gave none.
 - Every recomputation feeds some consumer (a redundant constraint that
-  shortens proofs about 4x on random_layered_n250 at 0.9).
+  shortens proofs).
 - Hints are complete (interval sizes and precedence flags too), and phase 1
   is hinted with the best of the baseline and the greedy and chen schedules,
   so that CP-SAT starts from them at once.
@@ -512,7 +512,8 @@ def _feeds_some_consumer(m: Any, graph: Graph, copies: list[list[Copy]],
     """A redundant constraint (not in the paper): a recomputation exists only to feed some consumer.
 
     Stated over the precedence flags: a present copy a >= 1 of a non-output v covers the start
-    of some copy of a consumer. It shortens proofs about 4x on random_layered_n250 at 0.9.
+    of some copy of a consumer. It shortens proofs (docs/benchmarks.md, "Figures that used to live
+    in the code").
     Outputs are left out: they may be recomputed only to be held to the end.
     """
     feeds: dict[tuple[int, int], list[Any]] = {}
@@ -631,10 +632,10 @@ def staged_hint_candidates(graph: Graph, budget: Number | None, deadline: Deadli
     and the caller's hints (``context.hints``), valid ones above the budget included.
 
     Peak shaving from the input order (`remat_bench.toolkit.improve`): on the published random
-    layered graphs at 0.8 it reaches the budget in seconds, where phase 1 from the baseline needed
-    minutes (random_layered_n1000: not in 300 s). Kusumoto's lower-set DP (training graphs only)
-    often ends within a point of the best schedule known on transformers (GPT-48 at 0.5: 7.34% in
-    8 s, where phase 2 from chen's schedule stayed at 19%); it gets at most 15% of the time.
+    layered graphs at 0.8 it reaches the budget long before phase 1 from the baseline does.
+    Kusumoto's lower-set DP (training graphs only) is often close to the best schedule known on
+    transformers, where phase 2 from chen's schedule stays far above it; it gets at most 15% of
+    the time (docs/benchmarks.md, "Moccasin" and "auto: the portfolio beside its members").
     """
     base = baseline_schedule(graph)
     sim = simulate(graph, base)
@@ -663,8 +664,8 @@ def _hints(sm: StagedModel, graph: Graph, candidates: list[tuple[str, Schedule]]
     Phase 1 starts from the lowest-peak one (section 2.4: "any topological ordering ... provides
     a trivial feasible solution" to phase 1; the lower its peak, the less phase 1 has to do).
     When some candidate already fits, phase 1 has nothing to do and phase 2 starts from the
-    fastest that fits (starting it from the lowest peak instead left ResNet-50 at batch 8 and 0.8
-    at +8.4% after 30 s, where greedy's schedule has +0.033%).
+    fastest that fits (starting it from the lowest peak instead left it far above greedy's schedule
+    on ResNet-50: docs/benchmarks.md, "auto: the portfolio beside its members").
     """
     lowest: _Hint | None = None
     fastest: _Hint | None = None
@@ -725,8 +726,8 @@ class Moccasin(Method):
                                 termination=Termination.ERROR)
         if params["order"] == "free":
             return self._solve_free(graph, budget, deadline, params)
-        # Two intervals per node were enough on the published graphs (measured; three slowed
-        # phase 2 down: random_layered_n250 at 0.8 reached 5.05% instead of 4.92% in 300 s).
+        # Two intervals per node were enough on the published graphs; three build a larger model and
+        # slowed phase 2 down (docs/benchmarks.md, "Moccasin" and "Figures that used to live in the code").
         C = params["max_intervals"] or 2
         stats: dict[str, Any] = {}
         candidates = []
@@ -749,7 +750,7 @@ class Moccasin(Method):
                     params: dict[str, Any]) -> MethodResult:
         """The general formulation, in the steps measured to work (issue: order-free scheduling).
 
-        1. Order only (`remat_bench.methods.reorder`): often fits at 0% overhead already.
+        1. Order only (`remat_bench.methods.reorder`): often fits with no recomputation already.
         2. The staged model with its stages in that order (most of the time left: on the
            random layered graphs its answer is the best one), a complete hint for
         3. the free model, from the best of those.

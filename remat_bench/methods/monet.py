@@ -971,9 +971,9 @@ def monet_candidates(graph: Graph, st: Stages, budget: Number | None, deadline: 
     from remat_bench.toolkit.fastest_fit import fastest_fit
     from remat_bench.toolkit.improve import drop_recomputations
 
-    # The fast ones first. Each gets a share of the time left (on a 48-layer transformer, 1,159
-    # nodes, approximate kusumoto alone took 17 s whatever MONeT's own limit was); chen, the answer
-    # of last resort, gets at least a second (milliseconds on hundreds of nodes). The shaved input
+    # The fast ones first. Each gets a share of the time left (unshared, approximate kusumoto alone
+    # took most of a short limit on a deep transformer: docs/benchmarks.md, "Figures that used to live
+    # in the code"); chen, the answer of last resort, gets at least a second. The shaved input
     # order recomputes only where memory peaks, before the backward node that needs the value.
     sources = [Source("chen", share=0.2, floor=1.0), Source("greedy", share=0.2),
                Source("kusumoto", {"variant": "approx"}, share=0.25), Source("fenghuang", share=0.25),

@@ -3,8 +3,8 @@
 Every node is computed exactly once, so the duration is the least any
 schedule can have; only the order, and with it the peak, is chosen. This
 answers the first question a user should ask: is rematerialization needed at
-this budget at all? (On the published random layered graphs it is not: another
-order fits the paper's 0.9 and 0.8 budgets at 0% overhead.)
+this budget at all? (On the published random layered graphs it often is not:
+docs/benchmarks.md, "Order-free scheduling".)
 
 1. A memory-aware list scheduler: among the nodes whose inputs are computed,
    take the one that raises resident memory least (its output and workspace,
@@ -16,9 +16,8 @@ order fits the paper's 0.9 and 0.8 budgets at 0% overhead.)
    the target (the budget, or just below the best peak so far). It is written
    here because no maintained library searches permutations under
    precedence; each move is scored by a vectorised O(n + edges) profile.
-   On random_layered_n250 at 0.8 it finds an order that fits in about a
-   second (`make bench BENCH=orderfree`), where the CP-SAT model alone took
-   30-68 s (the solver measurements behind the order-free issue).
+   It finds an order that fits long before the CP-SAT model alone does
+   (docs/benchmarks.md, "Figures that used to live in the code").
 3. A CP-SAT model of the order alone: one compute event x_v per node, all
    distinct (no-overlap of unit intervals), x_u < x_v for each edge, v held
    on [x_v, max over consumers of x_c + 1) (outputs to the end), cumulative

@@ -205,12 +205,11 @@ def min_degree_decomposition(n: int, edges: list[tuple[int, int]],
 
     Written here rather than calling networkx's ``treewidth_min_degree``
     because networkx builds the tree by scanning every bag made so far for
-    each eliminated node: quadratic, minutes on a 100,000-node chain where
-    this takes seconds. Ties are broken as networkx does (first queued), so
-    the result is deterministic. Raises `DecompositionStopped` when
-    ``deadline`` has passed at one of its checks, every 4,096 eliminations (a
-    small graph always decomposes, so a search out of time still has its
-    first schedule).
+    each eliminated node: quadratic (docs/benchmarks.md, "Large graphs"). Ties
+    are broken as networkx does (first queued), so the result is deterministic.
+    Raises `DecompositionStopped` when ``deadline`` has passed at one of its
+    checks, every 4,096 eliminations (a small graph always decomposes, so a
+    search out of time still has its first schedule).
     """
     adjacency: list[set[int]] = [set() for _ in range(n)]
     for u, v in edges:

@@ -66,8 +66,8 @@ valid schedule satisfies
 These rows, for the cuts that bind most (`MAX_RECOMPUTE_CUTS`), each with its
 own r and q and sharing y, join the program. On a transformer they see what
 the node cut misses: dropping the residual stream's sums is cheap only if the
-projections they are summed from stay resident (GPT-12 at 0.6: the node cuts
-give +0.014%, the schedules +3.674%; docs/benchmarks.md).
+projections they are summed from stay resident (docs/benchmarks.md, "Real
+models at tight budgets": the gap they closed).
 """
 
 from __future__ import annotations
@@ -576,9 +576,9 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
     for need, xs in _undominated(binding):
         rows.add_row(xs, mem[xs], need)
     cuts = len(rows.lower)
-    # The node and recomputation cuts first (small, and fast: on the 48-layer GPT the recomputation
-    # cuts made the program solve in 0.9 s where the node cuts alone took 6 s), then the prefix cuts
-    # if a probe says they bind (the program with them took 23 s there, for the same value).
+    # The node and recomputation cuts first (small, and fast: the recomputation cuts make the program
+    # solve sooner than the node cuts alone), then the prefix cuts if a probe says they bind (the
+    # program with them is much slower; docs/benchmarks.md, "Figures that used to live in the code").
     recompute = recompute_cuts(graph, budget, base, sets, max_recompute_cuts) if cuts else []
     first = (_solve_program(graph, rows.copy(), fastest, budget, [], time_limit / 3, recompute) if cuts
              else (0.0, Termination.PROVEN, ()))
@@ -612,8 +612,8 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
 
 def _undominated(cuts: list[tuple[float, np.ndarray]]) -> list[tuple[float, np.ndarray]]:
     """The cuts no other cut implies. A cut ``sum_{x in X} mem_x y_x >= need`` follows from another
-    over a subset of X that needs as much or more (the 48-layer GPT at 0.5: 566 binding cuts, 456 not
-    implied by another, 20% fewer nonzeros)."""
+    over a subset of X that needs as much or more; leaving it out makes the program smaller
+    (docs/benchmarks.md, "Figures that used to live in the code")."""
     kept: list[tuple[float, np.ndarray, int]] = []
     for need, xs in sorted(cuts, key=lambda cut: -cut[0]):
         bits = 0

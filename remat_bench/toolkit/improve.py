@@ -101,10 +101,10 @@ def shave_peaks(graph: Graph, nodes: np.ndarray, budget: Number, deadline: Deadl
     order found (the input if it was not staged). ``max_copies`` caps how many
     times a value may be computed (a model's intervals per node).
 
-    Trying every candidate (``max_trials`` None) matters: with only the twelve
-    best-scored ones it stalled at 0.88-0.97 of the baseline peak on the
-    published random layered graphs at 0.8; with all of them it reached the
-    budget on n250, n500 and n1000 in 0.3, 1 and 21 s (3.95%, 3.2%, 3.4% overhead).
+    Trying every candidate (``max_trials`` None) matters: with only the best-scored
+    few it stalled above the budget on the published random layered graphs at 0.8,
+    with all of them it reached the budget (docs/benchmarks.md, "Figures that used
+    to live in the code").
     """
     seq = [int(v) for v in nodes]
     if _stages(graph, seq) is None:
@@ -168,9 +168,8 @@ def shaved_order(graph: Graph, budget: Number, deadline: Deadline | None = None,
     """The input order with its peaks shaved to ``budget``, then the recomputations it does not need undone.
 
     Shaving adds a recomputation wherever memory peaks, one at a time, and the
-    early ones can become unnecessary once later ones are in: on the generated
-    ResNet-50 with implementations at 0.5, undoing them took MONeT from
-    -15.62% to -15.73% (`make bench BENCH=monet`, docs/benchmarks.md).
+    early ones can become unnecessary once later ones are in: undoing them let MONeT
+    match checkmate+fastest-fit on the generated ResNet-50 (docs/benchmarks.md, "MONeT").
     Shaving runs for at most ``cap_s`` seconds and half of what ``deadline`` leaves (it ends
     as soon as the budget is reached, and only then is its schedule of use); the undoing for at
     most ``cap_s`` and a quarter of what is left after it.
@@ -222,10 +221,10 @@ def drop_with_reorder(graph: Graph, nodes: np.ndarray, budget: Number, deadline:
     make room for one that failed); when every one left has failed since the last
     success, they are tried again with another seed and twice the time, until ``deadline``.
 
-    Measured on random_layered_n500 at 0.8 (2 cores): from Moccasin's +2.154% (order=free,
-    60 s), +0.63% to +1.15% in 12-15 s over four seeds; from the shaved input order (+2.915%),
-    +1.821% in 40 s; on the random 8-node graphs of tests/test_improve.py, the brute-force
-    optimum from every shaved start (docs/benchmarks.md, "auto").
+    It takes Moccasin's schedules on the published random layered graphs well below where
+    CP-SAT stopped (docs/benchmarks.md, "auto on the published graphs"), and reaches the
+    brute-force optimum from every shaved start on the random 8-node graphs of
+    tests/test_improve.py.
     """
     seq = [int(v) for v in nodes]
     valid, peak, duration = _simulated(graph, seq)

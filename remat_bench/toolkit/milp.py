@@ -260,8 +260,8 @@ def solve_milp(
     return _solve_pulp(model, name or "", time_limit, threads, mip_gap, start, relax)
 
 
-# HiGHS checks its time limit (and interrupts) only between phases: measured, a 20 s limit on an
-# 8,000-column Checkmate model ended after 23.5 s, and interrupt callbacks came 4 times in 10 s.
+# HiGHS checks its time limit (and interrupts) only between phases, so on a large model it overruns
+# its limit and answers Ctrl-C late (docs/benchmarks.md, "Figures that used to live in the code").
 # Models this large are solved in a child process, killed at the limit; the incumbents it streams
 # back are kept. Smaller ones overshoot by little and are not worth a process.
 ISOLATE_COLUMNS = 2000
@@ -382,9 +382,9 @@ def _set_highs_options(h: Any, time_limit: float | None, threads: int | None, mi
     if seed is not None:
         h.setOptionValue("random_seed", int(seed))
     if relax:
-        # HiGHS 1.14's presolve stalls on some Checkmate relaxations: fcn8's at 0.9 and 0.8 did not
-        # solve in 40 s with it and took 1.9 s and 1.6 s without; the others measured were as fast
-        # or faster without (random_layered_n100: 1.65 s -> 1.18 s).
+        # HiGHS 1.14's presolve stalls on some Checkmate relaxations (fcn8's), and the others were as
+        # fast or faster without it (docs/benchmarks.md, "Checkmate" and "Figures that used to live in
+        # the code").
         h.setOptionValue("presolve", "off")
     for key, value in options.items():
         h.setOptionValue(key, value)
