@@ -236,6 +236,7 @@ def test_no_bound_skips_it_and_a_cached_bound_is_reused(tmp_path, monkeypatch):
 
 
 def test_a_limit_bound_is_recomputed_for_more_effort_a_settled_one_is_not(tmp_path, monkeypatch):
+    from remat_bench.core.outcome import Termination
     from remat_bench.toolkit import bound
     from remat_bench.toolkit.bound import Bound
     from remat_bench.toolkit.bound_cache import BoundCache
@@ -244,10 +245,10 @@ def test_a_limit_bound_is_recomputed_for_more_effort_a_settled_one_is_not(tmp_pa
     cache = BoundCache(str(tmp_path))
     calls = []
     monkeypatch.setattr(bound, "any_order_bound", lambda graph, budget, effort: calls.append(effort) or Bound(
-        50, "limit" if effort < 10 else "optimal"))
-    assert cache.get(g, 12, 1.0) == (Bound(50, "limit"), False)
+        50, Termination.TIME_LIMIT if effort < 10 else Termination.PROVEN))
+    assert cache.get(g, 12, 1.0) == (Bound(50, Termination.TIME_LIMIT), False)
     assert cache.get(g, 12, 0.5)[1] is True  # less effort than it was given: reused
-    assert cache.get(g, 12, 20.0) == (Bound(50, "optimal"), False)  # more: computed again
+    assert cache.get(g, 12, 20.0) == (Bound(50, Termination.PROVEN), False)  # more: computed again
     assert cache.get(g, 12, 300.0)[1] is True  # settled: reused whatever the effort
     assert calls == [1.0, 20.0]
 

@@ -25,8 +25,3 @@ def get_solver(name: str) -> type[Method]:
     if name not in method_names():
         raise unknown_method(name, solver_names())
     return get_method(name)
-
-
-def all_solvers() -> list[type[Method]]:
-    """Every solver class, in `solver_names` order."""
-    return [get_solver(name) for name in solver_names()]

@@ -15,15 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from remat_bench.app.catalog import get_solver
-from remat_bench.app.evaluate import (  # noqa: F401 (re-exported: callers import them from here)
-    PIPELINE_PARAMS,
-    RunResult,
-    bound_effort,
-    evaluate,
-    evaluate_in_child,
-    gap_pct,
-    parse_method_params,
-)
+from remat_bench.app.evaluate import RunResult, bound_effort, evaluate, evaluate_in_child, parse_method_params
 from remat_bench.core.budget import Budget, parse_budget
 from remat_bench.core.errors import MethodError
 from remat_bench.core.files import cache_dir

@@ -395,16 +395,6 @@ class Graph:
                      fixed_memory=self.fixed_memory, units=self.units, metadata=self.metadata,
                      source=self.source)
 
-    def to_networkx(self):
-        """The graph as a networkx DiGraph on node indices, with memory and duration attributes."""
-        import networkx as nx
-
-        g = nx.DiGraph()
-        for v in range(self.n):
-            g.add_node(v, memory=self.memory[v].item(), duration=self.duration[v].item())
-        g.add_edges_from((u, v) for v, ins in enumerate(self.inputs) for u in ins)
-        return g
-
     # ------------------------------------------------------------------ serialisation
 
     def to_dict(self) -> dict[str, Any]:

@@ -74,17 +74,6 @@ class Schedule:
         return cls(np.array(kinds, dtype=np.int8), np.array(nodes, dtype=np.int64),
                    np.array(impls, dtype=np.int64), **meta)
 
-    @classmethod
-    def from_computes(cls, nodes: Iterable[int], impls: Iterable[int] | None = None, **meta: Any) -> Schedule:
-        """A schedule of compute steps only (frees are placed by `simulate.clean_up`)."""
-        nodes = np.fromiter(nodes, dtype=np.int64)
-        impls = np.zeros(len(nodes), dtype=np.int64) if impls is None else np.fromiter(impls, dtype=np.int64)
-        return cls(np.zeros(len(nodes), dtype=np.int8), nodes, impls, **meta)
-
-    @property
-    def num_computes(self) -> int:
-        return int(np.count_nonzero(self.kinds == COMPUTE))
-
     def ops(self, graph: Graph) -> np.ndarray:
         """Global op index of every step (meaningful on compute steps)."""
         return graph.op_start[self.nodes] + self.impls

@@ -20,8 +20,6 @@ from typing import Any, ClassVar
 from remat_bench.core.control import (  # noqa: F401 (re-exported: methods import them from here)
     Deadline,
     interrupted,
-    request_interrupt,
-    reset_interrupt,
     run_interruptibly,
 )
 from remat_bench.core.errors import MethodError

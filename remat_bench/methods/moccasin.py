@@ -721,9 +721,6 @@ class Moccasin(Method):
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
               **params: Any) -> MethodResult:
         deadline = Deadline(time_limit if time_limit is not None else 3600.0)
-        if params["max_intervals"] < 0:
-            return MethodResult(SolutionStatus.NO_SOLUTION, message="max_intervals must be at least 1 (0: automatic)",
-                                termination=Termination.ERROR)
         if params["order"] == "free":
             return self._solve_free(graph, budget, deadline, params)
         # Two intervals per node were enough on the published graphs; three build a larger model and

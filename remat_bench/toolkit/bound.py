@@ -129,12 +129,6 @@ class Bound:
                 "order_peak_at_least": self.order_peak_at_least,
                 "no_order_fits": self.no_order_fits, "termination": self.termination.value}
 
-    def __post_init__(self) -> None:
-        # A status word in place of the termination (older callers and cache entries): the same fact.
-        if not isinstance(self.termination, Termination):
-            word = str(self.termination)
-            object.__setattr__(self, "termination", STATUS_WORDS.get(word) or Termination(word))
-
     @property
     def status(self) -> str:
         """In a word: "optimal" (the 0/1 program was solved), "infeasible" (it proved that no schedule
@@ -148,11 +142,6 @@ class Bound:
         """Whether no further effort changes it (a proof, or the trivial bound): reused whatever effort
         a request asks for."""
         return self.termination in (Termination.PROVEN, Termination.CONVERGED)
-
-
-# `Bound.status`'s words, and the terminations they stand for.
-STATUS_WORDS = {"optimal": Termination.PROVEN, "infeasible": Termination.PROVEN, "trivial": Termination.CONVERGED,
-                "limit": Termination.TIME_LIMIT}
 
 
 class BoundSource(Protocol):

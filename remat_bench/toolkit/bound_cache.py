@@ -19,6 +19,7 @@ from pathlib import Path
 from remat_bench.core.errors import OutputError
 from remat_bench.core.files import atomic_write_text
 from remat_bench.core.graph import Graph, Number
+from remat_bench.core.outcome import Termination
 from remat_bench.toolkit import bound as bound_module
 from remat_bench.toolkit.bound import Bound
 
@@ -161,13 +162,12 @@ class BoundCache:
             if entry.get("code") != code_digest() or entry.get("graph") != sha256:
                 return None
             data = entry["bound"]
-            # "status": an entry written before bounds had a termination (its words, `bound.STATUS_WORDS`).
-            termination = data.get("termination") or data["status"]
-            bound = Bound(value=data["value"], termination=termination, recomputed=tuple(data["recomputed"]),
+            bound = Bound(value=data["value"], termination=Termination(data["termination"]),
+                          recomputed=tuple(data["recomputed"]),
                           solve_time_s=float(data["solve_time_s"]), cuts=int(data["cuts"]),
                           prefix_sizes=tuple(data["prefix_sizes"]), order_peak_at_least=data["order_peak_at_least"],
                           no_order_fits=bool(data["no_order_fits"]),
-                          recompute_cuts=int(data.get("recompute_cuts", 0)))
+                          recompute_cuts=int(data["recompute_cuts"]))
             return bound, float(entry["effort"])
         except (OSError, ValueError, KeyError, TypeError):
             return None  # an unreadable entry is recomputed (and overwritten)

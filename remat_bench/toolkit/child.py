@@ -47,18 +47,6 @@ class ChildOutcome:
         """Whether the call returned, ``value`` being its answer."""
         return self.termination is Termination.CONVERGED
 
-    @property
-    def status(self) -> str:
-        """The words this outcome had before its termination (done, error, stopped, died, start_failed),
-        for a caller still written against them."""
-        if self.returned:
-            return "done"
-        if self.termination is Termination.NOT_APPLICABLE:
-            return "start_failed"
-        if self.termination is Termination.ERROR:
-            return "died" if self.died else "error"
-        return "stopped"
-
 
 def _die_with_parent() -> None:
     """Have the kernel kill this process when its parent dies (Linux), so that a child killed by

@@ -100,7 +100,7 @@ def _params_for(method: str, given: dict[str, str], several: bool) -> dict[str, 
     if not several:
         return given
     from remat_bench.app.catalog import get_solver
-    from remat_bench.app.pipeline import PIPELINE_PARAMS
+    from remat_bench.app.evaluate import PIPELINE_PARAMS
 
     declared = {name for p in get_solver(method).params for name in (p.name, *p.aliases)}
     return {k: v for k, v in given.items() if k in declared or k in PIPELINE_PARAMS}

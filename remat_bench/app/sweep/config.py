@@ -68,6 +68,7 @@ from remat_bench.core.budget import format_amount, lowest_fraction, memory_floor
 from remat_bench.core.errors import BudgetError, ConfigError, GraphError, MethodError, RematBenchError
 from remat_bench.core.files import safe_name
 from remat_bench.core.graph import Graph
+from remat_bench.core.outcome import Termination
 from remat_bench.core.simulate import baseline
 
 TOP_KEYS = ("name", "description", "output", "graphs", "methods", "budgets", "time_limit", "grace",
@@ -882,11 +883,11 @@ def trace_model(options: Mapping[str, Any], time_limit: float = TRACE_TIME_LIMIT
     end = time.monotonic() + time_limit
     outcome = (run_in_child(import_model_reporting, (dict(options), list(search)), lambda: time.monotonic() > end)
                if can_spawn() else None)
-    if outcome is None or outcome.status == "start_failed":
+    if outcome is None or outcome.termination is Termination.NOT_APPLICABLE:
         kind, payload = import_model_reporting(dict(options), list(search))
-    elif outcome.status == "done":
+    elif outcome.returned:
         kind, payload = outcome.value
-    elif outcome.status == "stopped":
+    elif outcome.termination in (Termination.TIME_LIMIT, Termination.INTERRUPTED):
         raise GraphError(f"model '{model}' was not built and traced within {time_limit:g} s, so it was stopped "
                          "(does its factory or forward pass ever return?); give it more time with --time-limit, "
                          "or time_limit in a torch entry")

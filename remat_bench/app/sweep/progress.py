@@ -18,9 +18,7 @@ from rich.progress import (
 from rich.table import Table
 
 from remat_bench.app.sweep.config import RunSpec
-from remat_bench.app.sweep.results import OVERHEAD_SHIFT_PCT, SUCCESS, TIME_SHIFT_S, MethodSummary
-
-FAILED = ("error", "oom", "timeout", "over_budget")
+from remat_bench.app.sweep.results import FAILED, OVERHEAD_SHIFT_PCT, SUCCESS, TIME_SHIFT_S, MethodSummary
 
 
 def method_label(method: str, params: Any) -> str:
