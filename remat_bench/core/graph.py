@@ -475,7 +475,27 @@ _NON_FINITE = re.compile(r"(?<![\w\"])(-?Infinity|NaN)(?![\w\"])")
 
 
 def parse_json(text: str, source: str, error: type[Exception] = GraphError) -> Any:
-    """json.loads with one-sentence errors (line and column) and no NaN or Infinity."""
+    """json.loads with one-sentence errors (line and column) and no NaN or Infinity.
+
+    Parameters
+    ----------
+    text : str
+        The JSON document.
+    source : str
+        What the document is called in an error (its path).
+    error : type of Exception
+        The error raised for a document that cannot be read (`GraphError`, `ScheduleError`).
+
+    Returns
+    -------
+    Any
+        The parsed value.
+
+    Raises
+    ------
+    error
+        Invalid JSON (with its line and column), a non-finite number, or nesting too deep to read.
+    """
 
     def reject(constant: str) -> Any:
         raise ValueError(constant)
@@ -508,6 +528,13 @@ def parse_json(text: str, source: str, error: type[Exception] = GraphError) -> A
 
 
 def read_text(path: str | Path, error: type[Exception] = GraphError) -> str:
+    """The UTF-8 text of ``path``, a byte-order mark dropped.
+
+    Raises
+    ------
+    error
+        One sentence for a missing file, a folder, a file that cannot be read, or bytes that are not UTF-8.
+    """
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -525,14 +552,48 @@ def read_text(path: str | Path, error: type[Exception] = GraphError) -> str:
 
 
 def load_graph(path: str | Path) -> Graph:
-    """Read a remat-bench graph or a networkx node-link graph (detected by content)."""
+    """Read a remat-bench graph or a networkx node-link graph (detected by content).
+
+    Parameters
+    ----------
+    path : str or Path
+        The file; its stem names a graph whose file gives no name.
+
+    Returns
+    -------
+    Graph
+
+    Raises
+    ------
+    GraphError
+        One sentence naming the file and the node or field, for anything docs/design.md section 2 refuses.
+    """
     path = Path(path)
     data = parse_json(read_text(path), str(path))
     return graph_from_data(data, str(path), default_name=path.stem)
 
 
 def graph_from_data(data: Any, source: str = "graph", default_name: str = "") -> Graph:
-    """Build a Graph from parsed JSON of either supported format."""
+    """Build a Graph from parsed JSON of either supported format.
+
+    Parameters
+    ----------
+    data : Any
+        The parsed document: a remat-bench graph (it has ``format``) or networkx node-link JSON.
+    source : str
+        What the document is called in an error.
+    default_name : str
+        The graph's name when the document gives none.
+
+    Returns
+    -------
+    Graph
+
+    Raises
+    ------
+    GraphError
+        The document is neither format, or fails the checks of `graph_from_dict`.
+    """
     from remat_bench.core import nodelink
 
     if not isinstance(data, dict):
@@ -552,7 +613,28 @@ def graph_from_data(data: Any, source: str = "graph", default_name: str = "") ->
 
 
 def graph_from_dict(data: dict[str, Any], source: str = "graph", default_name: str = "") -> Graph:
-    """Validate remat-bench JSON against the shipped schema and build the Graph."""
+    """Validate remat-bench JSON against the shipped schema and build the Graph.
+
+    Parameters
+    ----------
+    data : dict
+        A remat-bench graph document (``format`` ``remat-bench-graph``).
+    source : str
+        What the document is called in an error.
+    default_name : str
+        The graph's name when ``data`` gives none.
+
+    Returns
+    -------
+    Graph
+
+    Raises
+    ------
+    GraphError
+        The schema refuses the document, a node's own duration or workspace differs from its first
+        implementation's, or the graph fails the loader's checks (unknown inputs, a cycle, an order that
+        is not topological, ...).
+    """
     _validate_schema(data, source)
     nodes = []
     for nd in data["nodes"]:
@@ -641,6 +723,16 @@ def fast_schema_ok(data: dict[str, Any]) -> bool:
     covers the same rules with plain dict and type tests. It may only be
     stricter than the schema, never looser (tested against jsonschema); when it
     says no, jsonschema is run to find and word the problem.
+
+    Parameters
+    ----------
+    data : dict
+        A parsed graph document.
+
+    Returns
+    -------
+    bool
+        True when the schema surely accepts ``data``; False when it may not.
     """
     if not (data.keys() <= _TOP_KEYS and data.get("format") == FORMAT and data.get("version") == VERSION
             and type(data.get("version")) is int):
@@ -709,7 +801,22 @@ def _validate_schema(data: dict[str, Any], source: str) -> None:
 
 
 def describe_schema_error(error: Any, data: Any, item_word: str) -> str:
-    """One sentence for a jsonschema error: where (node id or field path) and what."""
+    """One sentence for a jsonschema error: where (node id or field path) and what.
+
+    Parameters
+    ----------
+    error : jsonschema.ValidationError
+        The error jsonschema's ``best_match`` chose.
+    data : Any
+        The document it was found in (to name a node or step by its id).
+    item_word : str
+        What an entry of ``nodes`` is called (``node``); entries of ``steps`` are steps.
+
+    Returns
+    -------
+    str
+        The sentence, without the file's name.
+    """
     path = list(error.absolute_path)
     where = "the top level"
     # Name a node (or step) by its id where we can.
@@ -774,7 +881,13 @@ def _article(word: str) -> str:
 
 
 def save_graph(graph: Graph, path: str | Path) -> None:
-    """Write the graph as remat-bench JSON, atomically."""
+    """Write the graph as remat-bench JSON, atomically.
+
+    Raises
+    ------
+    OutputError
+        ``path`` cannot be written (`remat_bench.core.files.atomic_write_bytes`).
+    """
     from remat_bench.core.files import atomic_write_text
 
     atomic_write_text(path, json.dumps(graph.to_dict(), indent=1) + "\n")
