@@ -58,6 +58,25 @@ def parse_budget(text: str | float | int, graph: Graph) -> Budget:
     baseline peak and rounded down to a whole unit, which reproduces the
     published budgets exactly. A bare number above 1 is in the graph's memory
     units; suffixes KB/MB/GB/TB are decimal, KiB/MiB/GiB/TiB binary.
+
+    Parameters
+    ----------
+    text : str or float or int
+        What the user wrote.
+    graph : Graph
+        The graph whose baseline peak a fraction is taken of.
+
+    Returns
+    -------
+    Budget
+        With the memory floor's verdict (``refusal``), at ``min`` the lowest possible peak (``peak_bound``),
+        and a ``warning`` when a bare number above 1 looks meant as a fraction.
+
+    Raises
+    ------
+    BudgetError
+        ``text`` is not a budget, names an unknown unit, is a fraction of zero or less, or is above 2**53
+        memory units.
     """
     return _checked(_parse(text, graph), graph)
 
@@ -130,7 +149,21 @@ def _from_fraction(frac: Fraction, peak: Number, raw: str) -> Budget:
 
 def format_amount(value: Number | None, unit: str = "", short: bool = False) -> str:
     """A number with thousands separators, and a binary-prefixed size beside byte counts:
-    ``41,030,956 (39.13 MiB)``, or with ``short`` the size alone (``39.13 MiB``); ``-`` for None."""
+    ``41,030,956 (39.13 MiB)``, or with ``short`` the size alone (``39.13 MiB``); ``-`` for None.
+
+    Parameters
+    ----------
+    value : Number or None
+        An amount.
+    unit : str
+        Its unit; only ``bytes`` adds a binary-prefixed size, and only from 1024 bytes up.
+    short : bool
+        Give the binary-prefixed size alone, without the exact count.
+
+    Returns
+    -------
+    str
+    """
     if value is None:
         return "-"
     text = f"{value:,}" if isinstance(value, int) else f"{value:,.6g}"
@@ -143,13 +176,38 @@ def format_amount(value: Number | None, unit: str = "", short: bool = False) -> 
 
 
 def memory_text(value: Number, graph: Graph) -> str:
-    """An amount of ``graph``'s memory as a message gives it: ``39.13 MiB`` for bytes, else ``41,030,956``."""
+    """An amount of ``graph``'s memory as a message gives it: ``39.13 MiB`` for bytes, else ``41,030,956``.
+
+    Parameters
+    ----------
+    value : Number
+        An amount in ``graph``'s memory units.
+    graph : Graph
+        The graph whose ``units`` say whether the amount is in bytes.
+
+    Returns
+    -------
+    str
+    """
     return format_amount(value, graph.units.get("memory", ""), short=True)
 
 
 def lowest_fraction(amount: Number, peak: Number) -> float:
     """The least fraction of ``peak``, in hundredths, whose budget (rounded down as `parse_budget`
-    rounds it) is at least ``amount``."""
+    rounds it) is at least ``amount``.
+
+    Parameters
+    ----------
+    amount : Number
+        The amount a budget must reach (a memory floor), in memory units.
+    peak : Number
+        The baseline peak, in the same units.
+
+    Returns
+    -------
+    float
+        A multiple of 0.01, at most 1.0; 1.0 when ``peak`` is zero.
+    """
     if not peak:
         return 1.0
     hundredths = math.ceil(100 * Fraction(amount) / Fraction(peak))
@@ -167,7 +225,20 @@ class Floor:
 
     def message(self, budget: Number, graph: Graph) -> str:
         """Why ``budget`` cannot fit ``graph``, in the budget's own terms: the fraction of the baseline
-        peak it is, the floor in memory units, and the lowest fraction worth trying."""
+        peak it is, the floor in memory units, and the lowest fraction worth trying.
+
+        Parameters
+        ----------
+        budget : Number
+            A budget below this floor, in memory units.
+        graph : Graph
+            The graph this floor is of.
+
+        Returns
+        -------
+        str
+            One sentence, without the graph's or the command's name.
+        """
         unit = graph.units.get("memory", "")
         peak = baseline(graph).peak
         share = f"{100 * budget / peak:.1f}% of the baseline peak, " if peak else ""
@@ -180,7 +251,17 @@ class Floor:
 
 
 def memory_floor(graph: Graph) -> Floor:
-    """``fixed + max over v of (inputs + output + workspace)``, over v's cheapest implementation."""
+    """``fixed + max over v of (inputs + output + workspace)``, over v's cheapest implementation.
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    Floor
+        The amount, in memory units, and the node whose need sets it (the first such node).
+    """
     mem = graph.memory
     cumulative = np.concatenate([[0], np.cumsum(mem[graph.op_in_idx])])
     inputs_total = cumulative[graph.op_in_ptr[1:]] - cumulative[graph.op_in_ptr[:-1]]
@@ -206,6 +287,15 @@ def peak_lower_bound(graph: Graph) -> PeakBound:
       when the last of them is computed, all the others are resident beside its inputs and
       workspace: fixed + all outputs + min over outputs o of (o's inputs that are not outputs,
       plus its workspace, over o's cheapest implementation).
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    PeakBound
+        The higher of the two, in memory units, with a phrase naming which one it is.
     """
     floor = memory_floor(graph)
     best = PeakBound(floor.amount, f"the memory floor (node '{floor.node}' with its inputs, output and workspace)")
@@ -238,7 +328,20 @@ def _checked(budget: Budget, graph: Graph) -> Budget:
 
 
 def budget_of(amount: Number | None, graph: Graph) -> Budget:
-    """An amount already resolved (a portfolio's budget for its members) as a `Budget`; None is ``min``."""
+    """An amount already resolved (a portfolio's budget for its members) as a `Budget`; None is ``min``.
+
+    Parameters
+    ----------
+    amount : Number or None
+        In ``graph``'s memory units; None for ``min``.
+    graph : Graph
+
+    Returns
+    -------
+    Budget
+        Checked as `parse_budget` checks its budgets (``refusal``, ``peak_bound``); its ``text`` is the
+        amount as ``str`` writes it.
+    """
     if amount is None:
         return _checked(Budget(None, None, "min"), graph)
     peak = baseline(graph).peak

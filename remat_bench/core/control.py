@@ -17,11 +17,17 @@ _INTERRUPTED = threading.Event()
 
 
 def interrupted() -> bool:
-    """Whether the user pressed Ctrl-C during this solve: methods then return their best so far."""
+    """Whether the user pressed Ctrl-C during this solve: methods then return their best so far.
+
+    Returns
+    -------
+    bool
+    """
     return _INTERRUPTED.is_set()
 
 
 def reset_interrupt() -> None:
+    """Forget an earlier Ctrl-C, before a command starts a solve."""
     _INTERRUPTED.clear()
 
 
@@ -41,9 +47,22 @@ class Deadline:
         self.ran_out = False
 
     def elapsed(self) -> float:
+        """Seconds since the deadline was made.
+
+        Returns
+        -------
+        float
+        """
         return time.monotonic() - self.start
 
     def remaining(self) -> float | None:
+        """Seconds left before the deadline.
+
+        Returns
+        -------
+        float or None
+            Never negative; 0.0 once Ctrl-C was pressed; None when there is no limit.
+        """
         if _INTERRUPTED.is_set():
             return 0.0
         if self.seconds is None:
@@ -51,6 +70,12 @@ class Deadline:
         return max(0.0, self.seconds - self.elapsed())
 
     def expired(self) -> bool:
+        """Whether the time is up or Ctrl-C was pressed; a True answer is remembered in ``ran_out``.
+
+        Returns
+        -------
+        bool
+        """
         passed = _INTERRUPTED.is_set() or (self.seconds is not None and self.elapsed() >= self.seconds)
         self.ran_out = self.ran_out or passed
         return passed
@@ -59,7 +84,18 @@ class Deadline:
 def grace_s(time_limit: float | None) -> float:
     """Seconds a run may overstay its time limit before it is stopped: a process's start (imports), and
     the clean-up and simulation after the method. The one rule for every child process a run is put in
-    (`remat_bench.app.evaluate.evaluate_in_child`) and for sweep runs (a config's default ``grace``)."""
+    (`remat_bench.app.evaluate.evaluate_in_child`) and for sweep runs (a config's default ``grace``).
+
+    Parameters
+    ----------
+    time_limit : float or None
+        The run's time limit (s); None for no limit.
+
+    Returns
+    -------
+    float
+        Seconds (s): 5 plus a twentieth of the time limit.
+    """
     return 5.0 + 0.05 * (time_limit or 0.0)
 
 
@@ -73,6 +109,24 @@ def run_interruptibly(fn: Callable[[], T], stop: Callable[[], None]) -> T:
     signals only there); on Ctrl-C the main thread asks the solver to stop
     (``stop``), marks the solve interrupted, and keeps waiting for the solver to
     return its best solution so far; a second Ctrl-C aborts. Off the main thread, the call runs as is.
+
+    Parameters
+    ----------
+    fn : Callable[[], T]
+        The solver call.
+    stop : Callable[[], None]
+        Asks the solver to end its search and return; called at most once, from the main thread, once an
+        interrupt is requested (Ctrl-C while waiting, or `request_interrupt`).
+
+    Returns
+    -------
+    T
+        What ``fn`` returned.
+
+    Raises
+    ------
+    KeyboardInterrupt
+        A second Ctrl-C, after ``stop`` was called. Whatever ``fn`` raises is raised again here.
     """
     if threading.current_thread() is not threading.main_thread():
         return fn()

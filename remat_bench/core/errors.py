@@ -12,7 +12,18 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 def printable(text: str) -> str:
     """``text`` with control characters shown as escapes (``\\x00``): a name quoted from a user's file
-    must not reach the terminal raw."""
+    must not reach the terminal raw.
+
+    Parameters
+    ----------
+    text : str
+        Text quoted from a user's file or arguments.
+
+    Returns
+    -------
+    str
+        ``text`` with every control character but tab and newline written as its Python escape.
+    """
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 

@@ -37,6 +37,19 @@ def safe_name(text: str, default: str = "graph") -> str:
     """``text`` as one file name that stays in its folder: no separators, never ``.``/``..`` or hidden.
 
     ``"chain-16"`` stays; ``".."`` becomes ``"_.."``, ``"a/b"`` becomes ``"a_b"``.
+
+    Parameters
+    ----------
+    text : str
+        A name taken from data.
+    default : str
+        The name for an empty ``text``.
+
+    Returns
+    -------
+    str
+        Letters, digits, ``.``, ``_`` and ``-`` only, at most ``NAME_CHARS`` characters: a longer name is cut
+        and ends with a hash of ``text``, so that different names stay different.
     """
     name = _UNSAFE.sub("_", text) or default
     if name.startswith("."):
@@ -54,7 +67,13 @@ def _through_link(path: Path) -> Path:
 
 
 def cache_dir() -> Path:
-    """The user cache: $REMAT_BENCH_CACHE, else $XDG_CACHE_HOME/remat-bench, else ~/.cache/remat-bench."""
+    """The user cache: $REMAT_BENCH_CACHE, else $XDG_CACHE_HOME/remat-bench, else ~/.cache/remat-bench.
+
+    Returns
+    -------
+    Path
+        The folder, ``~`` expanded; it is not created here.
+    """
     if os.environ.get("REMAT_BENCH_CACHE"):
         return Path(os.environ["REMAT_BENCH_CACHE"]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -74,6 +93,17 @@ def file_format(path: Path) -> str | None:
     """The ``format`` a remat-bench file declares in its first bytes; None for anything else.
 
     Only regular files are opened (a device such as /dev/zero would never end).
+
+    Parameters
+    ----------
+    path : Path
+        Any path; of a regular file, only the first ``HEAD_BYTES`` bytes are read.
+
+    Returns
+    -------
+    str or None
+        The declared format (``remat-bench-graph``, ...); None for a path that is missing, unreadable or not a
+        regular file, and for a file that does not start with ``{"format": ...}``.
     """
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
@@ -94,6 +124,16 @@ def check_writable(path: str | Path) -> None:
     a temporary file must be creatable beside it (beside the file a symbolic link points
     to, which is what is written). An immutable target is only found when it is
     replaced; `atomic_write_bytes` then raises the same kind of error.
+
+    Parameters
+    ----------
+    path : str or Path
+        The output file; missing parent folders are created.
+
+    Raises
+    ------
+    OutputError
+        ``path`` is a folder or not a regular file, its parent is a file, or no file can be created beside it.
     """
     shown = Path(path)
     path = _through_link(shown)
@@ -125,6 +165,19 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write to a temporary file beside ``path``, fsync it, then rename it into place.
 
     A symbolic link is written through: the temporary file goes beside its target, which it replaces.
+
+    Parameters
+    ----------
+    path : str or Path
+        The output file; missing parent folders are created, and a file already there keeps its permissions.
+    data : bytes
+        The whole content.
+
+    Raises
+    ------
+    OutputError
+        One sentence naming ``path`` and the reason, when it cannot be written or renamed into place; the
+        file already there, if any, is left as it was.
     """
     shown = Path(path)
     path = _through_link(shown)
@@ -163,4 +216,18 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
+    """`atomic_write_bytes` of ``text`` encoded as UTF-8.
+
+    Parameters
+    ----------
+    path : str or Path
+        The output file, as for `atomic_write_bytes`.
+    text : str
+        The whole content.
+
+    Raises
+    ------
+    OutputError
+        ``path`` cannot be written, as for `atomic_write_bytes`.
+    """
     atomic_write_bytes(path, text.encode("utf-8"))

@@ -354,11 +354,35 @@ class Graph:
         return self.n_ops > self.n
 
     def ops_of(self, v: int) -> range:
-        """Global op indices of node v (one per implementation)."""
+        """Global op indices of node v (one per implementation).
+
+        Parameters
+        ----------
+        v : int
+            A node index.
+
+        Returns
+        -------
+        range
+            ``op_start[v]`` up to, not including, ``op_start[v + 1]``.
+        """
         return range(int(self.op_start[v]), int(self.op_start[v + 1]))
 
     def implementation_index(self, v: int, name: str) -> int | None:
-        """Position of implementation ``name`` among node v's ops, or None."""
+        """Position of implementation ``name`` among node v's ops, or None.
+
+        Parameters
+        ----------
+        v : int
+            A node index.
+        name : str
+            An implementation's name (``default`` for a node without declared implementations).
+
+        Returns
+        -------
+        int or None
+            ``k`` such that op ``op_start[v] + k`` is ``name``; None when node v has no such implementation.
+        """
         for k, op in enumerate(self.ops_of(v)):
             if self.op_names[op] == name:
                 return k
@@ -388,6 +412,23 @@ class Graph:
 
         Methods that follow the input order (staged Checkmate and Moccasin) can
         then follow another one; node ``i`` of the result is node ``order[i]`` here.
+
+        Parameters
+        ----------
+        order : Sequence of int
+            Every node index once, each node after its inputs.
+
+        Returns
+        -------
+        Graph
+            With this graph's name, outputs, fixed memory, units, metadata and source.
+
+        Raises
+        ------
+        ValueError
+            ``order`` does not list every node index exactly once.
+        GraphError
+            ``order`` lists a node before one of its inputs.
         """
         if sorted(order) != list(range(self.n)):
             raise ValueError("order must list every node index once")
@@ -398,7 +439,13 @@ class Graph:
     # ------------------------------------------------------------------ serialisation
 
     def to_dict(self) -> dict[str, Any]:
-        """The graph in remat-bench JSON form, every default written out."""
+        """The graph in remat-bench JSON form, every default written out.
+
+        Returns
+        -------
+        dict
+            A document `graph_from_dict` reads back as the same graph; integral floats are written as ints.
+        """
         nodes = []
         for node in self.nodes:
             d: dict[str, Any] = {
@@ -464,7 +511,18 @@ _SCHEMA_CACHE: dict[str, Any] = {}
 
 
 def schema(kind: str = "graph") -> dict[str, Any]:
-    """The JSON Schema shipped with the package (``graph`` or ``schedule``)."""
+    """The JSON Schema shipped with the package (``graph`` or ``schedule``).
+
+    Parameters
+    ----------
+    kind : str
+        ``graph`` or ``schedule``: the file ``<kind>.schema.json`` of ``remat_bench.core.schema``.
+
+    Returns
+    -------
+    dict
+        The parsed schema, read once and shared by every later call (not to be modified).
+    """
     if kind not in _SCHEMA_CACHE:
         text = resources.files("remat_bench.core.schema").joinpath(f"{kind}.schema.json").read_text()
         _SCHEMA_CACHE[kind] = json.loads(text)
@@ -529,6 +587,17 @@ def parse_json(text: str, source: str, error: type[Exception] = GraphError) -> A
 
 def read_text(path: str | Path, error: type[Exception] = GraphError) -> str:
     """The UTF-8 text of ``path``, a byte-order mark dropped.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file.
+    error : type of Exception
+        The error raised for a file that cannot be read (`GraphError`, `ScheduleError`).
+
+    Returns
+    -------
+    str
 
     Raises
     ------
@@ -882,6 +951,13 @@ def _article(word: str) -> str:
 
 def save_graph(graph: Graph, path: str | Path) -> None:
     """Write the graph as remat-bench JSON, atomically.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph, written with every default spelled out (`Graph.to_dict`).
+    path : str or Path
+        The output file; a symbolic link is written through.
 
     Raises
     ------

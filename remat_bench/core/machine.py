@@ -10,6 +10,11 @@ def available_memory_bytes() -> int | None:
     neither is known (callers then do not refuse work on a guess).
 
     psutil would answer this too, but it is not among the project's dependencies for one number.
+
+    Returns
+    -------
+    int or None
+        Bytes; None when the system reports neither.
     """
     try:
         with open("/proc/meminfo") as fh:

@@ -21,6 +21,17 @@ _DURATION_KEYS = ("cost_cpu", "duration")
 
 
 def looks_like_nodelink(data: dict[str, Any]) -> bool:
+    """Whether ``data`` has the shape of node-link JSON: a ``nodes`` list beside ``links`` or ``edges``.
+
+    Parameters
+    ----------
+    data : dict
+        A parsed JSON object.
+
+    Returns
+    -------
+    bool
+    """
     return isinstance(data.get("nodes"), list) and ("links" in data or "edges" in data)
 
 
@@ -45,7 +56,29 @@ def _pick(attrs: dict[str, Any], keys: tuple[str, ...], what: str, source: str, 
 
 
 def to_remat_dict(data: dict[str, Any], source: str, default_name: str = "") -> dict[str, Any]:
-    """Convert a node-link document to remat-bench graph JSON (validated afterwards)."""
+    """Convert a node-link document to remat-bench graph JSON (validated afterwards).
+
+    Parameters
+    ----------
+    data : dict
+        A node-link document (`looks_like_nodelink`), of either dialect.
+    source : str
+        What the document is called in an error.
+    default_name : str
+        The graph's name when ``graph.name`` gives none.
+
+    Returns
+    -------
+    dict
+        A remat-bench graph document, for `remat_bench.core.graph.graph_from_dict` to check and build.
+
+    Raises
+    ------
+    GraphError
+        No nodes, a node without ``id`` or ``name`` or listed twice, an edge without two ends or with an end
+        that is not a node, a ``graph.order`` that does not list every node once, or a node without a memory
+        or duration attribute.
+    """
     graph_attrs = data.get("graph") or {}
     raw_nodes = data["nodes"]
     edges = data.get("links", data.get("edges")) or []

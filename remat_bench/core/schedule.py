@@ -65,7 +65,19 @@ class Schedule:
 
     @classmethod
     def from_steps(cls, steps: Iterable[tuple], **meta: Any) -> Schedule:
-        """From ``("compute", v[, impl])`` and ``("free", v)`` tuples over node indices."""
+        """From ``("compute", v[, impl])`` and ``("free", v)`` tuples over node indices.
+
+        Parameters
+        ----------
+        steps : Iterable of tuple
+            The steps in order; ``impl`` is an implementation's position (0, the node's first, when left out).
+        **meta : Any
+            The schedule's other fields (``method``, ``params``, ``budget``, ``solver``, ``cleanup``).
+
+        Returns
+        -------
+        Schedule
+        """
         kinds, nodes, impls = [], [], []
         for step in steps:
             kinds.append(COMPUTE if step[0] == "compute" else FREE)
@@ -75,11 +87,34 @@ class Schedule:
                    np.array(impls, dtype=np.int64), **meta)
 
     def ops(self, graph: Graph) -> np.ndarray:
-        """Global op index of every step (meaningful on compute steps)."""
+        """Global op index of every step (meaningful on compute steps).
+
+        Parameters
+        ----------
+        graph : Graph
+            The graph the schedule is over.
+
+        Returns
+        -------
+        np.ndarray
+            One int64 per step: ``op_start[node] + impl``.
+        """
         return graph.op_start[self.nodes] + self.impls
 
     def steps(self, graph: Graph) -> Iterator[tuple[str, str] | tuple[str, str, str]]:
-        """Steps with node ids and implementation names, as written to JSON."""
+        """Steps with node ids and implementation names, as written to JSON.
+
+        Parameters
+        ----------
+        graph : Graph
+            The graph the schedule is over.
+
+        Yields
+        ------
+        tuple of str
+            ``("compute", id)``, ``("compute", id, implementation)`` for a node that declares
+            implementations, or ``("free", id)``.
+        """
         for kind, v, k in zip(self.kinds.tolist(), self.nodes.tolist(), self.impls.tolist()):
             if kind == COMPUTE and graph.nodes[v].implementations:
                 yield ("compute", graph.ids[v], graph.op_names[graph.op_start[v] + k])
@@ -87,6 +122,17 @@ class Schedule:
                 yield (_KIND_WORD[kind], graph.ids[v])
 
     def with_meta(self, **meta: Any) -> Schedule:
+        """A copy with some of its metadata replaced; the step arrays are shared, not copied.
+
+        Parameters
+        ----------
+        **meta : Any
+            New values of ``method``, ``params``, ``budget``, ``solver`` or ``cleanup``.
+
+        Returns
+        -------
+        Schedule
+        """
         fields: dict[str, Any] = {
             "method": self.method, "params": self.params, "budget": self.budget,
             "solver": self.solver, "cleanup": self.cleanup,
@@ -104,11 +150,27 @@ class ScheduleBuilder:
         self._impls: list[int] = []
 
     def compute(self, v: int, impl: int = 0) -> None:
+        """Append a compute step.
+
+        Parameters
+        ----------
+        v : int
+            A node index.
+        impl : int
+            The position of the implementation used among node v's (0, its first).
+        """
         self._kinds.append(COMPUTE)
         self._nodes.append(v)
         self._impls.append(impl)
 
     def free(self, v: int) -> None:
+        """Append a free step.
+
+        Parameters
+        ----------
+        v : int
+            A node index.
+        """
         self._kinds.append(FREE)
         self._nodes.append(v)
         self._impls.append(0)
@@ -117,6 +179,17 @@ class ScheduleBuilder:
         return len(self._kinds)
 
     def build(self, **meta: Any) -> Schedule:
+        """The schedule of the steps appended so far.
+
+        Parameters
+        ----------
+        **meta : Any
+            The schedule's other fields (``method``, ``params``, ``budget``, ``solver``, ``cleanup``).
+
+        Returns
+        -------
+        Schedule
+        """
         return Schedule(np.array(self._kinds, dtype=np.int8), np.array(self._nodes, dtype=np.int64),
                         np.array(self._impls, dtype=np.int64), **meta)
 
@@ -131,6 +204,19 @@ def _json_number(value: Any) -> Any:
 
 
 def schedule_to_dict(schedule: Schedule, graph: Graph) -> dict[str, Any]:
+    """The schedule in ``remat-bench-schedule`` JSON form (docs/design.md section 4).
+
+    Parameters
+    ----------
+    schedule : Schedule
+    graph : Graph
+        The graph the schedule is over: its name and sha256 are written, and its ids name the nodes.
+
+    Returns
+    -------
+    dict
+        A document `schedule_from_dict` reads back; ``cleanup`` only when the schedule has one.
+    """
     out: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
@@ -147,7 +233,21 @@ def schedule_to_dict(schedule: Schedule, graph: Graph) -> dict[str, Any]:
 
 
 def save_schedule(schedule: Schedule, graph: Graph, path: str | Path) -> None:
-    """Write the schedule file atomically: one step per line, so diffs stay readable."""
+    """Write the schedule file atomically: one step per line, so diffs stay readable.
+
+    Parameters
+    ----------
+    schedule : Schedule
+    graph : Graph
+        The graph the schedule is over.
+    path : str or Path
+        The output file; a symbolic link is written through.
+
+    Raises
+    ------
+    OutputError
+        ``path`` cannot be written (`remat_bench.core.files.atomic_write_bytes`).
+    """
     d = schedule_to_dict(schedule, graph)
     steps = d.pop("steps")
     head = json.dumps(d, indent=1, default=_json_number)
@@ -157,6 +257,27 @@ def save_schedule(schedule: Schedule, graph: Graph, path: str | Path) -> None:
 
 
 def load_schedule(path: str | Path, graph: Graph, force: bool = False) -> Schedule:
+    """Read a schedule file and resolve it against ``graph``.
+
+    Parameters
+    ----------
+    path : str or Path
+        The schedule file.
+    graph : Graph
+        The graph it is meant for.
+    force : bool
+        Read it even when it was written for another graph (another sha256); its steps must still name
+        nodes and implementations of ``graph``.
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    ScheduleError
+        The file cannot be read or is not JSON, or `schedule_from_dict` refuses it.
+    """
     path = Path(path)
     data = parse_json(read_text(path, ScheduleError), str(path), ScheduleError)
     return schedule_from_dict(data, graph, str(path), force=force)
@@ -229,7 +350,31 @@ def _decode_steps_one_by_one(steps: list[Any], graph: Graph, source: str) -> Dec
 
 
 def schedule_from_dict(data: Any, graph: Graph, source: str = "schedule", force: bool = False) -> Schedule:
-    """Resolve a schedule document against ``graph``; refuse one written for another graph."""
+    """Resolve a schedule document against ``graph``; refuse one written for another graph.
+
+    Parameters
+    ----------
+    data : Any
+        The parsed document.
+    graph : Graph
+        The graph it is meant for.
+    source : str
+        What the document is called in an error (its path).
+    force : bool
+        Accept a document written for another graph (another sha256).
+
+    Returns
+    -------
+    Schedule
+        With the document's ``method``, ``params``, ``budget``, ``solver`` and ``cleanup``.
+
+    Raises
+    ------
+    ScheduleError
+        The document is not an object or not a schedule (a graph file, another format), the schema refuses
+        it, it was written for another graph (without ``force``), or a step names a node ``graph`` does not
+        have, an implementation its node does not have, or an implementation on a free step.
+    """
     import jsonschema
 
     if not isinstance(data, dict):

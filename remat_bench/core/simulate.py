@@ -24,7 +24,21 @@ from remat_bench.core.schedule import COMPUTE, FREE, Schedule
 
 
 def overhead_pct(duration: Number, baseline_duration: Number) -> float:
-    """Extra duration over the baseline, in percent; a graph of zero duration has none (or infinite)."""
+    """Extra duration over the baseline, in percent; a graph of zero duration has none (or infinite).
+
+    Parameters
+    ----------
+    duration : Number
+        A schedule's duration.
+    baseline_duration : Number
+        The baseline schedule's duration, in the same units.
+
+    Returns
+    -------
+    float
+        ``100 * (duration / baseline_duration - 1)``; with a baseline of zero, 0.0 for a duration of zero
+        and infinity for any other.
+    """
     if baseline_duration == 0:
         return 0.0 if duration == 0 else float("inf")
     return 100.0 * (duration / baseline_duration - 1.0)
@@ -58,10 +72,29 @@ class Simulation:
     recomputations: int
 
     def overhead_pct(self, baseline_duration: Number) -> float:
-        """Extra duration over the baseline, in percent (the TDI of the Moccasin paper)."""
+        """Extra duration over the baseline, in percent (the TDI of the Moccasin paper).
+
+        Parameters
+        ----------
+        baseline_duration : Number
+            The baseline schedule's duration.
+
+        Returns
+        -------
+        float
+            As the module's `overhead_pct` gives it for this simulation's duration.
+        """
         return overhead_pct(self.duration, baseline_duration)
 
     def summary(self) -> dict[str, Any]:
+        """The measurements as JSON-ready fields.
+
+        Returns
+        -------
+        dict
+            ``valid``, ``violation`` (its message), ``violation_step``, ``peak``, ``peak_step``, ``duration``,
+            ``steps``, ``computes``, ``frees`` and ``recomputations``; ``step_memory`` is left out.
+        """
         return {
             "valid": self.valid,
             "violation": None if self.violation is None else self.violation.message,
@@ -81,7 +114,20 @@ def _item(x: Any) -> Number:
 
 
 def simulate(graph: Graph, schedule: Schedule) -> Simulation:
-    """Walk ``schedule`` over ``graph`` under the memory and time model of docs/design.md section 3."""
+    """Walk ``schedule`` over ``graph`` under the memory and time model of docs/design.md section 3.
+
+    Parameters
+    ----------
+    graph : Graph
+    schedule : Schedule
+        A schedule over ``graph``'s node indices; any, valid or not.
+
+    Returns
+    -------
+    Simulation
+        Whether the schedule is valid and, if not, its first violation; the peak (memory units, over
+        compute steps) and the duration, of the valid prefix when invalid; each step's memory; and counts.
+    """
     kinds, nodes, impls = schedule.kinds, schedule.nodes, schedule.impls
     is_compute = kinds == COMPUTE
     unscorable = _index_violation(graph, nodes, impls, is_compute)
@@ -261,6 +307,13 @@ class CleanUp:
     peak_after: Number
 
     def as_dict(self) -> dict[str, Any]:
+        """The record a cleaned schedule carries in its ``cleanup`` field.
+
+        Returns
+        -------
+        dict
+            The fields by name, ``dropped`` written as ``dropped_computations``.
+        """
         return {
             "computes_before": self.computes_before,
             "computes_after": self.computes_after,
@@ -287,6 +340,21 @@ def place_frees(graph: Graph, nodes: np.ndarray, impls: np.ndarray, drop_unused:
     frees. Residency intervals only shrink, so neither peak nor duration grows.
     With ``drop_unused=False`` every computation is kept (an unused one is freed
     at once): the schedule a method meant, before clean-up.
+
+    Parameters
+    ----------
+    graph : Graph
+    nodes : np.ndarray
+        The node index of each computation, in order.
+    impls : np.ndarray
+        The implementation position of each computation.
+    drop_unused : bool
+        Drop the computations whose value is never used (keeping one of each node's).
+
+    Returns
+    -------
+    Schedule
+        Without metadata.
     """
     # The two sweeps walk Python lists (fast per step); the schedule is then assembled with
     # numpy. Building it step by step, one list of frees per step, made the garbage collector
@@ -357,6 +425,23 @@ def clean_up(graph: Graph, schedule: Schedule) -> tuple[Schedule, CleanUp]:
 
     Raises ValueError if the schedule is not valid: clean-up is defined only
     for schedules the simulator accepts.
+
+    Parameters
+    ----------
+    graph : Graph
+    schedule : Schedule
+        A valid schedule over ``graph``.
+
+    Returns
+    -------
+    tuple of (Schedule, CleanUp)
+        The cleaned schedule, with ``schedule``'s metadata and the report in its ``cleanup`` field, and the
+        report of what changed.
+
+    Raises
+    ------
+    ValueError
+        ``schedule`` is not valid.
     """
     cleaned, report, _ = clean_up_simulated(graph, schedule)
     return cleaned, report
@@ -368,6 +453,24 @@ def clean_up_simulated(graph: Graph, schedule: Schedule, before: Simulation | No
 
     The pipeline scores every schedule this way, so each is simulated once
     before and once after clean-up, not again by the caller.
+
+    Parameters
+    ----------
+    graph : Graph
+    schedule : Schedule
+        A valid schedule over ``graph``.
+    before : Simulation or None
+        ``schedule``'s simulation when the caller has it; None to simulate it here.
+
+    Returns
+    -------
+    tuple of (Schedule, CleanUp, Simulation)
+        As `clean_up` returns, and the cleaned schedule's simulation.
+
+    Raises
+    ------
+    ValueError
+        ``schedule`` is not valid.
     """
     if before is None:
         before = simulate(graph, schedule)
@@ -394,7 +497,17 @@ def clean_up_simulated(graph: Graph, schedule: Schedule, before: Simulation | No
 
 
 def baseline_schedule(graph: Graph) -> Schedule:
-    """Method `none`: every node once in file order, each value freed after its last consumer."""
+    """Method `none`: every node once in file order, each value freed after its last consumer.
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    Schedule
+        Each node with its first implementation; without metadata.
+    """
     return place_frees(graph, np.arange(graph.n, dtype=np.int64), np.zeros(graph.n, dtype=np.int64))
 
 
@@ -405,7 +518,17 @@ class Baseline:
 
 
 def baseline(graph: Graph) -> Baseline:
-    """Peak and duration of the baseline schedule: the reference for budgets and overhead."""
+    """Peak and duration of the baseline schedule: the reference for budgets and overhead.
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    Baseline
+        The peak (memory units) and duration; computed once per graph and kept on it.
+    """
     cached = getattr(graph, "_baseline", None)
     if cached is None:
         sim = simulate(graph, baseline_schedule(graph))
