@@ -14,12 +14,34 @@ PORTFOLIOS: dict[str, type[Method]] = {"auto": Auto}
 
 
 def solver_names() -> list[str]:
-    """Every name a user can give ``--method``: the registered methods, then the portfolio."""
+    """Every name a user can give ``--method``: the registered methods, then the portfolio.
+
+    Returns
+    -------
+    list of str
+        The built-in methods, then any plugin methods, then ``auto``.
+    """
     return [*method_names(), *PORTFOLIOS]
 
 
 def get_solver(name: str) -> type[Method]:
-    """The class named ``name``; an unknown name is one sentence listing the known ones."""
+    """The class named ``name``; an unknown name is one sentence listing the known ones.
+
+    Parameters
+    ----------
+    name : str
+        A method's name (``checkmate``) or a portfolio's (``auto``).
+
+    Returns
+    -------
+    type of Method
+        The class, not an instance.
+
+    Raises
+    ------
+    MethodError
+        An unknown name, with the closest known one suggested and all of them listed.
+    """
     if name in PORTFOLIOS:
         return PORTFOLIOS[name]
     if name not in method_names():

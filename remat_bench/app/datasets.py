@@ -71,6 +71,22 @@ class Dataset:
     files: tuple[PublishedFile, ...]
 
     def file(self, stem: str) -> PublishedFile:
+        """The dataset's file of that name.
+
+        Parameters
+        ----------
+        stem : str
+            The file's name here, with or without ``.json`` (``random_layered_n100``).
+
+        Returns
+        -------
+        PublishedFile
+
+        Raises
+        ------
+        DatasetError
+            A name that is not one of the dataset's, listing them.
+        """
         for f in self.files:
             if stem in (f.name, f.name.removesuffix(".json")):
                 return f
@@ -108,7 +124,19 @@ FETCH_HINT = "fetch them with `remat-bench graphs fetch paper`"
 
 
 def search_path(dataset: Dataset | None = None) -> list[Path]:
-    """The folders a published graph is looked for in, in order."""
+    """The folders a published graph is looked for in, in order.
+
+    Parameters
+    ----------
+    dataset : Dataset or None
+        The dataset (None: the paper's graphs); it names the folder under the shared and cache folders.
+
+    Returns
+    -------
+    list of Path
+        ``$PAPER_GRAPHS`` when set, the shared folder beside the checkout, then the user cache; a folder need
+        not exist.
+    """
     dataset = dataset or PAPER
     folders = []
     if os.environ.get("PAPER_GRAPHS"):
@@ -119,7 +147,25 @@ def search_path(dataset: Dataset | None = None) -> list[Path]:
 
 
 def find(stem: str, dataset: Dataset | None = None) -> Path | None:
-    """The path of one published graph (``random_layered_n100`` or its file name), or None."""
+    """The path of one published graph (``random_layered_n100`` or its file name), or None.
+
+    Parameters
+    ----------
+    stem : str
+        The graph's name here, with or without ``.json``.
+    dataset : Dataset or None
+        The dataset it belongs to (None: the paper's graphs).
+
+    Returns
+    -------
+    Path or None
+        The file in the first folder of `search_path` that holds it; None when none does.
+
+    Raises
+    ------
+    DatasetError
+        A name that is not one of the dataset's.
+    """
     dataset = dataset or PAPER
     f = dataset.file(stem)
     for folder in search_path(dataset):
@@ -129,13 +175,42 @@ def find(stem: str, dataset: Dataset | None = None) -> Path | None:
 
 
 def missing(dataset: Dataset | None = None) -> list[str]:
-    """The file names of the dataset found in none of the folders of `search_path`."""
+    """The file names of the dataset found in none of the folders of `search_path`.
+
+    Parameters
+    ----------
+    dataset : Dataset or None
+        The dataset (None: the paper's graphs).
+
+    Returns
+    -------
+    list of str
+        File names (``random_layered_n100.json``), in the dataset's order; empty when all are here.
+    """
     dataset = dataset or PAPER
     return [f.name for f in dataset.files if find(f.name, dataset) is None]
 
 
 def locate(stem: str, dataset: Dataset | None = None) -> Path:
-    """Like `find`, but a graph that is not here is a DatasetError saying how to get it."""
+    """Like `find`, but a graph that is not here is a DatasetError saying how to get it.
+
+    Parameters
+    ----------
+    stem : str
+        The graph's name here, with or without ``.json``.
+    dataset : Dataset or None
+        The dataset it belongs to (None: the paper's graphs).
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    DatasetError
+        A name that is not one of the dataset's, or a graph on none of the folders (naming them, and how to
+        fetch it).
+    """
     dataset = dataset or PAPER
     path = find(stem, dataset)
     if path is None:
@@ -151,6 +226,21 @@ def resolve(text: str) -> Path | None:
     A published graph's own name (what results and `graphs show` print: the source file's
     stem, ``random_layered_n100_w0.27_nlv0.75_ed0.2_scd0.14``) is accepted too, with or
     without the prefix.
+
+    Parameters
+    ----------
+    text : str
+        A name a user wrote.
+
+    Returns
+    -------
+    Path or None
+        The published graph's file; None when ``text`` names no published graph (it may name another graph).
+
+    Raises
+    ------
+    DatasetError
+        A published graph that is not on this machine, or a ``paper:`` name that is not one of them.
     """
     name = text[len(PREFIX):] if text.startswith(PREFIX) else text
     for f in PAPER.files:
@@ -163,7 +253,25 @@ def resolve(text: str) -> Path | None:
 
 
 def matching(pattern: str, dataset: Dataset | None = None) -> list[Path]:
-    """The published graphs here whose names match a shell pattern (``random_layered_n*``)."""
+    """The published graphs here whose names match a shell pattern (``random_layered_n*``).
+
+    Parameters
+    ----------
+    pattern : str
+        An `fnmatch` pattern over the names here, with or without ``.json``; case matters.
+    dataset : Dataset or None
+        The dataset (None: the paper's graphs).
+
+    Returns
+    -------
+    list of Path
+        The files, in the dataset's order; empty when no name matches.
+
+    Raises
+    ------
+    DatasetError
+        A matching graph that is not on this machine.
+    """
     dataset = dataset or PAPER
     import fnmatch
 
@@ -173,6 +281,18 @@ def matching(pattern: str, dataset: Dataset | None = None) -> list[Path]:
 
 
 def sha256_of(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read in blocks.
+
+    Parameters
+    ----------
+    path : Path
+        The file.
+
+    Returns
+    -------
+    str
+        The digest in lowercase hexadecimal.
+    """
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -229,6 +349,33 @@ def fetch(dataset: Dataset | None = None, dest: Path | None = None, source: str 
     ``timeout``. A failure is a `FetchError` naming the files that did arrive
     (they stay); it leaves no partial file, and no folder that the fetch
     created and did not fill.
+
+    Parameters
+    ----------
+    dataset : Dataset or None
+        What to fetch (None: the paper's graphs).
+    dest : Path or None
+        The folder the files go to, created if need be (None: ``graphs/<dataset>`` in the user cache).
+    source : str or None
+        Where to fetch from (None: the dataset's pinned URL).
+    progress : Progress or None
+        Called with (file name, bytes so far, bytes expected) as each download arrives.
+    timeout : float
+        The longest wait for one read, in s.
+    deadline : float
+        The longest the whole fetch may take, in s.
+
+    Returns
+    -------
+    list of Fetched
+        One per file of the dataset, in its order, saying whether it was downloaded, copied or already present.
+
+    Raises
+    ------
+    DatasetError
+        A source of an unsupported scheme, or a ``dest`` that cannot be created.
+    FetchError
+        A file that could not be fetched or does not match its hash; ``fetched`` holds those kept.
     """
     dataset = dataset or PAPER
     dest = (dest or cache_dir() / "graphs" / dataset.name).expanduser()

@@ -33,27 +33,63 @@ LISTED = 20
 
 def search_path() -> list[Path]:
     """The folders names are looked up in: those of $REMAT_BENCH_GRAPHS (separated like PATH), then the
-    shipped graphs/."""
+    shipped graphs/.
+
+    Returns
+    -------
+    list of Path
+        In lookup order; a folder need not exist.
+    """
     folders = [Path(p) for p in os.environ.get("REMAT_BENCH_GRAPHS", "").split(os.pathsep) if p]
     folders.append(datasets.CHECKOUT / "graphs")
     return folders
 
 
 def graph_files() -> list[Path]:
-    """Every graph file on the search path (``*.json``), folder by folder, each folder's sorted by name."""
+    """Every graph file on the search path (``*.json``), folder by folder, each folder's sorted by name.
+
+    Returns
+    -------
+    list of Path
+        A name found in two folders appears twice, the first one being the one `graph_named` picks.
+    """
     return [path for folder in search_path() if folder.is_dir() for path in sorted(folder.glob("*.json"))]
 
 
 def known_graphs() -> list[tuple[str, Path | None]]:
     """Each name `graphs list` shows first, with its file: the search path's files by their stems, then the
-    published graphs as ``paper:<name>`` (None when one is not on this machine)."""
+    published graphs as ``paper:<name>`` (None when one is not on this machine).
+
+    Returns
+    -------
+    list of (str, Path or None)
+        Each name and its file.
+    """
     named: list[tuple[str, Path | None]] = [(path.stem, path) for path in graph_files()]
     named += [(datasets.PREFIX + f.name.removesuffix(".json"), datasets.find(f.name)) for f in datasets.PAPER.files]
     return named
 
 
 def find_graph(text: str) -> Path:
-    """The graph file ``text`` names: a path that exists, else a name (`graph_named`)."""
+    """The graph file ``text`` names: a path that exists, else a name (`graph_named`).
+
+    Parameters
+    ----------
+    text : str
+        What the user wrote: a path, a file name on the search path, a declared name or ``paper:<name>``.
+
+    Returns
+    -------
+    Path
+        The file; it is not read here.
+
+    Raises
+    ------
+    DatasetError
+        A published graph that is not on this machine, with how to fetch it.
+    GraphError
+        A name that is none of the known ones, listing them.
+    """
     path = Path(text)
     if path.exists():
         return path
@@ -63,7 +99,25 @@ def find_graph(text: str) -> Path:
 def graph_named(text: str) -> Path:
     """The graph file a name stands for: a published graph, a file on the search path, or a graph there that
     declares the name inside it. A published graph that is not on this machine is a DatasetError saying how
-    to fetch it; an unknown name is a GraphError listing the known ones."""
+    to fetch it; an unknown name is a GraphError listing the known ones.
+
+    Parameters
+    ----------
+    text : str
+        The name, in the order of lookup of this module's docstring.
+
+    Returns
+    -------
+    Path
+        The file; it is not read here.
+
+    Raises
+    ------
+    DatasetError
+        A published graph that is not on this machine, with how to fetch it.
+    GraphError
+        A name that is none of the known ones, listing them.
+    """
     published = datasets.resolve(text)
     if published is not None:
         return published

@@ -30,6 +30,12 @@ class TorchMissingError(RematBenchError):
 
 
 def torch_available() -> bool:
+    """Whether PyTorch can be imported here (importing it, if it is installed).
+
+    Returns
+    -------
+    bool
+    """
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -38,7 +44,18 @@ def torch_available() -> bool:
 
 
 def require_torch(what: str = "this command") -> None:
-    """Raise TorchMissingError (exit status 2) when PyTorch cannot be imported."""
+    """Raise TorchMissingError (exit status 2) when PyTorch cannot be imported.
+
+    Parameters
+    ----------
+    what : str
+        What needs PyTorch, the subject of the error's sentence.
+
+    Raises
+    ------
+    TorchMissingError
+        PyTorch is not installed; the sentence says how to install it.
+    """
     if not torch_available():
         raise TorchMissingError(f"{what} needs PyTorch, which is not installed: {INSTALL_HINT}")
 

@@ -102,7 +102,18 @@ _VARIABLE = re.compile(r"\$(?:\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 
 def default_grace(time_limit: float) -> float:
-    """Seconds a run may overstay its limit before it is killed: `remat_bench.core.control.grace_s`."""
+    """Seconds a run may overstay its limit before it is killed: `remat_bench.core.control.grace_s`.
+
+    Parameters
+    ----------
+    time_limit : float
+        The run's time limit, in s.
+
+    Returns
+    -------
+    float
+        The grace, in s: a config's ``grace`` when it sets none.
+    """
     from remat_bench.core.control import grace_s
 
     return grace_s(time_limit)
@@ -152,11 +163,28 @@ class RunSpec:
                        self.repeat, self.time_limit)
 
     def to_json(self) -> dict[str, Any]:
+        """The run as a dict of plain values, its fields by name (`dataclasses.asdict`).
+
+        Returns
+        -------
+        dict
+        """
         return asdict(self)
 
 
 def params_text(params: Mapping[str, Any] | str | None) -> str:
-    """Canonical JSON text of a parameter set (sorted keys): the ``params`` column and part of the key."""
+    """Canonical JSON text of a parameter set (sorted keys): the ``params`` column and part of the key.
+
+    Parameters
+    ----------
+    params : Mapping, str or None
+        The parameters: a mapping, or JSON text of one (as a table holds it); an empty text or None for none.
+
+    Returns
+    -------
+    str
+        Compact JSON (no spaces); ``{}`` for no parameters.
+    """
     if isinstance(params, str):
         params = json.loads(params) if params else {}
     return json.dumps(dict(params or {}), sort_keys=True, separators=(",", ":"))
@@ -164,19 +192,64 @@ def params_text(params: Mapping[str, Any] | str | None) -> str:
 
 def run_key(graph_sha256: str, method: str, params: Mapping[str, Any] | str | None, budget_text: str,
             seed: int | None, repeat: int, time_limit: float) -> tuple:
-    """The identity of a run: two runs with the same key are the same measurement."""
+    """The identity of a run: two runs with the same key are the same measurement.
+
+    Parameters
+    ----------
+    graph_sha256 : str
+        The graph's digest (`Graph.sha256`).
+    method : str
+        The method's name.
+    params : Mapping, str or None
+        Its parameters, as `params_text` takes them.
+    budget_text : str
+        The budget as the config wrote it (``0.8``, ``70%``, ``min``).
+    seed : int or None
+        The seed; None, or NaN as a table holds a missing one, for none.
+    repeat : int
+        Which repetition.
+    time_limit : float
+        The run's time limit, in s.
+
+    Returns
+    -------
+    tuple
+        (graph_sha256, method, params text, budget text, seed or None, repeat, time limit), each normalized.
+    """
     seed = None if seed is None or seed != seed else int(seed)  # NaN from a table is "no seed"
     return (str(graph_sha256), str(method), params_text(params), str(budget_text), seed, int(repeat),
             float(time_limit))
 
 
 def row_key(row: dict[str, Any]) -> tuple:
+    """The `run_key` of a results row or journal entry.
+
+    Parameters
+    ----------
+    row : dict
+        The row; ``seed`` may be missing.
+
+    Returns
+    -------
+    tuple
+    """
     return run_key(row["graph_sha256"], row["method"], row["params"], row["budget_text"], row.get("seed"),
                    row["repeat"], row["time_limit"])
 
 
 def run_id(key: tuple) -> str:
-    """A short stable name for a run (its schedule file and log are named after it)."""
+    """A short stable name for a run (its schedule file and log are named after it).
+
+    Parameters
+    ----------
+    key : tuple
+        The run's key (`run_key`).
+
+    Returns
+    -------
+    str
+        16 hexadecimal digits of the SHA-256 of the key's JSON.
+    """
     return hashlib.sha256(json.dumps(list(key)).encode()).hexdigest()[:16]
 
 
@@ -227,7 +300,18 @@ class TorchGraph:
 
 
 def floor_notes(config: SweepConfig) -> list[str]:
-    """One sentence per graph with budgets below its memory floor: runs that can only answer infeasible."""
+    """One sentence per graph with budgets below its memory floor: runs that can only answer infeasible.
+
+    Parameters
+    ----------
+    config : SweepConfig
+        A loaded config.
+
+    Returns
+    -------
+    list of str
+        In the order of the config's graphs; empty when every budget is at or above every floor.
+    """
     notes = []
     for source in config.graphs:
         if not source.below_floor:
@@ -251,7 +335,23 @@ def floor_notes(config: SweepConfig) -> list[str]:
 
 
 def parse_size(text: Any) -> int:
-    """``4GiB``, ``500MB``, ``2e9`` -> bytes; raises ValueError."""
+    """``4GiB``, ``500MB``, ``2e9`` -> bytes; raises ValueError.
+
+    Parameters
+    ----------
+    text : Any
+        A positive number, optionally followed by a unit (B, kB, MB, GB, TB, KiB, MiB, GiB, TiB; any case).
+
+    Returns
+    -------
+    int
+        The size in bytes, rounded down.
+
+    Raises
+    ------
+    ValueError
+        Text that is not such a size, or a size that is not positive.
+    """
     match = _SIZE.match(str(text))
     if not match or match.group(2).lower() not in _SIZE_UNITS:
         raise ValueError(text)
@@ -443,6 +543,25 @@ def load_config(path: str | Path, *, output: str | Path | None = None,
 
     ``output`` (the ``--output`` option) overrides the config's own; without
     either, the output is ``results/<config name>`` under the current folder.
+
+    Parameters
+    ----------
+    path : str or Path
+        The YAML file; relative paths inside it are relative to its folder.
+    output : str, Path or None
+        The output folder, overriding the config's (None: the config's, else the default above).
+    env : Mapping or None
+        The variables ``$NAME`` in paths expand to (None: `os.environ`).
+
+    Returns
+    -------
+    SweepConfig
+        Its runs expanded; ``torch:`` graphs are left pending, untraced (`trace_torch_graphs`).
+
+    Raises
+    ------
+    ConfigError
+        One sentence naming the file and the line, for anything the module's docstring lists.
     """
     env = os.environ if env is None else env
     doc = _Document(Path(path))
@@ -874,6 +993,24 @@ def trace_model(options: Mapping[str, Any], time_limit: float = TRACE_TIME_LIMIT
     `GraphError`, instead of ending or hanging this process. ``search`` folders come first on the
     child's import path. Where no child can start (a script read from standard input), the call runs
     here, without the time limit.
+
+    Parameters
+    ----------
+    options : Mapping
+        The keywords of `remat_bench.torch.importer.import_model`.
+    time_limit : float
+        The longest the child may take, in s.
+    search : Sequence of str
+        Folders put first on the import path, where the model's factory may live.
+
+    Returns
+    -------
+    Graph
+
+    Raises
+    ------
+    GraphError
+        A model that could not be built or traced, was stopped at the time limit, or ended the child.
     """
     from remat_bench.core.graph import graph_from_dict
     from remat_bench.toolkit.child import can_spawn, run_in_child
@@ -904,6 +1041,24 @@ def trace_torch_graphs(config: SweepConfig, note: Callable[[str], None] | None =
     Runs the code of each model: a sweep calls it when it starts, never when a config is only read or
     checked (``--dry-run``). Refuses, as a `ConfigError` naming the config's line, a model that cannot
     be traced, and a budget that does not parse against a traced graph.
+
+    Parameters
+    ----------
+    config : SweepConfig
+        A loaded config; it is not changed.
+    note : callable or None
+        Told, in one line, of each model as its tracing begins (None: nothing is told).
+
+    Returns
+    -------
+    SweepConfig
+        A copy with the traced graphs and their runs added and nothing pending (a traced graph identical to
+        one already in the sweep is not added again); ``config`` itself when nothing was pending.
+
+    Raises
+    ------
+    ConfigError
+        A model that cannot be traced, or a budget that does not parse against its graph, naming the line.
     """
     if not config.pending:
         return config
@@ -941,11 +1096,32 @@ class MethodGrid:
     takes_seed: bool
 
     def count(self, seeds: list[int]) -> int:
-        """Parameter sets x seeds, counted without listing them."""
+        """Parameter sets x seeds, counted without listing them.
+
+        Parameters
+        ----------
+        seeds : list of int
+            The config's seeds; they multiply the count only for a method that takes a seed.
+
+        Returns
+        -------
+        int
+        """
         return math.prod(len(values) for values in self.axes.values()) * (len(seeds) if self.takes_seed else 1)
 
     def expand(self, seeds: list[int]) -> Iterator[tuple[dict[str, Any], int | None]]:
-        """``(parsed params, seed)`` of every grid point and seed."""
+        """``(parsed params, seed)`` of every grid point and seed.
+
+        Parameters
+        ----------
+        seeds : list of int
+            The config's seeds; a method that takes no seed gets one point per parameter set, with seed None.
+
+        Yields
+        ------
+        tuple of (dict, int or None)
+            The parameters parsed by the method (the seed among them when there is one), and the seed.
+        """
         for values in itertools.product(*self.axes.values()):
             given = dict(zip(self.axes, values))
             # A method without a `seed` parameter is deterministic here: it runs once, with no seed.

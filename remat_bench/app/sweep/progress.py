@@ -23,7 +23,20 @@ from remat_bench.app.sweep.results import FAILED, OVERHEAD_SHIFT_PCT, SUCCESS, T
 
 def method_label(method: str, params: Any) -> str:
     """``chen (variant=greedy)``: the method with the parameters a config set, so that two variants
-    of one method are told apart; ``params`` a dict or its JSON text."""
+    of one method are told apart; ``params`` a dict or its JSON text.
+
+    Parameters
+    ----------
+    method : str
+        The method's name.
+    params : Any
+        The parameters the config set: a dict, its JSON text, or an empty text or None for none.
+
+    Returns
+    -------
+    str
+        The name alone when no parameter was set.
+    """
     if isinstance(params, str):
         params = json.loads(params) if params else {}
     shown = ", ".join(f"{k}={v}" for k, v in (params or {}).items())
@@ -32,7 +45,18 @@ def method_label(method: str, params: Any) -> str:
 
 def status_label(row: dict[str, Any]) -> str:
     """The status with where a proof holds: ``infeasible (in its space)`` for a method's own proof,
-    ``optimal (proven)`` where it meets the any-order bound; ``(no schedule fits)`` below the floor."""
+    ``optimal (proven)`` where it meets the any-order bound; ``(no schedule fits)`` below the floor.
+
+    Parameters
+    ----------
+    row : dict
+        A run's row: its ``status``, and ``status_holds_for`` and ``proven_optimal`` when it has them.
+
+    Returns
+    -------
+    str
+        The status alone when the row says nothing of where it holds.
+    """
     status, holds = row["status"], row.get("status_holds_for")
     if holds == "every schedule":
         return f"{status} ({'proven' if row.get('proven_optimal') else 'no schedule fits'})"
@@ -42,7 +66,19 @@ def status_label(row: dict[str, Any]) -> str:
 
 
 def describe(row: dict[str, Any]) -> str:
-    """``chen (variant=greedy) on chain-16 at 0.8: feasible, +16.3 %, 0.02 s``."""
+    """``chen (variant=greedy) on chain-16 at 0.8: feasible, +16.3 %, 0.02 s``.
+
+    Parameters
+    ----------
+    row : dict
+        A run's row: method, params, graph, budget_text and status; the overhead (shown for a schedule
+        found) and the solve time, else the wall time, in s, when it has them.
+
+    Returns
+    -------
+    str
+        One line, without markup.
+    """
     text = f"{method_label(row['method'], row.get('params'))} on {row['graph']} at {row['budget_text']}: " \
            f"{status_label(row)}"
     if row.get("overhead_pct") is not None and row["status"] in SUCCESS:
@@ -67,6 +103,17 @@ class SweepProgress:
         self.task: Any = None
 
     def start(self, total: int, skipped: int, pending: int) -> None:
+        """Begin: say how many runs the journal holds already, and start the bar on a terminal.
+
+        Parameters
+        ----------
+        total : int
+            The runs the config plans.
+        skipped : int
+            Those already in the journal, not run again.
+        pending : int
+            Those to run now; the count shown counts these.
+        """
         self.total = pending
         if skipped:
             self.console.print(f"{skipped} of {total} runs are in the journal already; running the other {pending}")
@@ -79,6 +126,13 @@ class SweepProgress:
             self.task = self.progress.add_task("sweep", total=pending, failures=0)
 
     def finished(self, row: dict[str, Any]) -> None:
+        """One run ended: advance the bar (or print its line); a failure is printed with its message.
+
+        Parameters
+        ----------
+        row : dict
+            The run's row, as the journal records it.
+        """
         self.done += 1
         failed = row["status"] in FAILED
         self.failures += failed
@@ -94,6 +148,15 @@ class SweepProgress:
             self.console.print(line, markup=False)
 
     def lost(self, spec: RunSpec, error: str) -> None:
+        """A run the executor lost (it has no row): counted as a failure and printed.
+
+        Parameters
+        ----------
+        spec : RunSpec
+            The run.
+        error : str
+            What the executor said.
+        """
         self.done += 1
         self.failures += 1
         message = f"lost {spec.method} on {spec.graph} at {spec.budget_text}: {error}"
@@ -104,17 +167,37 @@ class SweepProgress:
             self.console.print(message, markup=False)
 
     def note(self, text: str) -> None:
-        """Something the sweep is waiting on (no Dask workers), shown above the bar."""
+        """Something the sweep is waiting on (no Dask workers), shown above the bar.
+
+        Parameters
+        ----------
+        text : str
+            The line to show, printed as it is (no markup).
+        """
         (self.progress.console if self.progress is not None else self.console).print(text, markup=False)
 
     def close(self) -> None:
+        """Stop the bar, leaving it on the terminal; a second call does nothing."""
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
 
 
 def summary_table(summaries: list[MethodSummary], title: str = "sweep summary") -> Table:
-    """Per method: runs, success rate, shifted geometric means of overhead and solve time."""
+    """Per method: runs, success rate, shifted geometric means of overhead and solve time.
+
+    Parameters
+    ----------
+    summaries : list of MethodSummary
+        One per method label, in the order of the table's rows.
+    title : str
+        The table's title.
+
+    Returns
+    -------
+    rich.table.Table
+        Ready for a `rich.console.Console` to print; a mean that cannot be computed shows as ``-``.
+    """
     table = Table(title=title, caption=(
         f"shifted geometric means: overhead over successful runs (shift {OVERHEAD_SHIFT_PCT:g} point), "
         f"solve time over applicable runs, those without an answer (a schedule or a proof that none "
