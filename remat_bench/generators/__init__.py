@@ -86,6 +86,19 @@ def estimated_size(kind: str, **kwargs: Any) -> tuple[int, int]:
     graph the edge density times the products of consecutive layer sizes, plus the skip edges and one
     per node, which errs high, the more so for very wide layers (docs/benchmarks.md, "Figures that
     used to live in the code"): a cap on the estimate never lets a graph above the cap through.
+
+    Parameters
+    ----------
+    kind : str
+        A name of `GENERATORS`.
+    **kwargs : Any
+        The generator's own arguments (``n_layers``, ``n_nodes``, ``width``, ``depth``, ``layers``), as
+        `generate` passes them; the others do not change the count.
+
+    Returns
+    -------
+    tuple of (int, int)
+        The number of nodes and of edges.
     """
     if kind == "chain":
         layers = kwargs["n_layers"]
@@ -159,6 +172,24 @@ def generate(
     kind, an option the kind does not take, a value out of range, a graph
     above `MAX_NODES` nodes or `MAX_EDGES` edges (before building it), or
     ``implementations`` on a graph with no operator they apply to.
+
+    Parameters
+    ----------
+    kind : str
+        A name of `GENERATORS`.
+    batch, layers, nodes, seed, resolution, width, seq : int or None
+        The command's options of the same names, as above; None takes the generator's default.
+    implementations : bool
+        Add MONeT's operator implementations.
+
+    Returns
+    -------
+    Graph
+
+    Raises
+    ------
+    GraphError
+        In the cases above, in one sentence naming the kind and the option.
     """
     kwargs = _arguments(kind, dict(batch=batch, layers=layers, nodes=nodes, seed=seed, resolution=resolution,
                                    width=width, seq=seq))
@@ -172,7 +203,27 @@ def generate(
 
 def generated_size(kind: str, **options: Any) -> tuple[int, int]:
     """(nodes, edges) of ``generate(kind, **options)``, estimated without building it (`estimated_size`);
-    raises `GraphError` as `generate` would for the options, and for a graph above the caps."""
+    raises `GraphError` as `generate` would for the options, and for a graph above the caps.
+
+    Parameters
+    ----------
+    kind : str
+        A name of `GENERATORS`.
+    **options : Any
+        `generate`'s keyword arguments; ``implementations`` is ignored (it does not change the size).
+
+    Returns
+    -------
+    tuple of (int, int)
+        The number of nodes (exact) and of edges (`estimated_size`: exact, or an estimate that errs high).
+
+    Raises
+    ------
+    GraphError
+        As `generate` raises for the options, before anything is built.
+    TypeError
+        An option `generate` does not have.
+    """
     options.pop("implementations", None)
     return estimated_size(kind, **_arguments(kind, options))
 

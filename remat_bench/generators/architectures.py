@@ -170,6 +170,25 @@ def vgg16(batch: int = 32, resolution: int = 224, *, classes: int = 1000) -> Gra
     Five blocks of 3x3 convolutions (each followed by its own relu node) and a
     2x2 max-pool, then fc1 (4096), relu, fc2 (4096), relu and the 1000-way
     ``predictions`` layer. 73 nodes (36 forward).
+
+    Parameters
+    ----------
+    batch : int
+        Samples per batch.
+    resolution : int
+        The input images' height and width (pixels), at least 32.
+    classes : int
+        The outputs of ``predictions``.
+
+    Returns
+    -------
+    Graph
+        Memory in bytes, durations in flops, the parameters as fixed memory.
+
+    Raises
+    ------
+    GraphError
+        ``batch`` or ``resolution`` is not a whole number in range.
     """
     _check_int("vgg16", "batch", batch)
     _check_int("vgg16", "resolution", resolution, 32)
@@ -213,6 +232,28 @@ def resnet50(batch: int = 32, resolution: int = 224, depth: int = 50, *, classes
     (``downsample.conv``, ``downsample.bn``), and an ``add`` then a relu
     (``out``) end the block; global average pool and ``fc`` close. ResNet-50
     has 53 convolutions and 349 nodes (174 forward).
+
+    Parameters
+    ----------
+    batch : int
+        Samples per batch.
+    resolution : int
+        The input images' height and width (pixels), at least 32.
+    depth : int
+        18, 34, 50, 101, 152 or 200.
+    classes : int
+        The outputs of ``fc``.
+
+    Returns
+    -------
+    Graph
+        Named ``resnet<depth>-train-b<batch>-r<resolution>``; memory in bytes, durations in flops, the
+        parameters as fixed memory.
+
+    Raises
+    ------
+    GraphError
+        An unsupported ``depth``, or ``batch`` or ``resolution`` not a whole number in range.
     """
     kind = f"resnet{depth}"
     if depth not in RESNET_STAGES:
@@ -280,6 +321,32 @@ def unet(
     ``classes`` maps. Convolutions are padded, as in most implementations, so
     the output keeps the input resolution, which must be divisible by
     ``2**depth``. 99 nodes at depth 4 (49 forward).
+
+    Parameters
+    ----------
+    batch : int
+        Samples per batch.
+    resolution : int
+        The input images' height and width (pixels), a multiple of ``2**depth``.
+    depth : int
+        The number of encoder (and decoder) levels.
+    base_channels : int
+        The channels of the first level; each deeper level doubles them.
+    in_channels : int
+        The input images' channels.
+    classes : int
+        The output maps of ``head``.
+
+    Returns
+    -------
+    Graph
+        Memory in bytes, durations in flops, the parameters as fixed memory.
+
+    Raises
+    ------
+    GraphError
+        ``batch``, ``resolution``, ``depth`` or ``base_channels`` is not a whole number of at least 1, or the
+        resolution is not a multiple of ``2**depth``.
     """
     _check_int("unet", "batch", batch)
     _check_int("unet", "depth", depth)
@@ -342,6 +409,33 @@ def densenet121(
     ``blockB.concat`` joins all of them. Transitions between blocks:
     BN-ReLU-conv1x1 (``compression`` of the channels)-avgpool 2x2. Final bn,
     relu, global average pool and ``classifier``. 853 nodes (426 forward).
+
+    Parameters
+    ----------
+    batch : int
+        Samples per batch.
+    resolution : int
+        The input images' height and width (pixels), at least 32.
+    growth : int
+        The channels each dense layer adds.
+    blocks : Sequence of int
+        The number of layers of each dense block.
+    bottleneck : int
+        The 1x1 convolution's channels, as a multiple of ``growth``.
+    compression : float
+        The share of channels a transition keeps, in (0, 1].
+    classes : int
+        The outputs of ``classifier``.
+
+    Returns
+    -------
+    Graph
+        Memory in bytes, durations in flops, the parameters as fixed memory.
+
+    Raises
+    ------
+    GraphError
+        ``batch``, ``resolution``, ``growth``, ``blocks`` or ``compression`` out of range.
     """
     _check_int("densenet121", "batch", batch)
     _check_int("densenet121", "resolution", resolution, 32)
@@ -403,6 +497,31 @@ def transformer(
     vocabulary, whose weight is tied to the token embedding (GPT-2), so it
     adds no parameters. Shapes are (seq, features) per sample and
     (heads, seq, seq) for attention. 295 nodes at 12 layers (147 forward).
+
+    Parameters
+    ----------
+    layers : int
+        The number of decoder layers.
+    width : int
+        The model width, a multiple of ``heads``.
+    seq : int
+        Tokens per sample.
+    batch : int
+        Samples per batch.
+    heads : int
+        Attention heads per layer.
+    vocab : int
+        The vocabulary's size.
+
+    Returns
+    -------
+    Graph
+        Memory in bytes, durations in flops, the parameters as fixed memory.
+
+    Raises
+    ------
+    GraphError
+        An argument that is not a whole number of at least 1, or a ``width`` that ``heads`` does not divide.
     """
     for label, value in (("layers", layers), ("width", width), ("seq", seq), ("batch", batch),
                          ("heads", heads), ("vocab", vocab)):

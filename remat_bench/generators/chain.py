@@ -35,6 +35,28 @@ def chain(
     and its duration ``duration * j``, with k and j drawn independently and
     uniformly from the integers 1..10 (``numpy.random.default_rng(seed)``);
     the loss keeps ``memory`` and ``duration``. Sizes are in abstract units.
+
+    Parameters
+    ----------
+    n_layers : int
+        The number of forward layers, at least 1.
+    memory : Number
+        The memory of every node, or with a seed the unit a layer's memory is a multiple of.
+    duration : Number
+        The duration of a forward node, or with a seed the unit a layer's duration is a multiple of.
+    seed : int or None
+        Draws the layers' sizes; None for every layer alike.
+
+    Returns
+    -------
+    Graph
+        ``2 * n_layers + 1`` nodes, named ``chain-N`` (``chain-N-seedS`` with a seed).
+
+    Raises
+    ------
+    GraphError
+        ``n_layers`` is not a whole number of at least 1, or ``memory`` or ``duration`` is not a
+        non-negative number.
     """
     if isinstance(n_layers, bool) or not isinstance(n_layers, int | np.integer) or n_layers < 1:
         raise GraphError(f"chain: n_layers must be a whole number of at least 1, not {n_layers!r}")

@@ -96,6 +96,23 @@ def conv_algorithms(duration: Number, output: Number, kernel: int | None, stride
     ``duration`` and ``output`` are the node's FLOPs and output bytes;
     ``kernel``/``stride`` decide whether the FFT/Winograd family applies
     (unknown ones: it does not).
+
+    Parameters
+    ----------
+    duration : Number
+        The node's duration (flops).
+    output : Number
+        The node's output (bytes).
+    kernel : int or None
+        The convolution's kernel size; None when unknown.
+    stride : int or None
+        The convolution's stride; None when unknown.
+
+    Returns
+    -------
+    list of tuple of (str, int, int)
+        ``default``, ``implicit-gemm``, then ``fft`` where it applies; durations and workspaces rounded to
+        whole numbers.
     """
     algorithms = [
         (DEFAULT, _whole(duration), _whole(DEFAULT_WORKSPACE_RATIO * output)),
@@ -116,7 +133,22 @@ def _conv_shape(node: Node) -> tuple[int | None, int | None]:
 
 
 def node_implementations(graph: Graph, v: int) -> tuple[Implementation, ...]:
-    """The implementations node v gets, or () when it keeps its single one."""
+    """The implementations node v gets, or () when it keeps its single one.
+
+    Parameters
+    ----------
+    graph : Graph
+        A training graph (`remat_bench.generators.training`), without implementations.
+    v : int
+        A node index.
+
+    Returns
+    -------
+    tuple of Implementation
+        The first is ``default``: the convolution algorithms for a convolution-like node and its gradient,
+        and ``output-activated`` variants of each for a gradient whose forward consumers are all ReLU or
+        BatchNorm nodes.
+    """
     node = graph.nodes[v]
     algorithms: list[tuple[str, int, int]] | None = None
     activated: tuple[tuple[str, ...], int] | None = None  # (inputs without X, extra duration)
@@ -153,6 +185,23 @@ def add_implementations(graph: Graph, kind: str | None = None) -> Graph:
     Nodes keep their ids, inputs and memory; a node with implementations takes
     its own duration and workspace from the first (``default``). The name gets
     ``-impl``. Raises `GraphError` when no node of the graph has a choice.
+
+    Parameters
+    ----------
+    graph : Graph
+        A training graph (`remat_bench.generators.training`), without implementations.
+    kind : str or None
+        What the error calls the graph (a generator's kind); None for its name.
+
+    Returns
+    -------
+    Graph
+        With the number of nodes given implementations in its metadata.
+
+    Raises
+    ------
+    GraphError
+        No node of ``graph`` is an operator MONeT's implementations apply to.
     """
     nodes: list[Node] = []
     changed = 0
@@ -177,7 +226,17 @@ def add_implementations(graph: Graph, kind: str | None = None) -> Graph:
 
 
 def first_implementations(graph: Graph) -> Graph:
-    """``graph`` with every node reduced to its first implementation (what methods that ignore them use)."""
+    """``graph`` with every node reduced to its first implementation (what methods that ignore them use).
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    Graph
+        With the same name; each node reads the inputs of its first implementation.
+    """
     nodes = []
     for node in graph.nodes:
         first = node.implementations[0] if node.implementations else None

@@ -103,6 +103,32 @@ def random_layered(
     that skip at least one layer, ``layer_variation`` the relative spread of
     layer sizes. Same arguments, same graph (``numpy.random.default_rng(seed)``).
     Every node is kind ``forward``: these are inference-like graphs.
+
+    Parameters
+    ----------
+    n_nodes : int
+        At least 3: the source, the sink and one inner node.
+    seed : int
+        The seed of every random draw.
+    width : float or None
+        At least 1; None for ``0.62 * sqrt(n_nodes)``.
+    skip_fraction : float
+        In [0, 1).
+    edge_density : float
+        In [0, 1].
+    layer_variation : float
+        In [0, 1).
+
+    Returns
+    -------
+    Graph
+        Named ``random-layered-n<n>-seed<seed>``, sizes in abstract units, the arguments and the layer sizes
+        in its metadata.
+
+    Raises
+    ------
+    GraphError
+        An argument out of its range.
     """
     _check_arguments(n_nodes, width, skip_fraction, edge_density, layer_variation)
     n = int(n_nodes)

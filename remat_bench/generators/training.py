@@ -87,6 +87,36 @@ def training_graph(
     are in the graph's units; architecture generators pass one float32 per
     sample (``4 * batch`` bytes), as in Checkmate's graphs. Raises
     `GraphError` if the forward ops do not form a valid graph.
+
+    Parameters
+    ----------
+    forward : Sequence of ForwardOp
+        The forward operators, in a topological order.
+    name : str
+        The graph's name, which errors also use.
+    loss_memory : Number
+        The loss node's memory.
+    loss_duration : Number
+        The loss node's duration.
+    backward_factor : float
+        A gradient node's duration over its forward node's (over its first implementation's), for an
+        operator without ``grad_duration``.
+    fixed_memory : Number
+        Memory resident throughout (the parameters).
+    units : dict or None
+        The graph's units; None for bytes and flops.
+    metadata : dict or None
+        The graph's metadata.
+
+    Returns
+    -------
+    Graph
+
+    Raises
+    ------
+    GraphError
+        No forward operator, an operator id the training graph takes for its own nodes (``loss``,
+        ``<id>_grad``), or operators that do not form a valid graph.
     """
     forward = list(forward)
     _check_ids(forward, name)
