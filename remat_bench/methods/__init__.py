@@ -65,7 +65,23 @@ def _plugins() -> dict[str, str]:
 
 def method_target(name: str) -> str:
     """Where the method registered as ``name`` lives ("module:Class"): a child process given it loads
-    the same class (`load_method`), whatever the registry there says."""
+    the same class (`load_method`), whatever the registry there says.
+
+    Parameters
+    ----------
+    name : str
+        A registered method name (built-in or entry point).
+
+    Returns
+    -------
+    str
+        The target, "module:Class".
+
+    Raises
+    ------
+    MethodError
+        ``name`` is not registered (the sentence lists the known names).
+    """
     target = BUILTIN.get(name) or _plugins().get(name)
     if target is None:
         get_method(name)  # raises, naming the known methods
@@ -74,12 +90,45 @@ def method_target(name: str) -> str:
 
 
 def load_method(target: str, name: str) -> type[Method]:
-    """The method class at ``target`` ("module:Class"), registered as ``name``."""
+    """The method class at ``target`` ("module:Class"), registered as ``name``.
+
+    Parameters
+    ----------
+    target : str
+        Where the class lives, "module:Class" (as `method_target` gives it).
+    name : str
+        The name it is registered as, for the error.
+
+    Returns
+    -------
+    type of Method
+
+    Raises
+    ------
+    MethodError
+        The module cannot be imported (an optional dependency missing), or the attribute is not a
+        `Method` subclass.
+    """
     return _load(target, name)
 
 
 def get_method(name: str) -> type[Method]:
-    """The method class registered as ``name``; an unknown name lists the known ones."""
+    """The method class registered as ``name``; an unknown name lists the known ones.
+
+    Parameters
+    ----------
+    name : str
+        A method name, as on the command line (``checkmate-lp``).
+
+    Returns
+    -------
+    type of Method
+
+    Raises
+    ------
+    MethodError
+        ``name`` is not registered (with the closest name suggested), or its class cannot be loaded.
+    """
     target = BUILTIN.get(name) or _plugins().get(name)
     if target is None:
         raise unknown_method(name, method_names())
@@ -87,7 +136,20 @@ def get_method(name: str) -> type[Method]:
 
 
 def unknown_method(name: str, names: list[str]) -> MethodError:
-    """The one sentence for a method name not among ``names``, with the closest one suggested."""
+    """The one sentence for a method name not among ``names``, with the closest one suggested.
+
+    Parameters
+    ----------
+    name : str
+        The name given.
+    names : list of str
+        The names known, in the order the sentence lists them.
+
+    Returns
+    -------
+    MethodError
+        The error, for the caller to raise.
+    """
     import difflib
 
     close = difflib.get_close_matches(name, names, n=1)
@@ -96,10 +158,26 @@ def unknown_method(name: str, names: list[str]) -> MethodError:
 
 
 def method_names() -> list[str]:
-    """Every registered method name, built-ins first."""
+    """Every registered method name, built-ins first.
+
+    Returns
+    -------
+    list of str
+        `BUILTIN`'s names in their order, then the entry points' that do not shadow one.
+    """
     return [*BUILTIN, *_plugins()]
 
 
 def all_methods() -> list[type[Method]]:
-    """Every registered method class, built-ins first."""
+    """Every registered method class, built-ins first.
+
+    Returns
+    -------
+    list of type of Method
+
+    Raises
+    ------
+    MethodError
+        A registered class cannot be loaded (an optional dependency imported at module level is missing).
+    """
     return [get_method(name) for name in method_names()]

@@ -48,7 +48,18 @@ from remat_bench.toolkit.lowering import LoweringError, Plan, lower_plan, plan_f
 
 
 def separators(graph: Graph) -> list[int]:
-    """Forward nodes that every forward edge from before them to after them passes through."""
+    """Forward nodes that every forward edge from before them to after them passes through.
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    list of int
+        The separators' indices in file order; the last forward node is left out (the loss reads it at once,
+        so keeping it is not a choice).
+    """
     forward = graph.forward_indices
     position = np.full(graph.n, -1, dtype=np.int64)
     position[forward] = np.arange(len(forward))
@@ -64,7 +75,20 @@ def separators(graph: Graph) -> list[int]:
 
 
 def sqrt_checkpoints(graph: Graph, candidates: list[int]) -> list[int]:
-    """About sqrt(n) checkpoints, evenly spread over the forward pass."""
+    """About sqrt(n) checkpoints, evenly spread over the forward pass.
+
+    Parameters
+    ----------
+    graph : Graph
+    candidates : list of int
+        The nodes a checkpoint may be placed on (`separators`), in file order.
+
+    Returns
+    -------
+    list of int
+        For each of the ceil(sqrt(n)) - 1 inner positions i * n / ceil(sqrt(n)) (n forward nodes), the
+        candidate nearest to it, without repeats, sorted; empty when there are no candidates.
+    """
     forward = graph.forward_indices
     if not candidates:
         return []
@@ -79,7 +103,22 @@ def sqrt_checkpoints(graph: Graph, candidates: list[int]) -> list[int]:
 
 
 def greedy_checkpoints(graph: Graph, candidates: list[int], threshold: float) -> list[int]:
-    """Chen's budgeted loop: close a segment at a separator once its memory passes ``threshold``."""
+    """Chen's budgeted loop: close a segment at a separator once its memory passes ``threshold``.
+
+    Parameters
+    ----------
+    graph : Graph
+    candidates : list of int
+        The nodes a segment may close at (`separators`).
+    threshold : float
+        Chen's b, in the graph's memory units: a segment closes at the first candidate where the
+        memory of the forward nodes since the last checkpoint exceeds it.
+
+    Returns
+    -------
+    list of int
+        The checkpoints, in file order.
+    """
     is_candidate = set(candidates)
     chosen = []
     running = 0

@@ -113,11 +113,35 @@ class EvictedClasses:
         self.cost: list[Number] = []
 
     def add(self, cost: Number) -> int:
+        """A new class of one member.
+
+        Parameters
+        ----------
+        cost : Number
+            The member's duration.
+
+        Returns
+        -------
+        int
+            The member's union-find node.
+        """
         self.parent.append(len(self.parent))
         self.cost.append(cost)
         return len(self.parent) - 1
 
     def find(self, i: int) -> int:
+        """The root of node ``i``'s class (halving the path on the way).
+
+        Parameters
+        ----------
+        i : int
+            A union-find node (from `add`).
+
+        Returns
+        -------
+        int
+            The class's root node, whose entry of ``cost`` is the class's cost.
+        """
         parent = self.parent
         while parent[i] != i:
             parent[i] = parent[parent[i]]  # path halving
@@ -125,12 +149,28 @@ class EvictedClasses:
         return i
 
     def union(self, a: int, b: int) -> None:
+        """Merge the classes of nodes ``a`` and ``b``, their costs summed (nothing when already one class).
+
+        Parameters
+        ----------
+        a, b : int
+            Union-find nodes.
+        """
         ra, rb = self.find(a), self.find(b)
         if ra != rb:
             self.parent[rb] = ra
             self.cost[ra] += self.cost[rb]
 
     def take_out(self, i: int, cost: Number) -> None:
+        """A member leaves: its duration comes out of its class's cost (never below 0); the class stays whole.
+
+        Parameters
+        ----------
+        i : int
+            The leaving member's union-find node.
+        cost : Number
+            Its duration.
+        """
         root = self.find(i)
         self.cost[root] = max(0, self.cost[root] - cost)
 
@@ -184,7 +224,21 @@ class DTRPass:
         self.out = ScheduleBuilder()
 
     def run(self) -> Schedule:
-        """Every node in input order, then the outputs evicted along the way computed again."""
+        """Every node in input order, then the outputs evicted along the way computed again.
+
+        Returns
+        -------
+        Schedule
+            The pass's computations and frees.
+
+        Raises
+        ------
+        Stuck
+            Nothing is left to evict and a computation still does not fit the budget, or the pass made more
+            than 20 n + 1000 computations (thrashing).
+        OutOfTime
+            The deadline passed.
+        """
         for target in range(self.n):
             self.step(target)
         for o in self.output_indices:
@@ -195,7 +249,13 @@ class DTRPass:
         return self.out.build()
 
     def step(self, target: int) -> None:
-        """Compute ``target`` for the first time; then free what nothing reads any more."""
+        """Compute ``target`` for the first time; then free what nothing reads any more.
+
+        Parameters
+        ----------
+        target : int
+            The next node in input order.
+        """
         self.materialise(target)
         for u in self.inputs[target]:
             self.remaining[u] -= 1
@@ -207,18 +267,50 @@ class DTRPass:
     # ------------------------------------------------------------------ needs
 
     def direct(self, v: int) -> bool:
+        """Whether ``v`` is directly needed: a consumer is yet to be computed for the first time, or it is an output.
+
+        Parameters
+        ----------
+        v : int
+
+        Returns
+        -------
+        bool
+        """
         return self.remaining[v] > 0 or self.is_output[v]
 
     def needed(self, v: int) -> bool:
+        """Whether ``v`` is needed: directly (`direct`), or to recompute an evicted consumer.
+
+        Parameters
+        ----------
+        v : int
+
+        Returns
+        -------
+        bool
+        """
         return self.direct(v) or self.holds[v] > 0
 
     def release(self, v: int) -> None:
-        """Free v if it is resident and nothing under way or to come reads it."""
+        """Free v if it is resident and nothing under way or to come reads it.
+
+        Parameters
+        ----------
+        v : int
+        """
         if self.resident[v] and not self.pinned[v] and not self.direct(v) and self.pending.get(v, 0) <= 0:
             self.free(v)
 
     def set_evicted(self, v: int, flag: bool) -> None:
-        """Mark v evicted (or not), and its freed inputs with it: what recomputing v needs (or needed)."""
+        """Mark v evicted (or not), and its freed inputs with it: what recomputing v needs (or needed).
+
+        Parameters
+        ----------
+        v : int
+        flag : bool
+            True: v becomes evicted (and joins a class); False: it is resident again or no longer needed.
+        """
         work = [v]
         while work:
             x = work.pop()
@@ -236,7 +328,13 @@ class DTRPass:
                     work.append(u)
 
     def join_class(self, v: int) -> None:
-        """h_DTR^eq: v's class is merged with those of its evicted inputs and consumers."""
+        """h_DTR^eq: v's class is merged with those of its evicted inputs and consumers.
+
+        Parameters
+        ----------
+        v : int
+            A value just evicted; it gets a fresh union-find node.
+        """
         node = self.uf_node[v] = self.classes.add(self.dur[v])
         for w in (*self.inputs[v], *self.consumers[v]):
             if self.evicted[w]:
@@ -245,10 +343,31 @@ class DTRPass:
     # ------------------------------------------------------------------ scores
 
     def staleness(self, v: int) -> int:
+        """s(v): computations since v was last produced or read, counting the one being made room for; at least 1.
+
+        Parameters
+        ----------
+        v : int
+
+        Returns
+        -------
+        int
+        """
         return max(1, self.clock + 1 - self.last[v])
 
     def neighbourhood(self, t: int) -> Number:
-        """Summed duration of e*(t): what recomputing t recomputes, and the evicted values that need t."""
+        """Summed duration of e*(t): what recomputing t recomputes, and the evicted values that need t.
+
+        Parameters
+        ----------
+        t : int
+            A resident value.
+
+        Returns
+        -------
+        Number
+            The sum of c0(u) over u in e*(t), t itself not included.
+        """
         seen = {t}
         total: Number = 0
         above = (self.inputs, lambda u: not self.resident[u])
@@ -264,13 +383,34 @@ class DTRPass:
         return total
 
     def adjacent_classes(self, t: int) -> Number:
-        """Summed cost of the distinct classes of t's evicted inputs and consumers (h_DTR^eq)."""
+        """Summed cost of the distinct classes of t's evicted inputs and consumers (h_DTR^eq).
+
+        Parameters
+        ----------
+        t : int
+            A resident value.
+
+        Returns
+        -------
+        Number
+        """
         roots = {self.classes.find(self.uf_node[w]) for w in (*self.inputs[t], *self.consumers[t])
                  if self.evicted[w]}
         return sum(self.classes.cost[r] for r in roots)
 
     def cost(self, t: int) -> Number:
-        """c(t) of the heuristic: t's duration, plus its evicted neighbourhood's (exact or by classes)."""
+        """c(t) of the heuristic: t's duration, plus its evicted neighbourhood's (exact or by classes).
+
+        Parameters
+        ----------
+        t : int
+            A resident value.
+
+        Returns
+        -------
+        Number
+            ``h_dtr``: c0(t) plus `neighbourhood`; ``h_dtr_eq``: plus `adjacent_classes`; otherwise c0(t).
+        """
         if self.heuristic == "h_dtr":
             return self.dur[t] + self.neighbourhood(t)
         if self.heuristic == "h_dtr_eq":
@@ -278,7 +418,13 @@ class DTRPass:
         return self.dur[t]
 
     def choose(self) -> int | None:
-        """The value to evict: least score, ties to the lowest index; None if nothing can be evicted."""
+        """The value to evict: least score, ties to the lowest index; None if nothing can be evicted.
+
+        Returns
+        -------
+        int or None
+            A resident, unpinned value of nonzero memory.
+        """
         candidates = [v for v in self.pool if not self.pinned[v] and self.mem[v] > 0]
         if not candidates:
             return None
@@ -302,7 +448,13 @@ class DTRPass:
     # ------------------------------------------------------------------ freeing and computing
 
     def free(self, v: int) -> None:
-        """v leaves memory: evicted if still needed, else just freed (until a consumer's eviction needs it again)."""
+        """v leaves memory: evicted if still needed, else just freed (until a consumer's eviction needs it again).
+
+        Parameters
+        ----------
+        v : int
+            A resident value.
+        """
         self.resident[v] = False
         self.pool.discard(v)
         self.used -= self.mem[v]
@@ -311,7 +463,18 @@ class DTRPass:
             self.set_evicted(v, True)
 
     def make_room(self, v: int) -> None:
-        """Evict by the heuristic until v's output and workspace fit; raise `Stuck` if they cannot."""
+        """Evict by the heuristic until v's output and workspace fit; raise `Stuck` if they cannot.
+
+        Parameters
+        ----------
+        v : int
+            The node about to be computed.
+
+        Raises
+        ------
+        Stuck
+            Nothing is left to evict and they still do not fit.
+        """
         need = self.mem[v] + self.ws[v]
         while self.used + need > self.budget:
             victim = self.choose()
@@ -321,6 +484,19 @@ class DTRPass:
             self.free(victim)
 
     def compute(self, x: int) -> None:
+        """One computation of ``x`` (its inputs already resident and pinned), after making room for it.
+
+        Parameters
+        ----------
+        x : int
+
+        Raises
+        ------
+        Stuck
+            No room can be made, or the pass has reached its cap of computations (thrashing).
+        OutOfTime
+            The deadline passed (looked at every `DEADLINE_POLL` computations).
+        """
         if self.clock >= self.max_computes:
             raise Stuck(x, self.used, thrashing=True)
         if self.deadline is not None and self.clock % DEADLINE_POLL == 0 and self.deadline.expired():
@@ -342,6 +518,18 @@ class DTRPass:
 
         As the paper's PerformOp: the inputs are taken in order, each recomputed if it is not resident
         and then pinned, so an input already resident is pinned only once the ones before it are.
+
+        Parameters
+        ----------
+        target : int
+            The value to make resident; nothing is done when it already is.
+
+        Raises
+        ------
+        Stuck
+            As `compute`.
+        OutOfTime
+            As `compute`.
         """
         if self.resident[target]:
             return
@@ -367,7 +555,17 @@ class DTRPass:
         self.pending = {}
 
     def plan_readers(self, target: int) -> dict[int, int]:
-        """How many computations of target's recomputation read each value (values not resident, from target up)."""
+        """How many computations of target's recomputation read each value (values not resident, from target up).
+
+        Parameters
+        ----------
+        target : int
+
+        Returns
+        -------
+        dict
+            Value index to the number of computations that will read it.
+        """
         readers: dict[int, int] = {}
         seen = {target}
         stack = [target]
@@ -382,7 +580,31 @@ class DTRPass:
 
 def dtr_schedule(graph: Graph, budget: Number, heuristic: str = "h_dtr", deadline: Deadline | None = None
                  ) -> Schedule:
-    """The DTR schedule at ``budget``; raises `Stuck` when eviction cannot make room, `OutOfTime` past ``deadline``."""
+    """The DTR schedule at ``budget``; raises `Stuck` when eviction cannot make room, `OutOfTime` past ``deadline``.
+
+    Parameters
+    ----------
+    graph : Graph
+    budget : Number
+        The most memory (the fixed memory, resident values and a workspace) any step may use, in memory units.
+    heuristic : str
+        The eviction score, one of `HEURISTICS`.
+    deadline : Deadline or None
+        When to give up; None: never.
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    Stuck
+        Eviction cannot make room, or the pass thrashes past its cap of computations.
+    OutOfTime
+        ``deadline`` passed (or Ctrl-C).
+    ValueError
+        ``heuristic`` is not one of `HEURISTICS`.
+    """
     return DTRPass(graph, budget, heuristic, deadline).run()
 
 

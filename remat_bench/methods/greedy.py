@@ -91,7 +91,19 @@ class GreedyPass:
         self.out = ScheduleBuilder()
 
     def run(self) -> Schedule:
-        """Every node in input order, then the outputs evicted along the way computed again."""
+        """Every node in input order, then the outputs evicted along the way computed again.
+
+        Returns
+        -------
+        Schedule
+            The pass's computations and frees.
+
+        Raises
+        ------
+        _Stuck
+            Nothing is left to evict and a computation still does not fit the budget, or the pass made more
+            than 20 n + 1000 computations (thrashing).
+        """
         for target in range(self.n):
             self.now = target
             self.materialise(target)
@@ -111,10 +123,32 @@ class GreedyPass:
     # ------------------------------------------------------------------ bookkeeping
 
     def needed_later(self, u: int) -> bool:
+        """Whether ``u`` is read again: a first-time consumer to come, an output, or an evicted value's input.
+
+        Parameters
+        ----------
+        u : int
+
+        Returns
+        -------
+        bool
+        """
         return self.remaining[u] > 0 or self.is_output[u] or self.holds[u] > 0
 
     def score(self, u: int) -> float:
-        """Recompute cost per byte over the distance to the next use (the module docstring's rule)."""
+        """Recompute cost per byte over the distance to the next use (the module docstring's rule).
+
+        Parameters
+        ----------
+        u : int
+            A resident value.
+
+        Returns
+        -------
+        float
+            duration / (memory x (next use - now + 1)); the least is evicted first, and a value of no memory
+            scores infinity (evicting it makes no room).
+        """
         mem = self.mem[u]
         if mem == 0:
             return float("inf")
@@ -127,6 +161,14 @@ class GreedyPass:
         return self.dur[u] / (mem * (next_use - self.now + 1))
 
     def set_evicted(self, u: int, flag: bool) -> None:
+        """Mark ``u`` evicted (or not): its inputs' holds follow, and an input no longer held is re-admitted.
+
+        Parameters
+        ----------
+        u : int
+        flag : bool
+            True: u was evicted and is still needed; False: it is resident again or no longer needed.
+        """
         if self.evicted[u] != flag:
             self.evicted[u] = flag
             step = 1 if flag else -1
@@ -136,13 +178,24 @@ class GreedyPass:
                     self.readmit(i)
 
     def readmit(self, u: int) -> None:
-        """Move u from ``parked`` back to ``heap``: its eviction no longer cascades."""
+        """Move u from ``parked`` back to ``heap``: its eviction no longer cascades.
+
+        Parameters
+        ----------
+        u : int
+            Nothing is done unless u is resident and parked at its current version.
+        """
         if self.resident[u] and self.parked_version[u] == self.version[u]:
             self.parked_version[u] = -1
             heapq.heappush(self.heap, (self.score(u), u, self.version[u]))
 
     def first_use_of_inputs(self, target: int) -> None:
-        """``target`` has been computed for the first time: its inputs have one use fewer to come."""
+        """``target`` has been computed for the first time: its inputs have one use fewer to come.
+
+        Parameters
+        ----------
+        target : int
+        """
         for u in self.inputs[target]:
             self.remaining[u] -= 1
             if self.evicted[u] and not (self.remaining[u] or self.is_output[u]):
@@ -158,19 +211,42 @@ class GreedyPass:
     # ------------------------------------------------------------------ freeing and evicting
 
     def free(self, u: int) -> None:
+        """``u`` leaves memory (its heap entries go stale); the caller says whether it is evicted.
+
+        Parameters
+        ----------
+        u : int
+            A resident value.
+        """
         self.resident[u] = False
         self.version[u] += 1
         self.used -= self.mem[u]
         self.out.free(u)
 
     def release_inputs(self, v: int) -> None:
-        """Free the inputs of v that nothing will read again."""
+        """Free the inputs of v that nothing will read again.
+
+        Parameters
+        ----------
+        v : int
+        """
         for u in self.inputs[v]:
             if self.resident[u] and not self.pinned[u] and not self.needed_later(u):
                 self.free(u)
 
     def make_room(self, v: int) -> None:
-        """Evict, cheapest first, until v's output and workspace fit; raise `_Stuck` if they cannot."""
+        """Evict, cheapest first, until v's output and workspace fit; raise `_Stuck` if they cannot.
+
+        Parameters
+        ----------
+        v : int
+            The node about to be computed.
+
+        Raises
+        ------
+        _Stuck
+            Nothing is left to evict and they still do not fit.
+        """
         need = self.mem[v] + self.ws[v]
         skipped: list[tuple[float, int, int]] = []  # pinned now: back into their heap afterwards
         skipped_parked: list[tuple[float, int, int]] = []
@@ -187,7 +263,15 @@ class GreedyPass:
                 heapq.heappush(self.parked, item)
 
     def evict_or_park(self, item: tuple[float, int, int], skipped: list[tuple[float, int, int]]) -> None:
-        """Evict the value of a heap entry if that is clean; park it if its recomputation would cascade."""
+        """Evict the value of a heap entry if that is clean; park it if its recomputation would cascade.
+
+        Parameters
+        ----------
+        item : tuple of (float, int, int)
+            A popped heap entry: score, value, version (a stale one is dropped).
+        skipped : list
+            Where an entry of a pinned value goes, to be pushed back once room is made.
+        """
         _, u, ver = item
         if not self.resident[u] or ver != self.version[u]:
             return  # stale
@@ -202,7 +286,18 @@ class GreedyPass:
             self.set_evicted(u, True)
 
     def evict_parked(self, skipped_parked: list[tuple[float, int, int]]) -> bool:
-        """Last resort: evict the cheapest parked value (its recomputation cascades); False if none."""
+        """Last resort: evict the cheapest parked value (its recomputation cascades); False if none.
+
+        Parameters
+        ----------
+        skipped_parked : list
+            Where an entry of a pinned parked value goes, to be pushed back once room is made.
+
+        Returns
+        -------
+        bool
+            Whether a value was evicted.
+        """
         while self.parked:
             item = heapq.heappop(self.parked)
             _, u, ver = item
@@ -220,6 +315,18 @@ class GreedyPass:
     # ------------------------------------------------------------------ computing
 
     def compute(self, v: int) -> None:
+        """One computation of ``v`` (its inputs resident and pinned), after making room for it.
+
+        Parameters
+        ----------
+        v : int
+
+        Raises
+        ------
+        _Stuck
+            Nothing is left to evict and a computation still does not fit the budget, or the pass made more
+            than 20 n + 1000 computations (thrashing).
+        """
         self.computes += 1
         if self.computes > self.max_computes:
             raise _Stuck(v, self.used, thrashing=True)
@@ -234,7 +341,19 @@ class GreedyPass:
             self.readmit(c)  # one of its operands is back
 
     def materialise(self, target: int) -> None:
-        """Compute target and whatever evicted inputs it needs, depth first, without recursion."""
+        """Compute target and whatever evicted inputs it needs, depth first, without recursion.
+
+        Parameters
+        ----------
+        target : int
+            The value to make resident; nothing is done when it already is.
+
+        Raises
+        ------
+        _Stuck
+            Nothing is left to evict and a computation still does not fit the budget, or the pass made more
+            than 20 n + 1000 computations (thrashing).
+        """
         stack = [(target, False)]
         while stack:
             x, expanded = stack.pop()
@@ -256,7 +375,23 @@ class GreedyPass:
 
 
 def greedy_schedule(graph: Graph, budget: Number) -> Schedule:
-    """The greedy schedule at ``budget``; raises `_Stuck` when eviction cannot make room."""
+    """The greedy schedule at ``budget``; raises `_Stuck` when eviction cannot make room.
+
+    Parameters
+    ----------
+    graph : Graph
+    budget : Number
+        The most memory (the fixed memory, resident values and a workspace) any step may use, in memory units.
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    _Stuck
+        Eviction cannot make room, or the pass thrashes past 20 n + 1000 computations.
+    """
     return GreedyPass(graph, budget).run()
 
 

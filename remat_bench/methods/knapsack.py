@@ -49,7 +49,17 @@ BISECTION_STEPS = 12
 
 
 def activations(graph: Graph) -> np.ndarray:
-    """The forward values some backward node reads: what the backward pass needs saved or recomputed."""
+    """The forward values some backward node reads: what the backward pass needs saved or recomputed.
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    np.ndarray
+        Their node indices (int), ascending.
+    """
     read = np.zeros(graph.n, dtype=bool)
     for b in graph.backward_indices:
         read[list(graph.inputs[b])] = True
@@ -60,6 +70,22 @@ def knapsack_dp(weights: np.ndarray, values: np.ndarray, capacity: float, steps:
     """0/1 knapsack by dynamic programming over the capacity in ``steps`` steps; the items chosen (bool).
 
     Weights are rounded up to whole steps, so the chosen weight never exceeds ``capacity``.
+
+    Parameters
+    ----------
+    weights : np.ndarray
+        Each item's weight (its memory, in the graph's memory units).
+    values : np.ndarray
+        Each item's value (its duration, in the graph's duration units).
+    capacity : float
+        The most weight the chosen items may have together, in the weights' units.
+    steps : int
+        How many equal steps the capacity is divided into (the table's width).
+
+    Returns
+    -------
+    np.ndarray
+        One bool per item, True for those chosen; none when ``capacity`` is not positive.
     """
     k = len(weights)
     if k == 0 or capacity <= 0:
@@ -86,7 +112,22 @@ def knapsack_dp(weights: np.ndarray, values: np.ndarray, capacity: float, steps:
 
 
 def knapsack_greedy(weights: np.ndarray, values: np.ndarray, capacity: float) -> np.ndarray:
-    """Take items by value per unit of weight while they fit (PyTorch's ``greedy`` solver)."""
+    """Take items by value per unit of weight while they fit (PyTorch's ``greedy`` solver).
+
+    Parameters
+    ----------
+    weights : np.ndarray
+        Each item's weight (its memory, in the graph's memory units).
+    values : np.ndarray
+        Each item's value (its duration, in the graph's duration units).
+    capacity : float
+        The most weight the chosen items may have together, in the weights' units.
+
+    Returns
+    -------
+    np.ndarray
+        One bool per item, True for those chosen.
+    """
     order = np.argsort(-(values / np.maximum(weights, 1e-12)), kind="stable")
     chosen = np.zeros(len(weights), dtype=bool)
     used = 0.0

@@ -74,22 +74,64 @@ FUSED_ATTENTION_PREFIXES = ("_scaled_dot_product_", "scaled_dot_product_attentio
 
 
 def aten_name(op: str) -> str | None:
-    """The operator's aten name (``aten.mm.default`` -> ``mm``); None when ``op`` is not an aten operator."""
+    """The operator's aten name (``aten.mm.default`` -> ``mm``); None when ``op`` is not an aten operator.
+
+    Parameters
+    ----------
+    op : str
+        A node's operator (`Node.op`).
+
+    Returns
+    -------
+    str or None
+    """
     return op.split(".")[1] if op.startswith("aten.") else None
 
 
 def module_path(graph: Graph, v: int) -> str | None:
-    """The qualified path of the module whose forward computed node ``v`` (metadata ``module``), if known."""
+    """The qualified path of the module whose forward computed node ``v`` (metadata ``module``), if known.
+
+    Parameters
+    ----------
+    graph : Graph
+    v : int
+        A node's index.
+
+    Returns
+    -------
+    str or None
+        The path (``model.blocks.0.attn``); None when the node's metadata has no string ``module``.
+    """
     meta = graph.nodes[v].metadata
     path = meta.get("module") if meta else None
     return path if isinstance(path, str) else None
 
 
 def has_aten_ops(graph: Graph) -> bool:
+    """Whether some forward node of ``graph`` names an aten operator (the rules on operators can read it).
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    bool
+    """
     return any(aten_name(graph.nodes[v].op) is not None for v in graph.forward_indices)
 
 
 def has_modules(graph: Graph) -> bool:
+    """Whether some forward node of ``graph`` carries a module path (the rule on blocks can read it).
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    bool
+    """
     return any(module_path(graph, v) for v in graph.forward_indices)
 
 
@@ -97,7 +139,17 @@ def has_modules(graph: Graph) -> bool:
 
 
 def dot_nodes(graph: Graph) -> list[int]:
-    """Forward nodes whose operator is a matrix product or a convolution (`DOT_OPS`)."""
+    """Forward nodes whose operator is a matrix product or a convolution (`DOT_OPS`).
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    list of int
+        Their indices, in file order.
+    """
     return [v for v in graph.forward_indices if aten_name(graph.nodes[v].op) in DOT_OPS]
 
 
@@ -109,6 +161,15 @@ def attention_core(graph: Graph) -> list[int]:
     dots it feeds (the product with V): the core is every node on a path from a score dot to the
     softmax (the dot included) and from the softmax to a value dot (the dot excluded). A softmax
     with no dot on either side (a classifier's head) is not attention.
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    list of int
+        The core's node indices, sorted; empty when the graph has no attention.
     """
     dots = set(dot_nodes(graph))
     core: set[int] = set()
@@ -173,6 +234,16 @@ def block_container(paths: Sequence[str | None]) -> str | None:
 
     On the zoo's GPT this is ``model.blocks`` (not ``model.blocks.0.mlp``, whose children hold
     three nodes); on its ResNets ``model.stages`` (not the stem).
+
+    Parameters
+    ----------
+    paths : Sequence of str or None
+        The forward nodes' module paths (`module_path`); None or empty for a node without one.
+
+    Returns
+    -------
+    str or None
+        The container's path (``model.blocks``).
     """
     coverage: Counter[str] = Counter()
     children: dict[str, set[str]] = defaultdict(set)
@@ -197,6 +268,17 @@ def find_blocks(graph: Graph, pattern: str | None = None) -> list[Block]:
     ``pattern`` None: the children of `block_container`. Otherwise a regular expression matched
     at the start of each module path: nodes whose paths match with the same text form a block
     (``model\\.blocks\\.\\d+``).
+
+    Parameters
+    ----------
+    graph : Graph
+    pattern : str or None
+        A regular expression for the blocks' paths; None: found by `block_container`.
+
+    Returns
+    -------
+    list of Block
+        Each matched text with its forward nodes; empty when no path matches (or no container is found).
     """
     forward = graph.forward_indices
     paths = {v: module_path(graph, v) for v in forward}
@@ -226,7 +308,28 @@ class PolicyUnsupported(ValueError):
 def policy_plan(graph: Graph, rule: str, block: str | None = None) -> tuple[Plan, dict[str, Any]]:
     """The saved set and segments of ``rule`` on ``graph``, and what it found (for stats).
 
-    Raises PolicyUnsupported, with one sentence, when the graph does not say what the rule reads.
+    Parameters
+    ----------
+    graph : Graph
+        A training graph (forward nodes, then backward ones).
+    rule : str
+        One of `RULES`.
+    block : str or None
+        ``nothing_saveable``'s blocks, a regular expression (`find_blocks`); None: found automatically.
+
+    Returns
+    -------
+    tuple of (Plan, dict)
+        The plan for the shared lowering, and counts for the run's stats (``dots``, ``blocks`` and
+        ``block_names``, or ``attention_nodes``).
+
+    Raises
+    ------
+    PolicyUnsupported
+        One sentence, when the graph does not say what the rule reads (no module paths or blocks for
+        ``nothing_saveable``, no aten operators for the others).
+    MethodError
+        ``rule`` is not one of `RULES`.
     """
     forward = graph.forward_indices
     singles = tuple((v,) for v in forward)
