@@ -108,6 +108,50 @@ def import_model(
     batch must fit in memory; so does ``workspace="measure"`` (the default
     with profiled durations; with FLOPs the default is ``"none"``, every
     workspace 0).
+
+    Parameters
+    ----------
+    model : str
+        A zoo name or ``package.module:factory``.
+    batch : int or None
+        Samples per batch (None: 8).
+    input_shape : Sequence of int or None
+        One sample's shape (None: the zoo entry's; a model outside the zoo needs it).
+    durations : str
+        ``flops`` (computed from the trace) or ``profile`` (measured on real tensors, ns).
+    seed : int
+        Seeds the parameters (``seed``) and the batch (``seed + 1``).
+    repeats : int
+        Timed passes of a profile, after its warm-up; a node's duration is the least.
+    device : str or None
+        Where operators run to be profiled or measured (None: cpu).
+    name : str or None
+        The graph's name (None: ``torch-<model>-b<batch>``).
+    workspace : str or None
+        ``none`` or ``measure`` (None: ``measure`` with profiled durations, else ``none``).
+    task : str or None
+        ``classify``, ``segment``, ``language``, ``regress`` or ``auto`` (None: the zoo entry's, else auto).
+    input_dtype : str or None
+        One of `remat_bench.torch.program.INPUT_DTYPES` (None: int64 for ``language``, else float32).
+    input_range : int or None
+        Integer inputs lie in ``[0, input_range)``.
+    model_kwargs : Mapping or None
+        Constructor arguments, for names this function takes itself.
+    **kwargs : Any
+        More constructor arguments.
+
+    Returns
+    -------
+    Graph
+        Memory in bytes, durations in ``flops`` or ``ns``; its metadata keeps the spec (module docstring).
+
+    Raises
+    ------
+    GraphError
+        An unknown ``durations`` or ``workspace``.
+    ModelSpecError
+        A model, factory, shape, task or argument that cannot be used, a model that cannot be traced,
+        or one that traces but fails on real tensors.
     """
     if durations not in DURATIONS:
         raise GraphError(f"durations must be one of {', '.join(DURATIONS)}, not {durations!r}")
@@ -148,6 +192,18 @@ def import_model_reporting(options: dict[str, Any], search: Sequence[str] = ()) 
     ``BaseException``s included, becomes one sentence for the parent, which also enforces the time
     limit (`remat_bench.app.sweep.config.trace_model`). ``search`` folders go first on the import path
     (a sweep config's folder, where its factories live).
+
+    Parameters
+    ----------
+    options : dict
+        The keywords of `import_model`.
+    search : Sequence of str
+        Folders put first on ``sys.path``.
+
+    Returns
+    -------
+    tuple of (str, Any)
+        ``("graph", dict)``: the graph as `Graph.to_dict` gives it; or ``("refused", str)``: why not.
     """
     import sys
 
@@ -167,13 +223,42 @@ def import_model_reporting(options: dict[str, Any], search: Sequence[str] = ()) 
 
 
 def default_name(spec: ModelSpec) -> str:
+    """The name of an imported graph not given one: ``torch-<model>-b<batch>``.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        The model spec; dots and colons of a factory path become dashes.
+
+    Returns
+    -------
+    str
+    """
     label = spec.model.replace(":", "-").replace(".", "-")
     return f"torch-{label}-b{spec.batch}"
 
 
 def program_graph(program: Program, durations: Sequence[int], duration_unit: str,
                   workspace: Sequence[int] | None = None, name: str | None = None) -> Graph:
-    """The remat-bench graph of a program, with the given node durations (and workspaces, else 0)."""
+    """The remat-bench graph of a program, with the given node durations (and workspaces, else 0).
+
+    Parameters
+    ----------
+    program : Program
+        The lowered training step.
+    durations : Sequence of int
+        One per node, in ``duration_unit``.
+    duration_unit : str
+        ``flops`` or ``ns``.
+    workspace : Sequence of int or None
+        Each node's scratch bytes (None: 0 for all).
+    name : str or None
+        The graph's name (None: `default_name`).
+
+    Returns
+    -------
+    Graph
+    """
     nodes = program.nodes
     # A node that computes a parameter's gradient and nothing else holds it to the end.
     holds = {i: p for p, i in program.gradients.items() if nodes[i].role != GRADIENT}
@@ -250,7 +335,18 @@ _CPU_ATTENTION: dict[Any, Any] = {
 
 
 def node_flops(node: ProgramNode) -> int:
-    """FLOPs of the node's operator where torch has a formula, else the elements it touches."""
+    """FLOPs of the node's operator where torch has a formula, else the elements it touches.
+
+    Parameters
+    ----------
+    node : ProgramNode
+        A node of a traced program.
+
+    Returns
+    -------
+    int
+        At least 1 for a node that runs something; 0 for one without an FX node.
+    """
     n = node.fx
     if n is None:
         return 0
@@ -302,6 +398,23 @@ def measure_workspace(program: Program, device: torch.device) -> list[int]:
     an im2col GEMM with a scratch buffer four times the weights; with AVX-512
     it runs a direct kernel with almost none), so a workspace is measured
     where the schedule will run, with the same number of threads.
+
+    Parameters
+    ----------
+    program : Program
+        The lowered training step; its operators run on real tensors.
+    device : torch.device
+        Where they run.
+
+    Returns
+    -------
+    list of int
+        Bytes, one per node, never negative.
+
+    Raises
+    ------
+    ExecutionError
+        An operator that fails on real tensors.
     """
     state = State.create(program.spec, device)
     workspace = [0] * len(program.nodes)
@@ -317,6 +430,25 @@ def profile_costs(program: Program, device: torch.device, repeats: int = 3) -> t
     Returns (nanoseconds, workspace bytes). A warm-up pass comes first; the
     time of a node is the least of ``repeats`` passes; its workspace is
     measured in one more pass (`measure_workspace`).
+
+    Parameters
+    ----------
+    program : Program
+        The lowered training step; its operators run on real tensors.
+    device : torch.device
+        Where they run.
+    repeats : int
+        Timed passes after the warm-up.
+
+    Returns
+    -------
+    tuple of (list of int, list of int)
+        Each node's duration in ns (at least 1) and its workspace in bytes.
+
+    Raises
+    ------
+    ExecutionError
+        An operator that fails on real tensors.
     """
     state = State.create(program.spec, device)
     best = np.full(len(program.nodes), np.iinfo(np.int64).max, dtype=np.int64)
@@ -336,7 +468,22 @@ def profile_costs(program: Program, device: torch.device, repeats: int = 3) -> t
 
 
 def spec_of(graph: Graph) -> ModelSpec | None:
-    """The model spec an imported graph keeps in its metadata, or None for other graphs."""
+    """The model spec an imported graph keeps in its metadata, or None for other graphs.
+
+    Parameters
+    ----------
+    graph : Graph
+        Any graph.
+
+    Returns
+    -------
+    ModelSpec or None
+
+    Raises
+    ------
+    GraphError
+        A spec in the metadata that cannot be read.
+    """
     meta = graph.metadata.get(METADATA_KEY)
     if not isinstance(meta, dict) or "spec" not in meta:
         return None
@@ -347,7 +494,25 @@ def spec_of(graph: Graph) -> ModelSpec | None:
 
 
 def program_for_graph(graph: Graph) -> Program:
-    """Re-trace the model of an imported graph; refuse if it no longer gives the same nodes."""
+    """Re-trace the model of an imported graph; refuse if it no longer gives the same nodes.
+
+    Parameters
+    ----------
+    graph : Graph
+        A graph `import_model` wrote.
+
+    Returns
+    -------
+    Program
+        Its nodes in the graph's order, with the same ids, inputs and memory.
+
+    Raises
+    ------
+    GraphError
+        A graph not imported from PyTorch, or one whose model now traces to other nodes or fixed memory.
+    ModelSpecError
+        A model that can no longer be built or traced.
+    """
     spec = spec_of(graph)
     if spec is None:
         raise GraphError(f"{graph.source}: was not imported from PyTorch (no 'torch' model spec in its metadata)")

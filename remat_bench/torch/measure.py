@@ -18,11 +18,32 @@ import torch
 
 
 def sync(device: torch.device) -> None:
+    """Wait for the device's queued kernels to finish (CUDA runs them asynchronously; CPU needs no wait).
+
+    Parameters
+    ----------
+    device : torch.device
+        The device.
+    """
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
 def timed(device: torch.device, fn: Callable[[], None]) -> float:
+    """Wall time of ``fn``, from an idle device to an idle device.
+
+    Parameters
+    ----------
+    device : torch.device
+        Where ``fn`` runs its kernels.
+    fn : callable
+        The work, called once without arguments.
+
+    Returns
+    -------
+    float
+        Seconds.
+    """
     sync(device)
     start = time.perf_counter()
     fn()
@@ -31,7 +52,20 @@ def timed(device: torch.device, fn: Callable[[], None]) -> float:
 
 
 def measure_peak(device: torch.device, fn: Callable[[], None]) -> int:
-    """The most bytes allocated at once while ``fn`` runs, above what was allocated when it began."""
+    """The most bytes allocated at once while ``fn`` runs, above what was allocated when it began.
+
+    Parameters
+    ----------
+    device : torch.device
+        The allocator measured: CUDA's peak statistics, else the CPU allocator's (`cpu_peak_bytes`).
+    fn : callable
+        The work, called once without arguments.
+
+    Returns
+    -------
+    int
+        Bytes.
+    """
     if device.type == "cuda":
         sync(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -49,6 +83,16 @@ def cpu_peak_bytes(fn: Callable[[], None]) -> int:
     under its lock), so the order of events with equal timestamps does not
     matter. The total counts memory allocated while profiling; what was
     allocated before is the baseline, read off the first event.
+
+    Parameters
+    ----------
+    fn : callable
+        The work, called once without arguments under the profiler.
+
+    Returns
+    -------
+    int
+        Bytes above the baseline; 0 when ``fn`` allocated nothing on the CPU.
     """
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
@@ -97,7 +141,18 @@ def _quiet_stderr() -> Iterator[None]:
 
 
 def measured_where(device: torch.device) -> dict[str, Any]:
-    """Where workspaces were measured: they hold on that kind of processor and thread count."""
+    """Where workspaces were measured: they hold on that kind of processor and thread count.
+
+    Parameters
+    ----------
+    device : torch.device
+        The device measured on.
+
+    Returns
+    -------
+    dict
+        ``device``, ``machine``, ``cpu_capability``, ``threads`` and ``processor``, and ``gpu`` on CUDA.
+    """
     import platform
 
     where: dict[str, Any] = {"device": str(device), "machine": platform.machine(),

@@ -109,7 +109,17 @@ class JointGraph:
     values: dict[str, fx.Node]  # FX name -> node of the joint graph
 
     def bytes_of(self, names: list[str]) -> int:
-        """Bytes of the distinct storages of the joint graph's values ``names``."""
+        """Bytes of the distinct storages of the joint graph's values ``names``.
+
+        Parameters
+        ----------
+        names : list of str
+            FX names of values of the joint graph; a storage several of them share counts once.
+
+        Returns
+        -------
+        int
+        """
         storages: dict[StorageWeakRef, int] = {}
         for name in names:
             for t in pytree.tree_leaves(self.values[name].meta.get("val")):
@@ -118,7 +128,25 @@ class JointGraph:
         return sum(storages.values())
 
     def node_of(self, name: str, what: str) -> int | None:
-        """The node holding FX value ``name`` (None: fixed memory); PartitionError when it has none."""
+        """The node holding FX value ``name`` (None: fixed memory); PartitionError when it has none.
+
+        Parameters
+        ----------
+        name : str
+            The FX name of a forward value of the joint graph.
+        what : str
+            What PyTorch does with it (``saves the value``, ``recomputes``), for the error's sentence.
+
+        Returns
+        -------
+        int or None
+            The index of the imported graph's node owning its storage; None for fixed memory.
+
+        Raises
+        ------
+        PartitionError
+            A value that cannot be aligned with a node, and why.
+        """
         if name in self.owner:
             return self.owner[name]
         why = self.unaligned.get(name, "it is not a forward value of PyTorch's trace")
@@ -151,6 +179,11 @@ class TorchPlan:
         parameter or of the batch is fixed memory, not counted); runtimes by its ``estimate_runtime``
         (FLOPs with the ``flops`` estimator: at least 1 per operator) over the forward operators the
         backward graph recomputes: the two quantities its knapsack trades.
+
+        Returns
+        -------
+        tuple of (int, float)
+            Bytes saved, and the runtime in the estimator's unit (FLOPs for ``flops``).
         """
         size = sum(partitioners._size_of(n) for n in self.saved_values)
         with functorch_config.patch(activation_memory_budget_runtime_estimator=self.estimator):
@@ -159,7 +192,25 @@ class TorchPlan:
 
 
 def joint_graph(graph: Graph) -> JointGraph:
-    """The joint graph of ``graph``'s model, traced once per process (the last `_CACHE_SIZE` graphs kept)."""
+    """The joint graph of ``graph``'s model, traced once per process (the last `_CACHE_SIZE` graphs kept).
+
+    Parameters
+    ----------
+    graph : Graph
+        A graph imported from PyTorch.
+
+    Returns
+    -------
+    JointGraph
+        Shared by the calls for the same graph: partition a copy (as `partition` does), not it.
+
+    Raises
+    ------
+    GraphError
+        A graph not imported from PyTorch, or whose model now traces to other nodes.
+    PartitionError
+        AOTAutograd traced the step without handing over a joint graph.
+    """
     key = graph.sha256
     joint = _JOINTS.get(key)
     if joint is None:
@@ -284,6 +335,27 @@ def partition(joint: JointGraph, fraction: float, solver: str = "dp", estimator:
     ``solver`` and ``estimator`` set ``activation_memory_budget_solver`` and
     ``activation_memory_budget_runtime_estimator`` (torch validates them; the method lists the values
     torch 2.13 accepts: `remat_bench.methods.torch_budget`).
+
+    Parameters
+    ----------
+    joint : JointGraph
+        From `joint_graph`; not changed.
+    fraction : float
+        ``activation_memory_budget``, 0 to 1.
+    solver : str
+        The knapsack solver.
+    estimator : str
+        The runtime estimator.
+
+    Returns
+    -------
+    TorchPlan
+        The saved and recomputed nodes of the imported graph.
+
+    Raises
+    ------
+    PartitionError
+        A value PyTorch saves, or an operator it recomputes, that cannot be aligned with a node.
     """
     with warnings.catch_warnings():  # copying the fake tensors' pytree specs warns about a deprecated class
         warnings.simplefilter("ignore", FutureWarning)

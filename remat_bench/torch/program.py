@@ -105,6 +105,12 @@ class ModelSpec:
     seed: int = 0
 
     def as_dict(self) -> dict[str, Any]:
+        """The spec as plain JSON values (shapes as lists): what a graph's metadata keeps.
+
+        Returns
+        -------
+        dict
+        """
         return {
             "model": self.model, "batch": self.batch, "input_shape": list(self.input_shape),
             "task": self.task, "kwargs": dict(self.kwargs), "input_dtype": self.input_dtype,
@@ -114,6 +120,22 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelSpec:
+        """The spec `as_dict` wrote; the optional fields may be missing.
+
+        Parameters
+        ----------
+        data : dict
+            ``model``, ``batch``, ``input_shape`` and ``task``, and any of the other fields.
+
+        Returns
+        -------
+        ModelSpec
+
+        Raises
+        ------
+        KeyError, TypeError, ValueError
+            A required field missing, or a field of the wrong type.
+        """
         return cls(
             model=data["model"], batch=int(data["batch"]), input_shape=tuple(data["input_shape"]),
             task=data["task"], kwargs=dict(data.get("kwargs") or {}),
@@ -144,6 +166,36 @@ def model_spec(model: str, batch: int | None = None, input_shape: tuple[int, ...
     ``input_dtype`` to int64 for ``language``, else float32; ``input_range``
     (the number of token ids) to the vocabulary of a language model's logits,
     and other integer inputs need it. ``kwargs`` go to the constructor.
+
+    Parameters
+    ----------
+    model : str
+        A zoo name or ``package.module:factory``.
+    batch : int or None
+        Samples per batch (None: 8).
+    input_shape : tuple of int or None
+        One sample's shape (None: the zoo entry's).
+    seed : int
+        Kept in the spec: it seeds the parameters and the batch.
+    task : str or None
+        One of `remat_bench.torch.zoo.TASKS` or ``auto``.
+    input_dtype : str or None
+        One of `INPUT_DTYPES`.
+    input_range : int or None
+        Integer inputs lie in ``[0, input_range)``.
+    kwargs : dict or None
+        The model's constructor arguments.
+
+    Returns
+    -------
+    ModelSpec
+        Every default resolved, and the label shape and range the task needs.
+
+    Raises
+    ------
+    ModelSpecError
+        An unknown model, a bad batch, shape, task, dtype or range, a model that cannot be built or fails
+        on its input, or an output the task cannot use.
     """
     kwargs = dict(kwargs or {})
     load_factory(model)  # an unknown model or factory is named before anything else
@@ -242,7 +294,19 @@ class SharedFakeMode(FakeTensorMode):
 @contextlib.contextmanager
 def logger_quiet(name: str, level: int) -> Iterator[None]:
     """Raise logger ``name`` to ``level`` for the block, unless the user asked torch for its logs
-    (TORCH_LOGS ...)."""
+    (TORCH_LOGS ...).
+
+    Parameters
+    ----------
+    name : str
+        The logger's name.
+    level : int
+        The `logging` level it is set to; its own level comes back after the block.
+
+    Yields
+    ------
+    None
+    """
     if any(os.environ.get(switch) for switch in TORCH_LOG_SWITCHES):
         yield
         return
@@ -344,6 +408,28 @@ def build_model(model: str, kwargs: dict[str, Any], input_shape: tuple[int, ...]
 
     Call it outside any fake mode. ``input_shape`` (per sample) and
     ``input_dtype`` are what lazy modules are materialized with.
+
+    Parameters
+    ----------
+    model : str
+        A zoo name or ``package.module:factory``.
+    kwargs : dict
+        The model's constructor arguments.
+    input_shape : tuple of int
+        One sample's shape.
+    input_dtype : str
+        The inputs' dtype name (``float32``).
+    fake_mode : FakeTensorMode or None
+        The mode whose fake tensors the model holds (None: real tensors).
+
+    Returns
+    -------
+    nn.Module
+
+    Raises
+    ------
+    ModelSpecError
+        A model that cannot be built, or whose lazy modules cannot be materialized.
     """
     if fake_mode is None:
         module = build_module(model, kwargs)
@@ -368,6 +454,23 @@ def build_step(spec: ModelSpec, fake_mode: FakeTensorMode | None = None) -> Trai
     """The model with its loss, parameters initialised from ``spec.seed`` (fake ones with ``fake_mode``).
 
     The global random state is left as it was.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        The model and its task.
+    fake_mode : FakeTensorMode or None
+        The mode whose fake tensors the model holds (None: real tensors).
+
+    Returns
+    -------
+    TrainingStep
+        In training mode.
+
+    Raises
+    ------
+    ModelSpecError
+        A model that cannot be built.
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
@@ -377,7 +480,21 @@ def build_step(spec: ModelSpec, fake_mode: FakeTensorMode | None = None) -> Trai
 
 
 def make_batch(spec: ModelSpec, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """The input batch and its labels, drawn from a generator seeded with ``spec.seed + 1``."""
+    """The input batch and its labels, drawn from a generator seeded with ``spec.seed + 1``.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        Shapes, dtype and ranges of the batch.
+    device : torch.device or str
+        Where the tensors go; they are drawn on the CPU, so every device gets the same values.
+
+    Returns
+    -------
+    tuple of (torch.Tensor, torch.Tensor)
+        The inputs (normal floats, or integers in ``[0, input_range)``) and the labels (integers in
+        ``[0, label_range)``, or normal floats for ``regress``).
+    """
     gen = torch.Generator().manual_seed(spec.seed + 1)
     shape = (spec.batch, *spec.input_shape)
     dtype = getattr(torch, spec.input_dtype)
@@ -421,6 +538,16 @@ def trace_step(spec: ModelSpec) -> tuple[fx.GraphModule, list[str], list[str]]:
     Returns the graph module and the parameter and buffer names, in the order
     of the graph's placeholders (parameters, buffers, inputs, labels). The
     graph returns ``[loss, grad_1, ..., grad_P]``.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        The model, its batch and its task.
+
+    Returns
+    -------
+    tuple of (fx.GraphModule, list of str, list of str)
+        The graph module, the parameter names and the buffer names.
     """
     mode = SharedFakeMode()
     step = build_step(spec, mode)
@@ -456,6 +583,18 @@ def trace_step(spec: ModelSpec) -> tuple[fx.GraphModule, list[str], list[str]]:
 
 
 def fake_batch(spec: ModelSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch of zeros of the spec's shapes and dtypes, for tracing: call it inside a fake tensor mode.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        Shapes and dtypes of the batch.
+
+    Returns
+    -------
+    tuple of (torch.Tensor, torch.Tensor)
+        The inputs, and the labels (int64, or float32 for ``regress``).
+    """
     shape = (spec.batch, *spec.input_shape)
     inputs = torch.zeros(shape, dtype=getattr(torch, spec.input_dtype))
     labels = torch.zeros(spec.label_shape, dtype=torch.float32 if spec.label_range is None else torch.int64)
@@ -489,7 +628,12 @@ class ProgramNode:
     parameter: str | None = None
 
     def runs(self) -> FxNode:
-        """The FX node an op or update node runs (only a gradient node may have none)."""
+        """The FX node an op or update node runs (only a gradient node may have none).
+
+        Returns
+        -------
+        fx.Node
+        """
         assert self.fx is not None, f"node '{self.id}' ({self.role}) has no FX node"
         return self.fx
 
@@ -500,6 +644,10 @@ class ProgramNode:
 
         Paths are relative to the training step (``model.blocks.3.attn.qkv``); the loss, computed by
         the step itself, has the path ``""``.
+
+        Returns
+        -------
+        tuple of (str, str) or None
         """
         if self.role == GRADIENT or self.fx is None:
             return None
@@ -531,7 +679,13 @@ class Program:
         return sum(self.fixed_bytes.values())
 
     def outputs(self) -> list[int]:
-        """The loss, the nodes holding gradients, and the buffer updates, in node order."""
+        """The loss, the nodes holding gradients, and the buffer updates, in node order.
+
+        Returns
+        -------
+        list of int
+            Node indices, each once.
+        """
         outs = {self.loss, *self.gradients.values()}
         outs.update(i for i, node in enumerate(self.nodes) if node.role == UPDATE)
         return sorted(outs)
@@ -608,7 +762,23 @@ def _is_random(node: fx.Node) -> bool:
 
 
 def build_program(spec: ModelSpec) -> Program:
-    """Trace the training step of ``spec`` and lower it to remat-bench nodes."""
+    """Trace the training step of ``spec`` and lower it to remat-bench nodes.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        The model, its batch and its task (`model_spec`).
+
+    Returns
+    -------
+    Program
+
+    Raises
+    ------
+    ModelSpecError
+        A model that cannot be built or traced, or whose step remat-bench cannot model (a random operator,
+        a write into an intermediate value, a loss that depends on no computation).
+    """
     gm, param_names, buffer_names = _trace(spec)
     graph = gm.graph
     storages = Storages()
@@ -667,7 +837,23 @@ class Storages:
         self.fixed_bytes = {"parameters": 0, "buffers": 0, "inputs": 0, "constants": 0}
 
     def claim(self, value: Any, by: fx.Node | None, account: str | None = None) -> int:
-        """Give ``by`` the storages of ``value`` nobody owns yet; returns their bytes (added to ``account``)."""
+        """Give ``by`` the storages of ``value`` nobody owns yet; returns their bytes (added to ``account``).
+
+        Parameters
+        ----------
+        value : Any
+            A tensor or a structure of tensors (an FX node's ``val``).
+        by : fx.Node or None
+            The new owner (None: fixed memory).
+        account : str or None
+            The fixed-memory account the bytes are added to (``parameters``, ``buffers``, ``inputs``,
+            ``constants``); None for none.
+
+        Returns
+        -------
+        int
+            Bytes of the storages newly owned.
+        """
         fresh = 0
         for t in _tensors(value):
             ref = StorageWeakRef(t.untyped_storage())
@@ -679,6 +865,18 @@ class Storages:
         return fresh
 
     def owners(self, value: Any) -> set[fx.Node | None]:
+        """The owners of the storages of ``value`` that are owned already.
+
+        Parameters
+        ----------
+        value : Any
+            A tensor or a structure of tensors.
+
+        Returns
+        -------
+        set of (fx.Node or None)
+            None among them for fixed memory; empty when every storage is new.
+        """
         owner = self.owner
         return {owner[r] for r in (StorageWeakRef(t.untyped_storage()) for t in _tensors(value)) if r in owner}
 
@@ -710,7 +908,18 @@ class FxValues:
     base: dict[fx.Node, fx.Node | None] = field(default_factory=dict)  # -> allocating node owning its storage
 
     def alias_closure(self, reads: list[fx.Node]) -> tuple[fx.Node, ...]:
-        """The alias FX nodes to evaluate to get ``reads`` from base values, in graph order."""
+        """The alias FX nodes to evaluate to get ``reads`` from base values, in graph order.
+
+        Parameters
+        ----------
+        reads : list of fx.Node
+            The values a node reads.
+
+        Returns
+        -------
+        tuple of fx.Node
+            The aliases among them and those they are derived from, through any chain of aliases.
+        """
         found: set[fx.Node] = set()
         todo = [a for a in reads if a.op == "call_function" and a not in self.allocates]
         while todo:
@@ -724,7 +933,27 @@ class FxValues:
 
 def sort_fx_nodes(spec: ModelSpec, gm: fx.GraphModule, storages: Storages) -> FxValues:
     """Sort FX nodes: allocating (op), writing into a buffer only (update), or aliasing (folded into
-    the value whose storage it shares); refuses random operators and writes into intermediate values."""
+    the value whose storage it shares); refuses random operators and writes into intermediate values.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        The model, named in errors.
+    gm : fx.GraphModule
+        The traced step.
+    storages : Storages
+        The placeholders' storages already claimed; each new storage is claimed by the node that
+        allocates it.
+
+    Returns
+    -------
+    FxValues
+
+    Raises
+    ------
+    ModelSpecError
+        A random operator, a write into an intermediate value, or a node aliasing several values.
+    """
     graph = gm.graph
     values = FxValues(order={n: i for i, n in enumerate(graph.nodes)})
     allocates, base_fx = values.allocates, values.base
@@ -911,7 +1140,19 @@ class State:
 
     @classmethod
     def create(cls, spec: ModelSpec, device: torch.device) -> State:
-        """Parameters as the model's initialisers set them after ``torch.manual_seed(spec.seed)``."""
+        """Parameters as the model's initialisers set them after ``torch.manual_seed(spec.seed)``.
+
+        Parameters
+        ----------
+        spec : ModelSpec
+            The model and its batch.
+        device : torch.device
+            Where the tensors go.
+
+        Returns
+        -------
+        State
+        """
         step = build_step(spec)
         params = {k: p.detach().to(device).clone() for k, p in step.named_parameters()}
         buffers = {k: b.detach().to(device).clone() for k, b in step.named_buffers()}
@@ -984,7 +1225,20 @@ class Executor:
         return n.target(*args, **kwargs)  # type: ignore[operator]  # call_function: a callable target
 
     def evaluate(self, n: fx.Node | None, aliases: tuple[fx.Node, ...]) -> Any:
-        """The value of FX node ``n``, re-deriving ``aliases`` from resident values first."""
+        """The value of FX node ``n``, re-deriving ``aliases`` from resident values first.
+
+        Parameters
+        ----------
+        n : fx.Node or None
+            The value read (None: nothing to read).
+        aliases : tuple of fx.Node
+            The aliases it is derived through (`FxValues.alias_closure`), in graph order.
+
+        Returns
+        -------
+        Any
+            The tensor or tuple; None for ``n`` None.
+        """
         if n is None:
             return None
         local: dict[fx.Node, Any] = {}
@@ -993,6 +1247,18 @@ class Executor:
         return self._read(n, local)
 
     def compute(self, i: int) -> None:
+        """Run node ``i`` on the resident values of its inputs and keep its value.
+
+        Parameters
+        ----------
+        i : int
+            The node's index.
+
+        Raises
+        ------
+        ExecutionError
+            The operator failed, or read a value that is not resident; the message names the node.
+        """
         node = self.program.nodes[i]
         try:
             with torch.no_grad():
@@ -1031,10 +1297,23 @@ class Executor:
         return pytree.tree_unflatten(leaves, tree)
 
     def free(self, i: int) -> None:
+        """Drop node ``i``'s value, the last reference to it.
+
+        Parameters
+        ----------
+        i : int
+            The node's index; its value must be resident.
+        """
         del self.values[i]
 
     def results(self) -> tuple[torch.Tensor, dict[str, torch.Tensor | None]]:
-        """The loss and every parameter's gradient, read from the resident outputs."""
+        """The loss and every parameter's gradient, read from the resident outputs.
+
+        Returns
+        -------
+        tuple of (torch.Tensor, dict)
+            The loss, and parameter name -> gradient (None where the step gives none).
+        """
         program = self.program
         with torch.no_grad():
             loss = self.evaluate(*program.loss_read)
@@ -1046,7 +1325,20 @@ class Executor:
 
 
 def reference_step(spec: ModelSpec, device: torch.device) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """A plain autograd training step: the loss and every parameter's gradient, for comparison."""
+    """A plain autograd training step: the loss and every parameter's gradient, for comparison.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        The model, its parameters' seed and its batch.
+    device : torch.device
+        Where the step runs.
+
+    Returns
+    -------
+    tuple of (torch.Tensor, dict)
+        The loss, and parameter name -> gradient (zeros for a parameter the loss does not use).
+    """
     step = build_step(spec).to(device)
     inputs, labels = make_batch(spec, device)
     loss = step(inputs, labels)

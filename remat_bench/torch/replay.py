@@ -114,6 +114,14 @@ class ReplayResult:
         return 100.0 * (self.measured_peak / self.simulated_peak - 1.0)
 
     def to_json(self) -> dict[str, Any]:
+        """The result as ``remat-bench replay --json`` prints it.
+
+        Returns
+        -------
+        dict
+            The fields, ``peak_error_pct``, ``within_budget`` and the tolerance (None for a synthetic replay);
+            ``diffs`` and ``budget_note`` are left out.
+        """
         return {
             "device": self.device,
             "measured_peak": self.measured_peak,
@@ -141,7 +149,22 @@ class ReplayResult:
 
 
 def resolve_device(device: str | None) -> torch.device:
-    """``None``: CUDA when present, else CPU. A device that is not there is refused."""
+    """``None``: CUDA when present, else CPU. A device that is not there is refused.
+
+    Parameters
+    ----------
+    device : str or None
+        A torch device name (``cpu``, ``cuda``, ``cuda:1``), or None.
+
+    Returns
+    -------
+    torch.device
+
+    Raises
+    ------
+    ReplayError
+        CUDA asked for where there is none, or a device other than CUDA and CPU.
+    """
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(device)
@@ -153,7 +176,24 @@ def resolve_device(device: str | None) -> torch.device:
 
 
 def load_schedule_for(graph: Graph, path: str | Path) -> Schedule:
-    """Read a schedule file for ``graph``; refuse one written for another graph (by its sha256)."""
+    """Read a schedule file for ``graph``; refuse one written for another graph (by its sha256).
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph the schedule is for.
+    path : str or Path
+        The schedule file.
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    ScheduleError
+        A file that cannot be read or parsed, or that was written for another graph.
+    """
     data = parse_json(read_text(path, ScheduleError), str(path), ScheduleError)
     written = data.get("graph") if isinstance(data, dict) else None
     want = written.get("sha256") if isinstance(written, dict) else None
@@ -167,7 +207,30 @@ def load_schedule_for(graph: Graph, path: str | Path) -> Schedule:
 
 
 def replay_files(graph_path: str | Path, schedule_path: str | Path, device: str | None = None) -> ReplayResult:
-    """Load a graph and a schedule file (refusing one written for another graph) and replay it."""
+    """Load a graph and a schedule file (refusing one written for another graph) and replay it.
+
+    Parameters
+    ----------
+    graph_path : str or Path
+        The graph file.
+    schedule_path : str or Path
+        The schedule file.
+    device : str or None
+        As `resolve_device` takes it.
+
+    Returns
+    -------
+    ReplayResult
+
+    Raises
+    ------
+    GraphError
+        A graph file that cannot be read.
+    ScheduleError
+        A schedule file that cannot be read, or one for another graph or not valid for this one.
+    ReplayError
+        No such device, not enough memory, or an operator that fails.
+    """
     graph = load_graph(graph_path)
     return replay(graph, load_schedule_for(graph, schedule_path), device)
 
@@ -181,6 +244,32 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
     The schedule must be valid for the graph (the simulator decides): one that
     is not, including one written for another graph, is refused with a
     ScheduleError before anything runs.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph; one imported from PyTorch runs its model's operators, any other synthetic ones.
+    schedule : Schedule
+        The schedule to run.
+    device : str or None
+        As `resolve_device` takes it (None: CUDA when present, else CPU).
+    timing_run : bool
+        Whether to time a second, unprofiled run.
+
+    Returns
+    -------
+    ReplayResult
+        Peaks in bytes, the wall time in s.
+
+    Raises
+    ------
+    ScheduleError
+        A schedule the simulator finds not valid for the graph.
+    ReplayError
+        No such device, a synthetic replay that would not fit in the free memory, or an operator that
+        fails on real tensors.
+    GraphError
+        An imported graph whose model now traces to other nodes.
     """
     sim = simulate(graph, schedule)
     if not sim.valid:
@@ -227,7 +316,22 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
 
 
 def over_budget_cause(graph: Graph, device: torch.device, result: ReplayResult) -> str:
-    """The likely reason a replay's measured peak is above its schedule's budget."""
+    """The likely reason a replay's measured peak is above its schedule's budget.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph replayed.
+    device : torch.device
+        Where it was replayed.
+    result : ReplayResult
+        The replay's result.
+
+    Returns
+    -------
+    str
+        One clause; empty when the peak is within the budget or there is no budget.
+    """
     if result.budget is None or result.within_budget:
         return ""
     if result.simulated_peak > result.budget:
@@ -247,6 +351,24 @@ def scratch_note(graph: Graph, device: torch.device, measured_peak: int, simulat
     The usual cause is the scratch memory kernels allocate inside themselves,
     which a graph models only when its workspaces were measured, and only for
     the processor and thread count they were measured with.
+
+    Parameters
+    ----------
+    graph : Graph
+        An imported graph; its metadata says where its workspaces were measured, if they were.
+    device : torch.device
+        Where the replay ran.
+    measured_peak : int
+        Bytes.
+    simulated_peak : Number
+        Bytes.
+    slack : float
+        The fraction above the simulated peak that needs no note.
+
+    Returns
+    -------
+    str
+        One clause; empty when the measured peak is within the slack.
     """
     if measured_peak <= (1.0 + slack) * simulated_peak:
         return ""
@@ -312,7 +434,21 @@ def _model_run(graph: Graph, device: torch.device) -> Iterator[tuple[Execute, in
 
 
 def compare(got: dict[str, torch.Tensor | None], want: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """Largest absolute and relative differences, and whether all are within RTOL/ATOL."""
+    """Largest absolute and relative differences, and whether all are within RTOL/ATOL.
+
+    Parameters
+    ----------
+    got : dict
+        Name -> tensor of the replay (None: a gradient it did not produce, compared as zeros).
+    want : dict
+        Name -> tensor of the reference; every name here is compared.
+
+    Returns
+    -------
+    dict
+        ``match`` (bool), ``max_abs`` and ``max_rel`` (float; ``max_rel`` is inf where a reference tensor is
+        all zeros and the replay's is not), and ``diffs``: each name's largest absolute difference.
+    """
     diffs: dict[str, float] = {}
     max_abs = max_rel = 0.0
     match = True

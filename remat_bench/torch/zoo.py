@@ -69,6 +69,18 @@ class MLP(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of a batch, each sample flattened.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            A batch (N, ...) of ``in_features`` values per sample.
+
+        Returns
+        -------
+        torch.Tensor
+            Logits (N, num_classes).
+        """
         return self.net(x.flatten(1))
 
 
@@ -95,6 +107,18 @@ class VGG11(nn.Module):
         self.head = nn.Linear(c_in, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of a batch of images.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Images (N, 3, H, W), H and W at least 32 (five 2x2 max poolings).
+
+        Returns
+        -------
+        torch.Tensor
+            Logits (N, num_classes).
+        """
         h = self.features(x)
         return self.head(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1))
 
@@ -112,6 +136,18 @@ class BasicBlock(nn.Module):
         self.shortcut = _shortcut(c_in, c_out, stride)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Two 3x3 convolutions plus the shortcut, then ReLU.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Feature maps (N, c_in, H, W).
+
+        Returns
+        -------
+        torch.Tensor
+            Feature maps (N, c_mid, H / stride, W / stride).
+        """
         h = F.relu(self.bn1(self.conv1(x)))
         h = self.bn2(self.conv2(h))
         return F.relu(h + self.shortcut(x))
@@ -132,6 +168,18 @@ class Bottleneck(nn.Module):
         self.shortcut = _shortcut(c_in, c_out, stride)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """1x1, 3x3 and 1x1 convolutions plus the shortcut, then ReLU.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Feature maps (N, c_in, H, W).
+
+        Returns
+        -------
+        torch.Tensor
+            Feature maps (N, 4 c_mid, H / stride, W / stride).
+        """
         h = F.relu(self.bn1(self.conv1(x)))
         h = F.relu(self.bn2(self.conv2(h)))
         h = self.bn3(self.conv3(h))
@@ -163,15 +211,53 @@ class ResNet(nn.Module):
         self.head = nn.Linear(c_in, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of a batch of images.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Images (N, 3, H, W).
+
+        Returns
+        -------
+        torch.Tensor
+            Logits (N, num_classes).
+        """
         h = self.stages(self.stem(x))
         return self.head(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1))
 
 
 def resnet18(width: int = 64, num_classes: int = 10) -> ResNet:
+    """ResNet-18: basic blocks, [2, 2, 2, 2] per stage.
+
+    Parameters
+    ----------
+    width : int
+        Channels of the stem and the first stage, doubled at each later stage.
+    num_classes : int
+        Outputs of the head.
+
+    Returns
+    -------
+    ResNet
+    """
     return ResNet(BasicBlock, (2, 2, 2, 2), width, num_classes)
 
 
 def resnet50(width: int = 64, num_classes: int = 10) -> ResNet:
+    """ResNet-50: bottleneck blocks, [3, 4, 6, 3] per stage.
+
+    Parameters
+    ----------
+    width : int
+        Channels of the stem and of the first stage's bottlenecks, doubled at each later stage.
+    num_classes : int
+        Outputs of the head.
+
+    Returns
+    -------
+    ResNet
+    """
     return ResNet(Bottleneck, (3, 4, 6, 3), width, num_classes)
 
 
@@ -200,6 +286,18 @@ class UNet(nn.Module):
         self.head = nn.Conv2d(c_in, num_classes, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-pixel logits of a batch of images.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Images (N, 3, H, W), H and W divisible by ``2 ** depth``.
+
+        Returns
+        -------
+        torch.Tensor
+            Logits (N, num_classes, H, W).
+        """
         skips = []
         h = x
         for block in self.down:
@@ -222,6 +320,18 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(width, width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Causal multi-head self-attention over a sequence.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Activations (N, T, width).
+
+        Returns
+        -------
+        torch.Tensor
+            Activations (N, T, width).
+        """
         n, t, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)
         q, k, v = (z.view(n, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
@@ -238,6 +348,18 @@ class GPTBlock(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Attention then MLP, each pre-normed and added to its input.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Activations (N, T, width).
+
+        Returns
+        -------
+        torch.Tensor
+            Activations (N, T, width).
+        """
         x = x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
 
@@ -255,6 +377,18 @@ class GPT(nn.Module):
         self.head = nn.Linear(width, vocab, bias=False)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Next-token logits of a batch of sequences.
+
+        Parameters
+        ----------
+        tokens : torch.Tensor
+            Token ids (N, T), T at most ``max_seq``.
+
+        Returns
+        -------
+        torch.Tensor
+            Logits (N, T, vocab).
+        """
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         h = self.tok(tokens) + self.pos(positions)
         return self.head(self.ln_f(self.blocks(h)))
@@ -327,7 +461,18 @@ def _roots() -> tuple[list[str], list[str]]:
 
 
 def place_of(filename: str | None) -> str:
-    """Whose code a file is: USER, INSTALLED (site-packages, remat-bench) or STANDARD (no file: built in)."""
+    """Whose code a file is: USER, INSTALLED (site-packages, remat-bench) or STANDARD (no file: built in).
+
+    Parameters
+    ----------
+    filename : str or None
+        A module's or a function's file; None or a relative name for built-in, frozen or generated code.
+
+    Returns
+    -------
+    str
+        `USER`, `INSTALLED` or `STANDARD`.
+    """
     if not filename or not os.path.isabs(filename):
         return STANDARD  # built-in, frozen or generated code
     path = os.path.realpath(filename)
@@ -347,6 +492,23 @@ def locate_factory(model: str, search: Sequence[str] = ()) -> FactoryPlace | Non
     folder, then the Python path, as `load_factory` imports. Raises `ModelSpecError` for a name that is
     not ``module:attr``, a module that cannot be found, and any module of the standard library
     (``os:system``, ``subprocess:run``, ``builtins:eval``): nothing there builds a model.
+
+    Parameters
+    ----------
+    model : str
+        A zoo name or ``package.module:factory``.
+    search : Sequence of str
+        Folders looked in first.
+
+    Returns
+    -------
+    FactoryPlace or None
+        The module, the attribute, the module's file and whose code it is; None for a zoo name.
+
+    Raises
+    ------
+    ModelSpecError
+        A malformed name, a module not found, or a module of the standard library.
     """
     if model in ZOO:
         return None
@@ -408,6 +570,22 @@ def load_factory(model: str) -> Callable[..., nn.Module]:
     the user's own (outside the standard library and installed packages, `place_of`); a module of the
     standard library is refused before it is imported (`locate_factory`). Importing the module runs its
     top-level code: a ``torch:`` entry or ``import-torch`` runs the code it names.
+
+    Parameters
+    ----------
+    model : str
+        A zoo name or ``package.module:factory`` (the factory may be a dotted path inside the module).
+
+    Returns
+    -------
+    callable
+        The zoo entry's builder, the ``nn.Module`` subclass, or the user's function; not yet called.
+
+    Raises
+    ------
+    ModelSpecError
+        A name `locate_factory` refuses, a module that cannot be imported, a missing attribute, or a
+        callable that may not be called.
     """
     if model in ZOO:
         return ZOO[model].build
@@ -442,7 +620,25 @@ def load_factory(model: str) -> Callable[..., nn.Module]:
 
 
 def build_module(model: str, kwargs: dict[str, Any]) -> nn.Module:
-    """Build the model; the factory's own errors become one sentence."""
+    """Build the model; the factory's own errors become one sentence.
+
+    Parameters
+    ----------
+    model : str
+        A zoo name or ``package.module:factory``.
+    kwargs : dict
+        The factory's keyword arguments.
+
+    Returns
+    -------
+    nn.Module
+
+    Raises
+    ------
+    ModelSpecError
+        A factory `load_factory` refuses, one that raises (the cause chained), or one that returns
+        something else than an ``nn.Module``.
+    """
     factory = load_factory(model)
     try:
         module = factory(**kwargs)
@@ -466,6 +662,21 @@ class TrainingStep(nn.Module):
         self.task = task
 
     def forward(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The loss of the task on one batch.
+
+        Parameters
+        ----------
+        inputs : torch.Tensor
+            The batch the model reads.
+        labels : torch.Tensor
+            Class indices (classify, segment, language: next tokens) or targets of the output's shape
+            (regress).
+
+        Returns
+        -------
+        torch.Tensor
+            The scalar loss: cross-entropy, or mean squared error for ``regress``.
+        """
         out = self.model(inputs)
         if self.task == "language":
             return F.cross_entropy(out.flatten(0, 1), labels.flatten())
