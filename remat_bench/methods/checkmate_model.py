@@ -40,7 +40,22 @@ def _stri(t: np.ndarray, i: np.ndarray) -> np.ndarray:
 
 
 def estimate_size(n: int, edges: int, consumers_total: int) -> tuple[int, int, int]:
-    """(columns, rows, nonzeros) of the Checkmate model, before building it."""
+    """(columns, rows, nonzeros) of the Checkmate model, before building it.
+
+    Parameters
+    ----------
+    n : int
+        Nodes (and stages).
+    edges : int
+        Edges of the graph.
+    consumers_total : int
+        The consumers of every node, summed: the FREE rows' length grows with their mean.
+
+    Returns
+    -------
+    tuple of (int, int, int)
+        Estimates of the model's columns, rows and nonzeros.
+    """
     tri = n * (n + 1) // 2
     free = edges * n // 2 + edges  # sum over edges (i,k) of n - k, about half n per edge
     cols = 2 * tri + tri - n + free
@@ -50,7 +65,27 @@ def estimate_size(n: int, edges: int, consumers_total: int) -> tuple[int, int, i
 
 
 def check_fits(n: int, edges: int, what: str) -> dict[str, Any]:
-    """Refuse a model that would not fit in memory, naming the estimate."""
+    """Refuse a model that would not fit in memory, naming the estimate.
+
+    Parameters
+    ----------
+    n : int
+        Nodes of the graph.
+    edges : int
+        Edges of the graph.
+    what : str
+        The model's name in the error ("Checkmate", "Checkmate LP").
+
+    Returns
+    -------
+    dict
+        The estimate for a run's stats: ``est_columns``, ``est_rows``, ``est_nonzeros`` and ``est_bytes``.
+
+    Raises
+    ------
+    ModelTooLargeError
+        The model would need more than 60% of the memory available now.
+    """
     cols, rows, nnz = estimate_size(n, edges, edges)
     # numpy COO blocks, the CSR copy, and HiGHS's own row- and column-wise copies.
     need = nnz * 60 + cols * 80 + rows * 40
@@ -265,7 +300,18 @@ class CheckmateModel:
 
     @classmethod
     def build(cls, graph: Graph, budget: Number) -> CheckmateModel:
-        """The model of ``graph`` within ``budget``: variables, constraints family by family, objective."""
+        """The model of ``graph`` within ``budget``: variables, constraints family by family, objective.
+
+        Parameters
+        ----------
+        graph : Graph
+        budget : Number
+            The peak allowed, in memory units (rounded down to whole units of the memory's gcd).
+
+        Returns
+        -------
+        CheckmateModel
+        """
         start = time.perf_counter()
         # Memory in units of its gcd, the budget rounded down to whole units: the same feasible set in
         # smaller numbers.
@@ -290,7 +336,19 @@ class CheckmateModel:
     # ------------------------------------------------------------------ decode / encode
 
     def split(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Rounded (R, S, FREE) as dense n x n matrices and a FREE vector."""
+        """Rounded (R, S, FREE) as dense n x n matrices and a FREE vector.
+
+        Parameters
+        ----------
+        x : np.ndarray
+            A point of the model (a solution, or a relaxation's values).
+
+        Returns
+        -------
+        tuple of (np.ndarray, np.ndarray, np.ndarray)
+            R (n x n, bool), S ((n + 1) x n, bool: its last row keeps the outputs past the last stage), and
+            FREE (bool, one per FREE column).
+        """
         n = self.n
         tt, ii = np.tril_indices(n)
         R = np.zeros((n, n), dtype=bool)
@@ -303,12 +361,34 @@ class CheckmateModel:
         return R, S, free
 
     def objective(self, x: np.ndarray) -> Number:
+        """The duration of the computations the rounded R of ``x`` makes.
+
+        Parameters
+        ----------
+        x : np.ndarray
+            A point of the model.
+
+        Returns
+        -------
+        Number
+            In the graph's duration units (not scaled as the model's objective is).
+        """
         R, _, _ = self.split(x)
         dur = self.graph.duration
         return (dur[np.nonzero(R)[1]]).sum().item()
 
     def decode(self, x: np.ndarray) -> Schedule:
-        """Steps from (R, S, FREE): stage by stage, frees where FREE says, drops at stage ends."""
+        """Steps from (R, S, FREE): stage by stage, frees where FREE says, drops at stage ends.
+
+        Parameters
+        ----------
+        x : np.ndarray
+            A point of the model, rounded here (`split`).
+
+        Returns
+        -------
+        Schedule
+        """
         R, S, free = self.split(x)
         n = self.n
         frees_after: dict[tuple[int, int], list[int]] = {}
@@ -333,7 +413,20 @@ class CheckmateModel:
         return out.build()
 
     def encode(self, schedule: Schedule) -> np.ndarray | None:
-        """The model's point for a schedule in the staged space, or None if it is not in it."""
+        """The model's point for a schedule in the staged space, or None if it is not in it.
+
+        Parameters
+        ----------
+        schedule : Schedule
+            A schedule of the model's graph, to start the solver from (a warm start).
+
+        Returns
+        -------
+        np.ndarray or None
+            Values for every column (R, S, FREE and U); None when the schedule leaves a node uncomputed,
+            computes nodes for the first time out of input order, or recomputes in a stage a node that comes
+            after the stage's own.
+        """
         n, graph = self.n, self.graph
         computes = schedule.nodes[schedule.kinds == COMPUTE]
         seen = np.zeros(n, dtype=bool)
@@ -403,7 +496,20 @@ BUILD_SECONDS_PER_COLUMN = 3e-6
 
 
 def too_short(estimate: dict[str, Any], deadline: Deadline) -> MethodResult | None:
-    """A no_solution answer when the time limit cannot even cover building the model."""
+    """A no_solution answer when the time limit cannot even cover building the model.
+
+    Parameters
+    ----------
+    estimate : dict
+        `check_fits`'s estimate (``est_columns`` is read).
+    deadline : Deadline
+        The run's deadline.
+
+    Returns
+    -------
+    MethodResult or None
+        The answer to return at once; None when there is no time limit, or time enough to build.
+    """
     remaining = deadline.remaining()
     build = estimate["est_columns"] * BUILD_SECONDS_PER_COLUMN
     if remaining is None or build < remaining:

@@ -149,6 +149,16 @@ def forward_dag(graph: Graph, virtual_source: bool = True) -> ForwardDag:
     input that remat-bench's source nodes read implicitly; with
     ``virtual_source=False`` it is added only where there are several source
     nodes. A virtual sink is added where there are several sink nodes.
+
+    Parameters
+    ----------
+    graph : Graph
+    virtual_source : bool
+        Whether a virtual source is added even before a single source node.
+
+    Returns
+    -------
+    ForwardDag
     """
     forward = np.asarray(graph.forward_indices, dtype=np.int64)
     local = np.full(graph.n, -1, dtype=np.int64)
@@ -225,6 +235,14 @@ def pair_table(dag: ForwardDag) -> PairTable:
 
         between[i, j] = sum_v S[i, v] S[v, j]
         clean[i, j]   = sum_v S[i, v] entry_ok[v, i] S[v, j] exit_ok[v, j].
+
+    Parameters
+    ----------
+    dag : ForwardDag
+
+    Returns
+    -------
+    PairTable
     """
     reach = dag.reach
     strict = reach & ~np.eye(dag.m, dtype=bool)
@@ -289,12 +307,26 @@ class DivisionTree:
         return self.segments[0]
 
     def counts(self) -> dict[str, int]:
+        """How many segments of each kind the tree holds (for stats).
+
+        Returns
+        -------
+        dict
+            `SegmentKind` value (``leaf``, ``linear``, ``branch``, ``complicate``) to count, every kind present.
+        """
         out = {kind.value: 0 for kind in SegmentKind}
         for seg in self.segments:
             out[seg.kind.value] += 1
         return out
 
     def depth(self) -> int:
+        """The tree's depth (for stats).
+
+        Returns
+        -------
+        int
+            Edges on the longest path from the root to a segment; 0 for a root alone.
+        """
         depth = [0] * len(self.segments)
         for sid, seg in enumerate(self.segments):  # children always come after their parent
             for c in seg.children:
@@ -303,7 +335,19 @@ class DivisionTree:
 
 
 def build_division_tree(dag: ForwardDag, table: PairTable | None = None) -> DivisionTree:
-    """Divide the whole graph down to single edges (Algorithms 2-4), breadth first, no recursion."""
+    """Divide the whole graph down to single edges (Algorithms 2-4), breadth first, no recursion.
+
+    Parameters
+    ----------
+    dag : ForwardDag
+    table : PairTable or None
+        ``dag``'s `pair_table`, when the caller has it; None: computed here.
+
+    Returns
+    -------
+    DivisionTree
+        Every segment after its parent; the leaves are single edges.
+    """
     table = pair_table(dag) if table is None else table
     memory = dag.memory
     m = dag.m
@@ -479,6 +523,17 @@ def canonical_tree(tree: DivisionTree, names: list[str]) -> tuple:
 
     Each segment is (kind, source, target, interior names, members); built
     from the leaves up (children come after their parent), without recursion.
+
+    Parameters
+    ----------
+    tree : DivisionTree
+    names : list of str
+        A name for each local vertex of ``tree.dag``.
+
+    Returns
+    -------
+    tuple
+        The root's form: two numberings of one graph give equal forms.
     """
     forms: list[Any] = [None] * len(tree.segments)
     for sid in range(len(tree.segments) - 1, -1, -1):
@@ -503,8 +558,25 @@ def lcg_path(vertex_cost: list[Number], edge_cost: list[Number], max_term: Numbe
     steps 3-4): since a segment's cost grows with its length, the vertices a
     that may precede b form a window [lo(b), b - 1] that only moves right, so
     a monotone deque gives each step's minimum. Every edge must cost at most
-    ``max_term``. Returns the chosen vertices (start and end included) and the
-    largest chosen segment's cost.
+    ``max_term``.
+
+    Parameters
+    ----------
+    vertex_cost : list of Number
+        Each vertex's memory.
+    edge_cost : list of Number
+        Each edge's memory (``len(vertex_cost) - 1`` of them, or at least up to ``end``).
+    max_term : Number
+        The most a segment may cost.
+    start : int
+        The first vertex of the path.
+    end : int or None
+        The last vertex of the path; None: the last vertex.
+
+    Returns
+    -------
+    tuple of (list of int, Number)
+        The chosen vertices (start and end included), and the largest chosen segment's cost.
     """
     end = len(vertex_cost) - 1 if end is None else end
     if start == end:
@@ -543,7 +615,17 @@ def lcg_path(vertex_cost: list[Number], edge_cost: list[Number], max_term: Numbe
 def lcg_optimum(vertex_cost: list[Number], edge_cost: list[Number]) -> tuple[list[int], Number]:
     """Algorithm 1: the checkpoints minimising sum of their costs + largest segment on a linear graph.
 
-    Returns the chosen vertices and the Eq. 1 value.
+    Parameters
+    ----------
+    vertex_cost : list of Number
+        Each vertex's memory.
+    edge_cost : list of Number
+        Each edge's memory: edge q joins vertices q and q + 1.
+
+    Returns
+    -------
+    tuple of (list of int, Number)
+        The chosen vertices (the first and last included), and the Eq. 1 value.
     """
     n = len(vertex_cost) - 1
     before = np.concatenate(([0], np.cumsum(np.asarray(edge_cost[:n]) + np.asarray(vertex_cost[:n]))))
@@ -633,7 +715,17 @@ class ACGSolver:
         return terms[terms <= self.cost[0]]
 
     def solve(self, max_term: Number) -> Solution:
-        """Algorithm 5 from the root for one max term C, with an explicit stack."""
+        """Algorithm 5 from the root for one max term C, with an explicit stack.
+
+        Parameters
+        ----------
+        max_term : Number
+            C, the most a final segment may cost, in memory units.
+
+        Returns
+        -------
+        Solution
+        """
         segs = self.tree.segments
         dag = self.tree.dag
         checkpoints = {dag.source, dag.sink}
@@ -683,6 +775,16 @@ class ACGSolver:
         A solution for C whose largest segment is M answers every term in
         [M, C] as well, so the next term tried is the largest one below M.
         Stops early if ``deadline`` expires (after at least one solution).
+
+        Parameters
+        ----------
+        deadline : Deadline or None
+            When to stop; None: never, every term is tried.
+
+        Yields
+        ------
+        Solution
+            One per max term tried, the largest term first.
         """
         terms = self.terms
         i = len(terms) - 1
@@ -697,7 +799,20 @@ class ACGSolver:
 
 def plan_of(graph: Graph, dag: ForwardDag, solution: Solution) -> Plan:
     """The solution as a plan for the shared lowering: kept checkpoints, one segment per final
-    segment's interior, and every other forward node (the checkpoints) a segment of its own."""
+    segment's interior, and every other forward node (the checkpoints) a segment of its own.
+
+    Parameters
+    ----------
+    graph : Graph
+    dag : ForwardDag
+        ``graph``'s forward graph, whose local vertices ``solution`` names.
+    solution : Solution
+
+    Returns
+    -------
+    Plan
+        In ``graph``'s node indices; virtual vertices are left out.
+    """
     node = dag.node
     kept = frozenset(int(node[v]) for v in solution.checkpoints if node[v] != VIRTUAL)
     covered = np.zeros(graph.n, dtype=bool)
