@@ -123,6 +123,13 @@ class Bound:
     no_order_fits: bool = False  # proven: every schedule within the budget recomputes something
 
     def as_dict(self) -> dict[str, Any]:
+        """The bound as JSON-ready fields (what the cache writes and `remat-bench bound --json` shows).
+
+        Returns
+        -------
+        dict
+            Every field, the termination by its value, tuples as lists, and `status`.
+        """
         return {"value": self.value, "status": self.status, "recomputed": list(self.recomputed),
                 "solve_time_s": self.solve_time_s, "cuts": self.cuts, "prefix_sizes": list(self.prefix_sizes),
                 "recompute_cuts": self.recompute_cuts,
@@ -151,20 +158,77 @@ class BoundSource(Protocol):
     """
 
     def peek(self, graph: Graph, budget: Number | None) -> Bound | None:
-        """The bound already known for ``graph`` at ``budget`` (None: none is; never computes one)."""
+        """The bound already known for ``graph`` at ``budget`` (None: none is; never computes one).
+
+        Parameters
+        ----------
+        graph : Graph
+        budget : Number or None
+            In the graph's memory units; None for ``min``.
+
+        Returns
+        -------
+        Bound or None
+        """
 
     def get(self, graph: Graph, budget: Number | None, effort: float = 30.0) -> tuple[Bound, bool]:
         """The bound, computed with ``effort`` seconds unless one good for that is known, and whether it
-        was known."""
+        was known.
+
+        Parameters
+        ----------
+        graph : Graph
+        budget : Number or None
+            In the graph's memory units; None for ``min`` (the trivial bound).
+        effort : float
+            Seconds the bound may take when it is computed (`any_order_bound`'s time limit).
+
+        Returns
+        -------
+        bound : Bound
+        known : bool
+            Whether it was known rather than computed now.
+        """
 
     def recompute(self, graph: Graph, budget: Number | None, effort: float) -> Bound:
-        """The bound computed afresh, the one known forgotten (a schedule contradicted it)."""
+        """The bound computed afresh, the one known forgotten (a schedule contradicted it).
+
+        Parameters
+        ----------
+        graph : Graph
+        budget : Number or None
+            In the graph's memory units; None for ``min``.
+        effort : float
+            Seconds the bound may take (`any_order_bound`'s time limit).
+
+        Returns
+        -------
+        Bound
+        """
 
     def share(self, graph: Graph, same: Graph, budget: Number | None) -> None:
-        """Let ``same`` (``graph`` with its nodes in another order) use ``graph``'s bound at ``budget``."""
+        """Let ``same`` (``graph`` with its nodes in another order) use ``graph``'s bound at ``budget``.
+
+        Parameters
+        ----------
+        graph : Graph
+        same : Graph
+            ``graph`` with its nodes listed in another order (`Graph.in_order`).
+        budget : Number or None
+            In the graph's memory units; None for ``min``.
+        """
 
     def for_graph(self, graph: Graph) -> BoundSource:
-        """A source for a child process that solves ``graph``: its bounds of ``graph`` and no others."""
+        """A source for a child process that solves ``graph``: its bounds of ``graph`` and no others.
+
+        Parameters
+        ----------
+        graph : Graph
+
+        Returns
+        -------
+        BoundSource
+        """
 
 
 def _bits_to_array(bits: int, n: int) -> np.ndarray:
@@ -173,7 +237,19 @@ def _bits_to_array(bits: int, n: int) -> np.ndarray:
 
 
 def memory_cuts(graph: Graph) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Per node c: the fixed part of its cut (fixed + c + ws + inputs) and the set A(c)."""
+    """Per node c: the fixed part of its cut (fixed + c + ws + inputs) and the set A(c).
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    base : np.ndarray
+        float64, one per node: the fixed part in memory units, with c's cheapest implementation.
+    sets : list of np.ndarray
+        One per node: the indices of A(c), ascending.
+    """
     n = graph.n
     mem = graph.memory
     # Inputs every implementation of d reads (a reader counts only then), as bitsets.
@@ -226,7 +302,19 @@ def memory_cuts(graph: Graph) -> tuple[np.ndarray, list[np.ndarray]]:
 
 
 def common_edges(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
-    """(u, d) for each input u that every implementation of d reads, once each."""
+    """(u, d) for each input u that every implementation of d reads, once each.
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    src : np.ndarray
+        int64: the inputs u.
+    dst : np.ndarray
+        int64: their readers d, ascending (each d's inputs ascending).
+    """
     src, dst = [], []
     for d in range(graph.n):
         common: set[int] | None = None
@@ -409,7 +497,25 @@ class _RecomputeCut:
 
 def recompute_cuts(graph: Graph, budget: Number, base: np.ndarray, sets: list[np.ndarray],
                    count: int = MAX_RECOMPUTE_CUTS) -> list[_RecomputeCut]:
-    """The recomputation cuts of the ``count`` nodes whose node cuts need the most memory dropped."""
+    """The recomputation cuts of the ``count`` nodes whose node cuts need the most memory dropped.
+
+    Parameters
+    ----------
+    graph : Graph
+    budget : Number
+        In the graph's memory units.
+    base : np.ndarray
+        The fixed parts of the node cuts (`memory_cuts`).
+    sets : list of np.ndarray
+        The sets A(c) of the node cuts (`memory_cuts`).
+    count : int
+        The most cuts returned.
+
+    Returns
+    -------
+    list of _RecomputeCut
+        Most memory to drop first; only nodes whose node cut does not fit ``budget`` as it is.
+    """
     mem = graph.memory.astype(np.float64)
     need = np.array([float(mem[xs].sum()) - (float(budget) - base[c]) for c, xs in enumerate(sets)])
     chosen = [int(c) for c in np.argsort(-need, kind="stable")[:count] if need[c] > 0]
@@ -441,6 +547,24 @@ def order_profile_upper(graph: Graph, budget: Number | None = None, seconds: flo
     A few list-scheduled orders, and when ``seconds`` > 0 the local search of
     `remat_bench.methods.reorder` from the best of them: a good order peaks
     where the probes are highest, which is where they are worth trying.
+
+    Parameters
+    ----------
+    graph : Graph
+    budget : Number or None
+        Where the local search stops (an order that fits); None: it lowers the peak as far as it can.
+    seconds : float
+        The local search's time (s); 0 for list scheduling alone.
+    tries : int
+        Randomised list-scheduled orders tried besides the deterministic one.
+    seed : int
+        Seeds the randomised orders and the local search.
+
+    Returns
+    -------
+    np.ndarray
+        One value per step k: the least, over those orders, of the memory at their k-th step (memory units,
+        the fixed memory included).
     """
     from remat_bench.toolkit.orders import OrderProfile, list_schedule, local_search
 
@@ -467,6 +591,23 @@ def prefix_probes(graph: Graph, budget: Number, seconds: float, upper: np.ndarra
     exceed the budget, ``max_probes`` were tried, or ``seconds`` ran out. Each
     probe is capped at the budget (`_probe`) and gets a share of what is left,
     a third at most; one stopped early keeps the solver's bound.
+
+    Parameters
+    ----------
+    graph : Graph
+    budget : Number
+        In the graph's memory units.
+    seconds : float
+        The time for every probe together (s).
+    upper : np.ndarray or None
+        `order_profile_upper`'s answer; None computes it with list scheduling alone.
+    max_probes : int
+        The most probes tried.
+
+    Returns
+    -------
+    list of PrefixProbe
+        By k; empty for a graph above `MAX_PREFIX_NODES` nodes or without time.
     """
     n = graph.n
     if n < 1 or n > MAX_PREFIX_NODES or seconds <= 0:
@@ -492,7 +633,20 @@ def prefix_probes(graph: Graph, budget: Number, seconds: float, upper: np.ndarra
 
 
 def probe_prefix(graph: Graph, k: int, seconds: float = 60.0) -> PrefixProbe | None:
-    """The least memory, over every order computing each node once, at its k-th step (None: no answer in time)."""
+    """The least memory, over every order computing each node once, at its k-th step (None: no answer in time).
+
+    Parameters
+    ----------
+    graph : Graph
+    k : int
+        A step, from 1 to the number of nodes.
+    seconds : float
+        The 0/1 program's time limit (s).
+
+    Returns
+    -------
+    PrefixProbe or None
+    """
     return _probe(_PrefixCut(graph, common_edges(graph)), k, seconds)
 
 
@@ -532,7 +686,24 @@ def _probe(block: _PrefixCut, k: int, seconds: float, cap: Number | None = None)
 def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.0,
                     max_recompute_cuts: int = MAX_RECOMPUTE_CUTS) -> Bound:
     """The cut bound at ``budget`` (None: the lowest peak, where only the trivial bound holds);
-    ``max_recompute_cuts`` = 0 leaves the recomputation cuts out (the tests compare the two)."""
+    ``max_recompute_cuts`` = 0 leaves the recomputation cuts out (the tests compare the two).
+
+    Parameters
+    ----------
+    graph : Graph
+    budget : Number or None
+        In the graph's memory units; None for ``min``.
+    time_limit : float
+        Seconds for the whole bound: the probes and the 0/1 programs.
+    max_recompute_cuts : int
+        The most recomputation cuts in the program.
+
+    Returns
+    -------
+    Bound
+        Its value in the graph's duration units, None when no schedule fits ``budget``; the trivial bound
+        at ``min`` and on graphs above `MAX_NODES` nodes.
+    """
     trivial = graph.min_total_duration
     if budget is None:
         return Bound(trivial, Termination.CONVERGED)

@@ -112,6 +112,16 @@ class BoundCache:
 
         An entry that cannot be written to disk is kept in memory only: a cache that fails
         costs time, never a run.
+
+        Parameters
+        ----------
+        sha256 : str
+            The graph's hash (`Graph.sha256`).
+        budget : number or None
+            In the graph's memory units; None for ``min``.
+        bound : Bound
+        effort : float
+            The seconds it was computed with.
         """
         if len(self._memory) > MAX_IN_MEMORY:
             self._memory.clear()
@@ -127,6 +137,14 @@ class BoundCache:
         """The bound of ``graph`` at ``budget`` computed afresh, the cached one forgotten in memory and on
         disk (a schedule contradicted it: an edited or stale entry).
 
+        Parameters
+        ----------
+        graph : Graph
+        budget : number or None
+            In the graph's memory units; None for ``min``.
+        effort : float
+            Seconds the bound may take (`any_order_bound`'s time limit).
+
         Returns
         -------
         Bound
@@ -141,14 +159,32 @@ class BoundCache:
 
     def for_graph(self, graph: Graph) -> BoundCache:
         """A cache on the same folder holding this one's in-memory bounds of ``graph`` only: small enough to
-        hand to a child process that solves ``graph`` (the rest of the memory stays here)."""
+        hand to a child process that solves ``graph`` (the rest of the memory stays here).
+
+        Parameters
+        ----------
+        graph : Graph
+
+        Returns
+        -------
+        BoundCache
+        """
         out = BoundCache(self.folder)
         out._memory = {key: hit for key, hit in self._memory.items() if key[0] == graph.sha256}
         return out
 
     def share(self, graph: Graph, same: Graph, budget: Number | None) -> None:
         """Let ``same`` (``graph`` with its nodes in another order) use ``graph``'s cached bound at ``budget``,
-        in memory: the bound does not depend on the order the nodes are listed in."""
+        in memory: the bound does not depend on the order the nodes are listed in.
+
+        Parameters
+        ----------
+        graph : Graph
+        same : Graph
+            ``graph`` with its nodes listed in another order (`Graph.in_order`).
+        budget : number or None
+            In the graph's memory units; None for ``min``.
+        """
         hit = self._memory.get((graph.sha256, budget))
         if hit:
             self._memory[(same.sha256, budget)] = hit

@@ -21,7 +21,21 @@ MODES = ("first", "fastest-fit")
 
 
 def fastest_fit(graph: Graph, schedule: Schedule, budget: Number | None) -> Schedule:
-    """Each compute step with the fastest implementation that fits (``budget`` None: the step's own peak)."""
+    """Each compute step with the fastest implementation that fits (``budget`` None: the step's own peak).
+
+    Parameters
+    ----------
+    graph : Graph
+    schedule : Schedule
+        A valid schedule over ``graph``.
+    budget : Number or None
+        In the graph's memory units; None keeps each step within the memory it already had.
+
+    Returns
+    -------
+    Schedule
+        The same steps and metadata with other implementations; ``schedule`` itself when ``graph`` has none.
+    """
     if not graph.has_implementations:
         return schedule
     mem = graph.memory

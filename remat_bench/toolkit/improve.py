@@ -24,7 +24,23 @@ from remat_bench.toolkit.orders import local_search
 
 def drop_recomputations(graph: Graph, nodes: np.ndarray, budget: Number,
                         deadline: Deadline | None = None) -> np.ndarray:
-    """A compute order without the recomputations the budget does not need (frees at last use)."""
+    """A compute order without the recomputations the budget does not need (frees at last use).
+
+    Parameters
+    ----------
+    graph : Graph
+    nodes : np.ndarray
+        A compute sequence: node indices in order, each with its first implementation.
+    budget : Number
+        In the graph's memory units.
+    deadline : Deadline or None
+        Stops the search early (the drops so far kept); None: no limit.
+
+    Returns
+    -------
+    np.ndarray
+        int64, ``nodes`` with some recomputations left out; ``nodes`` when it peaks above ``budget``.
+    """
     nodes = np.asarray(nodes, dtype=np.int64)
     if _simulated(graph, nodes, drop_unused=False)[1] > budget:
         return nodes
@@ -78,6 +94,17 @@ def staged_repair(graph: Graph, nodes: np.ndarray) -> np.ndarray | None:
     consumers in index order, so the order stays valid) and computing a node at most once per
     stage. An order whose first computations do not follow the input order has no staged
     counterpart: None. The peak can change (values are held over other steps); callers simulate.
+
+    Parameters
+    ----------
+    graph : Graph
+    nodes : np.ndarray
+        A compute sequence: node indices in order.
+
+    Returns
+    -------
+    np.ndarray or None
+        int64, the staged sequence; None when the first computations do not follow the input order.
     """
     seq = [int(v) for v in nodes]
     stages = _stages(graph, seq)
@@ -105,6 +132,25 @@ def shave_peaks(graph: Graph, nodes: np.ndarray, budget: Number, deadline: Deadl
     few it stalled above the budget on the published random layered graphs at 0.8,
     with all of them it reached the budget (docs/benchmarks.md, "Figures that used
     to live in the code").
+
+    Parameters
+    ----------
+    graph : Graph
+    nodes : np.ndarray
+        A staged compute sequence (first computations in the input order), node indices.
+    budget : Number
+        In the graph's memory units.
+    deadline : Deadline or None
+        Stops the search; None: no limit.
+    max_trials : int or None
+        Candidates tried at each peak; None: all of them.
+    max_copies : int or None
+        The most computations of one value; None: no cap.
+
+    Returns
+    -------
+    np.ndarray
+        int64; it may still peak above ``budget``.
     """
     seq = [int(v) for v in nodes]
     if _stages(graph, seq) is None:
@@ -173,6 +219,23 @@ def shaved_order(graph: Graph, budget: Number, deadline: Deadline | None = None,
     Shaving runs for at most ``cap_s`` seconds and half of what ``deadline`` leaves (it ends
     as soon as the budget is reached, and only then is its schedule of use); the undoing for at
     most ``cap_s`` and a quarter of what is left after it.
+
+    Parameters
+    ----------
+    graph : Graph
+    budget : Number
+        In the graph's memory units.
+    deadline : Deadline or None
+        The caller's; None: each part gets ``cap_s``.
+    max_copies : int or None
+        The most computations of one value (`shave_peaks`); None: no cap.
+    cap_s : float
+        The most seconds each part takes (s).
+
+    Returns
+    -------
+    np.ndarray
+        int64, a compute sequence; it may still peak above ``budget``.
     """
     remaining = None if deadline is None else deadline.remaining()
     shaved = shave_peaks(graph, np.arange(graph.n, dtype=np.int64), budget,
@@ -186,7 +249,19 @@ def computations_graph(graph: Graph, nodes: list[int]) -> Graph:
     reading, for each input, the latest computation of it before p; the outputs are their
     last computations. Any order of this graph, mapped back (`nodes[p]` for each p), is a valid
     compute sequence with the same computations, so that a search over orders
-    (`remat_bench.toolkit.orders.local_search`) reorders a schedule with recomputations."""
+    (`remat_bench.toolkit.orders.local_search`) reorders a schedule with recomputations.
+
+    Parameters
+    ----------
+    graph : Graph
+    nodes : list of int
+        A compute sequence in which every input is computed before its reader.
+
+    Returns
+    -------
+    Graph
+        Node ``c<p>`` for position p, with its node's memory, duration and workspace and no implementations.
+    """
     latest: dict[int, int] = {}
     copies = []
     for p, v in enumerate(nodes):
@@ -225,6 +300,28 @@ def drop_with_reorder(graph: Graph, nodes: np.ndarray, budget: Number, deadline:
     CP-SAT stopped (docs/benchmarks.md, "auto on the published graphs"), and reaches the
     brute-force optimum from every shaved start on the random 8-node graphs of
     tests/test_improve.py.
+
+    Parameters
+    ----------
+    graph : Graph
+    nodes : np.ndarray
+        A compute sequence, node indices each with its first implementation, within ``budget``.
+    budget : Number
+        In the graph's memory units.
+    deadline : Deadline
+        Ends the search.
+    attempt_s : float
+        The first attempts' local search time (s), doubled each time every recomputation has failed.
+    seed : int
+        The first local search seed.
+    stats : dict or None
+        When given and the search ran, receives ``attempts`` and ``undone`` (recomputations tried, undone).
+
+    Returns
+    -------
+    np.ndarray
+        int64, a sequence within ``budget`` and faster than ``nodes``, or ``nodes`` when none was found (or
+        ``nodes`` is invalid or above the budget).
     """
     seq = [int(v) for v in nodes]
     valid, peak, duration = _simulated(graph, seq)

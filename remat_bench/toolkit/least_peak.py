@@ -32,6 +32,24 @@ def least_peak_by_bisection(graph: Graph, solve_at: Callable[[Number, float | No
     ``least_peak_proven``), ``probes``. A caller that wants
     the peak only gives ``peak_goal``, a peak no schedule goes below (`SolveContext.peak_goal`):
     once a schedule reaches it, the search ends there, its duration not minimised.
+
+    Parameters
+    ----------
+    graph : Graph
+    solve_at : Callable[[Number, float or None], MethodResult]
+        The method at a budget (memory units) with a time limit (s; None: none).
+    deadline : Deadline
+        The whole search's.
+    search_share : float
+        The share of the time left that the bisection may take.
+    peak_goal : Number or None
+        As above; None: the search runs to its tolerance.
+
+    Returns
+    -------
+    MethodResult
+        The last solve's answer, or the bisection's best when it found none, with the stats above; no
+        solution when neither found a schedule.
     """
     from remat_bench.core.budget import memory_floor
     from remat_bench.core.simulate import baseline, simulate
@@ -99,6 +117,23 @@ def least_peak_of_pass(graph: Graph, schedule_at: Callable[[Number], Schedule], 
     one of ``stop`` when its time runs out. The pass need not be monotone in the budget, so the
     lowest peak seen is kept. Returns (that schedule, bisection rounds, whether the search ended
     by converging rather than on the deadline or a stop).
+
+    Parameters
+    ----------
+    graph : Graph
+    schedule_at : Callable[[Number], Schedule]
+        The pass at a budget (memory units).
+    deadline : Deadline
+        Ends the bisection.
+    stuck : tuple of exception types
+        What the pass raises where it cannot make room.
+    stop : tuple of exception types
+        What the pass raises when its time runs out.
+
+    Returns
+    -------
+    tuple of (Schedule, int, bool)
+        As above.
     """
     from remat_bench.core.budget import memory_floor
     from remat_bench.core.simulate import baseline, baseline_schedule, simulate

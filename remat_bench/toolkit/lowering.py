@@ -52,12 +52,32 @@ class Plan:
 
 
 def forward_consumers(graph: Graph) -> list[list[int]]:
-    """For each node, its consumers that are forward nodes."""
+    """For each node, its consumers that are forward nodes.
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    list of list of int
+        One list per node index, in node order.
+    """
     return [[w for w in graph.consumers[v] if graph.is_forward[w]] for v in range(graph.n)]
 
 
 def check_forward_then_backward(graph: Graph) -> None:
-    """Raise LoweringError when a forward node reads a backward value."""
+    """Raise LoweringError when a forward node reads a backward value.
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Raises
+    ------
+    LoweringError
+        Naming the first such forward node and the backward node it reads.
+    """
     for v in graph.forward_indices:
         for u in graph.inputs[v]:
             if not graph.is_forward[u]:
@@ -68,7 +88,19 @@ def check_forward_then_backward(graph: Graph) -> None:
 
 
 def plan_from_checkpoints(graph: Graph, checkpoints: Iterable[int]) -> Plan:
-    """Segments that end at each checkpoint, in the file order of the forward nodes."""
+    """Segments that end at each checkpoint, in the file order of the forward nodes.
+
+    Parameters
+    ----------
+    graph : Graph
+    checkpoints : Iterable of int
+        The forward node indices to keep.
+
+    Returns
+    -------
+    Plan
+        The checkpoints kept; the forward nodes after the last checkpoint form the last segment.
+    """
     kept = frozenset(checkpoints)
     segments: list[tuple[int, ...]] = []
     current: list[int] = []
@@ -83,7 +115,26 @@ def plan_from_checkpoints(graph: Graph, checkpoints: Iterable[int]) -> Plan:
 
 
 def lower_plan(graph: Graph, plan: Plan, transient: bool = False) -> Schedule:
-    """The full training schedule of docs/design.md section 6 for ``plan`` (``transient``: above)."""
+    """The full training schedule of docs/design.md section 6 for ``plan`` (``transient``: above).
+
+    Parameters
+    ----------
+    graph : Graph
+        A training graph whose forward nodes read forward nodes only.
+    plan : Plan
+    transient : bool
+        Free recomputed values after the backward node that needed them, not at their last use.
+
+    Returns
+    -------
+    Schedule
+        Without metadata.
+
+    Raises
+    ------
+    LoweringError
+        A forward node reads a backward value, or the plan's segments miss a forward node.
+    """
     check_forward_then_backward(graph)
     forward = graph.forward_indices
     backward = graph.backward_indices
@@ -147,7 +198,20 @@ Found = tuple[Number, Number, Schedule, float, bool]
 
 
 def found_key(found: Found, budget: Number | None) -> tuple[Number, Number]:
-    """Fastest first under a budget; least peak first without one."""
+    """Fastest first under a budget; least peak first without one.
+
+    Parameters
+    ----------
+    found : Found
+        A lowered plan: (duration, peak, schedule, knob, transient).
+    budget : Number or None
+        None for ``min``.
+
+    Returns
+    -------
+    tuple of (Number, Number)
+        A key for ``min``: (duration, peak) under a budget, (peak, duration) without one.
+    """
     return (found[0], found[1]) if budget is not None else (found[1], found[0])
 
 
@@ -161,6 +225,24 @@ def search_knob(evaluate: Callable[[float], list[Found]], budget: Number | None,
     values at once), so the knob runs over a grid of ``grid`` steps from 1 down to 0 first; then it
     is bisected ``steps`` times between the best grid value that fits and the next larger one,
     where saving more may still fit.
+
+    Parameters
+    ----------
+    evaluate : Callable[[float], list of Found]
+        Lowers and simulates the plan at a knob.
+    budget : Number or None
+        In the graph's memory units; None for the least peak.
+    deadline : Deadline
+        Ends the grid (once one knob is tried) and the bisection.
+    grid : int
+        The grid's steps (``grid + 1`` knobs).
+    steps : int
+        The most bisection steps.
+
+    Returns
+    -------
+    Found or None
+        None when no knob tried gives a plan within ``budget``.
     """
     tried: list[Found] = []
     for knob in np.linspace(1.0, 0.0, grid + 1).tolist():

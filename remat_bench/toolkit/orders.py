@@ -17,13 +17,37 @@ from remat_bench.core.simulate import place_frees, simulate
 
 
 def order_peak(graph: Graph, order: list[int] | np.ndarray) -> Number:
-    """Peak of computing ``order`` once each, every value freed after its last use."""
+    """Peak of computing ``order`` once each, every value freed after its last use.
+
+    Parameters
+    ----------
+    graph : Graph
+    order : list of int or np.ndarray
+        A topological order of the node indices, each once; each node with its first implementation.
+
+    Returns
+    -------
+    Number
+        The peak, in the graph's memory units.
+    """
     nodes = np.asarray(order, dtype=np.int64)
     return simulate(graph, place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64))).peak
 
 
 def list_schedule(graph: Graph, rng: np.random.Generator | None = None) -> list[int]:
-    """A low-peak topological order by the memory-aware list scheduler."""
+    """A low-peak topological order by the memory-aware list scheduler.
+
+    Parameters
+    ----------
+    graph : Graph
+    rng : np.random.Generator or None
+        Breaks ties at random; None breaks them by node index.
+
+    Returns
+    -------
+    list of int
+        Every node index once.
+    """
     n = graph.n
     mem = graph.memory.astype(np.float64)
     ws = graph.workspace.astype(np.float64)
@@ -99,6 +123,23 @@ def local_search(graph: Graph, start: list[int], budget: Number | None, seconds:
     setting's bad luck decides the answer. A round ends after ``20 * history``
     moves without a new best; the search ends when an order fits, at
     ``seconds``, or after a whole cycle of rounds without a new best.
+
+    Parameters
+    ----------
+    graph : Graph
+    start : list of int
+        A topological order of the node indices.
+    budget : Number or None
+        The peak to reach, in memory units; None: as low as the search gets.
+    seconds : float
+        The time limit (s).
+    seed : int
+        Seeds the search's random moves.
+
+    Returns
+    -------
+    list of int
+        The lowest-peak order met (``start`` when none is lower).
     """
     n = graph.n
     if n < 3 or seconds <= 0:
