@@ -148,7 +148,17 @@ class ForwardGraph:
 
 
 def forward_graph(graph: Graph) -> ForwardGraph:
-    """The nodes of kind ``forward`` and the edges between them."""
+    """The nodes of kind ``forward`` and the edges between them.
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    ForwardGraph
+        On positions in file order of the forward nodes.
+    """
     nodes = np.asarray(graph.forward_indices, dtype=np.int64)
     position = np.full(graph.n, -1, dtype=np.int64)
     position[nodes] = np.arange(len(nodes))
@@ -180,6 +190,17 @@ def enumerate_lower_sets(fg: ForwardGraph, limit: int | None = None) -> list[int
     its last node, which is again a lower set. ``available`` (nodes outside the
     set whose inputs are all in it) is updated incrementally from the added
     node's consumers.
+
+    Parameters
+    ----------
+    fg : ForwardGraph
+    limit : int or None
+        The most lower sets wanted; None: no limit.
+
+    Returns
+    -------
+    list of int or None
+        The lower sets as bitsets over positions ({} and V among them), in the order found; None past ``limit``.
     """
     available = 0
     for p in range(fg.n):
@@ -207,7 +228,17 @@ def enumerate_lower_sets(fg: ForwardGraph, limit: int | None = None) -> list[int
 
 
 def ancestor_sets(fg: ForwardGraph) -> list[int]:
-    """The approximate family of section 4.3: {}, V, and L_v = {v} + ancestors(v) for every v."""
+    """The approximate family of section 4.3: {}, V, and L_v = {v} + ancestors(v) for every v.
+
+    Parameters
+    ----------
+    fg : ForwardGraph
+
+    Returns
+    -------
+    list of int
+        The sets as bitsets over positions, without repeats: {} first, then L_v in position order, V last.
+    """
     closure = [0] * fg.n
     for p in range(fg.n):  # file order is topological: inputs are closed before their consumers
         c = 1 << p
@@ -226,6 +257,18 @@ def thin_family(sets: list[int], keep: int) -> list[int]:
     A sub-family of lower sets is still a family the DP can walk (any chain
     of it is a chain of the whole), so the method stays correct and only its
     choice of blocks gets coarser.
+
+    Parameters
+    ----------
+    sets : list of int
+        Lower sets as bitsets, {} and V among them.
+    keep : int
+        The most sets to keep.
+
+    Returns
+    -------
+    list of int
+        The kept sets, without repeats, sorted by size (then by value).
     """
     ordered = sorted(set(sets), key=lambda s: (s.bit_count(), s))
     if len(ordered) <= keep:
@@ -260,6 +303,25 @@ def lower_set_family(fg: ForwardGraph, sets: list[int], deadline: Deadline | Non
 
     Raises `DPTimeout` when ``deadline`` passes (checked between blocks of
     rows of at most `BLOCK_CELLS` cells).
+
+    Parameters
+    ----------
+    fg : ForwardGraph
+    sets : list of int
+        Lower sets of ``fg`` as bitsets, {} and V among them (repeats are dropped).
+    deadline : Deadline or None
+        When to give up; None: never.
+
+    Returns
+    -------
+    LowerSetFamily
+
+    Raises
+    ------
+    DPTimeout
+        ``deadline`` passed.
+    ValueError
+        ``sets`` lacks {} or V.
     """
     n = fg.n
     ordered = sorted(set(sets), key=lambda s: (s.bit_count(), s))
@@ -344,6 +406,19 @@ def step_terms(fam: LowerSetFamily, target: int,
     to the kept memory) and 2 M(V') + M(succ(L') \\ L') + M(pred(succ(L')) \\ L')
     (eq. 2's memory besides the kept values). V' = L' \\ L, so each is a
     per-set total minus the part inside L; only L cap B(L') needs the members.
+
+    Parameters
+    ----------
+    fam : LowerSetFamily
+    target : int
+        L', a family index.
+    sources : np.ndarray
+        Family indices of subsets of L'.
+
+    Returns
+    -------
+    tuple of (np.ndarray, np.ndarray, np.ndarray)
+        The three terms above, one entry per source.
     """
     cut = fam.boundary[target]
     shared = fam.member[np.ix_(sources, cut)]  # L cap B(L'), usually a column or two
@@ -382,7 +457,21 @@ class _Buffer:
 
 
 def subsets_among(fam: LowerSetFamily, target: int, candidates: np.ndarray) -> np.ndarray:
-    """The members of ``candidates`` (family indices) that are subsets of ``target``."""
+    """The members of ``candidates`` (family indices) that are subsets of ``target``.
+
+    Parameters
+    ----------
+    fam : LowerSetFamily
+    target : int
+        A family index.
+    candidates : np.ndarray
+        Family indices.
+
+    Returns
+    -------
+    np.ndarray
+        Those of ``candidates`` inside ``target`` (``target`` itself included when among them), in their order.
+    """
     return candidates[~np.any(fam.packed[candidates] & ~fam.packed[target], axis=1)]
 
 
@@ -396,6 +485,19 @@ def backward_bounds(fam: LowerSetFamily, budget: Number | None,
     within ``budget``; -inf when it cannot be at all. Targets are visited
     from V down, so both values of L' are final when L' passes them on to its
     subsets.
+
+    Parameters
+    ----------
+    fam : LowerSetFamily
+    budget : Number or None
+        The most eq. 2 memory (without fixed memory); None: no limit.
+    objective : str
+        ``tc`` or ``mc`` (what ``to_go`` bounds).
+
+    Returns
+    -------
+    tuple of (np.ndarray, np.ndarray)
+        ``to_go`` and ``room``, one float per family index.
     """
     count = fam.count
     to_go = np.full(count, np.inf)
@@ -424,6 +526,18 @@ def pareto_front(kept: np.ndarray, key: np.ndarray) -> np.ndarray:
     by kept per source front, which a stable sort (timsort) merges quickly: a
     stable argsort by kept, then the least key of each group of equal kept,
     is three times faster than a lexsort on both.
+
+    Parameters
+    ----------
+    kept : np.ndarray
+        Each candidate's kept memory.
+    key : np.ndarray
+        Each candidate's key (overhead, its negative, or peak).
+
+    Returns
+    -------
+    np.ndarray
+        Indices into ``kept`` and ``key`` of the front's points.
     """
     order = np.argsort(kept, kind="stable")
     kept_sorted, key_sorted = kept[order], key[order]
@@ -444,7 +558,26 @@ def leading(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, limits:
             above: bool) -> np.ndarray:
     """For segments ``values[start:start + length]``, each sorted, how many leading values are
     at most their limit (``above=False``, ascending segments) or above it (``above=True``,
-    descending segments): one vectorised binary search over all segments."""
+    descending segments): one vectorised binary search over all segments.
+
+    Parameters
+    ----------
+    values : np.ndarray
+        The segments, one after another.
+    starts : np.ndarray
+        Each segment's first index in ``values``.
+    lengths : np.ndarray
+        Each segment's length.
+    limits : np.ndarray
+        Each segment's limit.
+    above : bool
+        False: count the values at most the limit; True: those above it.
+
+    Returns
+    -------
+    np.ndarray
+        The count for each segment.
+    """
     low = np.zeros_like(lengths)
     high = lengths.copy()
     last = max(len(values) - 1, 0)
@@ -477,6 +610,39 @@ def solve_dp(fam: LowerSetFamily, budget: Number | None, objective: str,
     state whose key plus the least still to come exceeds ``bound``; the result
     is then the optimum if its key is within ``bound``, and None otherwise).
     Past ``state_limit`` states the run stops by raising `_StateLimit`.
+
+    Parameters
+    ----------
+    fam : LowerSetFamily
+    budget : Number or None
+        The most eq. 2 memory (without fixed memory) a chain may reach; None: no limit (``peak`` only).
+    objective : str
+        ``tc``, ``mc`` or ``peak``.
+    deadline : Deadline or None
+        When to give up; None: never.
+    stats : DPStats or None
+        Where the run's work is added (aborted runs included); None: not counted.
+    room : np.ndarray or None
+        `backward_bounds`'s ``room``; None: no pruning by it.
+    to_go : np.ndarray or None
+        `backward_bounds`'s ``to_go``, used with ``bound``.
+    bound : float or None
+        The largest key a chain may end with; None: no bound.
+    state_limit : int or None
+        The most states the table may hold; None: no limit.
+
+    Returns
+    -------
+    Strategy or None
+
+    Raises
+    ------
+    DPTimeout
+        ``deadline`` passed.
+    _StateLimit
+        More than ``state_limit`` states.
+    ValueError
+        ``objective`` is not one of the three.
     """
     if objective not in ("tc", "mc", "peak"):
         raise ValueError(f"unknown DP objective {objective!r}")
@@ -609,6 +775,25 @@ def least_peak(fam: LowerSetFamily, budget: Number | None = None, deadline: Dead
     has found the least peak. The lower bound: the block holding v needs at
     least 2 M(v) plus the succ/pred terms of some lower set containing v.
     The one-step chain {} -> V (peak 2 M(V)) caps the search.
+
+    Parameters
+    ----------
+    fam : LowerSetFamily
+    budget : Number or None
+        The most eq. 2 memory (without fixed memory); None: no limit.
+    deadline : Deadline or None
+        When to give up; None: never.
+    stats : DPStats or None
+        Where the runs' work is added; None: not counted.
+
+    Returns
+    -------
+    Strategy or None
+
+    Raises
+    ------
+    DPTimeout
+        ``deadline`` passed.
     """
     present = np.where(fam.member, fam.outside[:, None], np.inf).min(axis=0)
     lower = float(np.max(2 * fam.node_memory + present)) if fam.member.shape[1] else 0.0
@@ -640,6 +825,27 @@ def best_chain(fam: LowerSetFamily, budget: Number | None, objective: str,
     distance from it until a chain survives. A run that finds one is exact:
     every state of every chain whose key is within the bound is kept, the
     optimum among them.
+
+    Parameters
+    ----------
+    fam : LowerSetFamily
+    budget : Number or None
+        The most eq. 2 memory (without fixed memory); None: no limit.
+    objective : str
+        ``tc`` (least overhead), ``mc`` (largest overhead) or ``peak`` (least eq. 2 peak: `least_peak`).
+    deadline : Deadline or None
+        When to give up; None: never.
+    stats : DPStats or None
+        Where the runs' work is added; None: not counted.
+
+    Returns
+    -------
+    Strategy or None
+
+    Raises
+    ------
+    DPTimeout
+        ``deadline`` passed.
     """
     if objective == "peak":
         return least_peak(fam, budget, deadline, stats)
@@ -668,7 +874,19 @@ def best_chain(fam: LowerSetFamily, budget: Number | None, objective: str,
 
 
 def evaluate_chain(fam: LowerSetFamily, chain: list[int] | tuple[int, ...]) -> tuple[Number, Number]:
-    """Eq. 1 overhead and eq. 2 peak (without fixed memory) of a chain of family indices from {} to V."""
+    """Eq. 1 overhead and eq. 2 peak (without fixed memory) of a chain of family indices from {} to V.
+
+    Parameters
+    ----------
+    fam : LowerSetFamily
+    chain : list of int or tuple of int
+        Family indices, each set a subset of the next.
+
+    Returns
+    -------
+    tuple of (Number, Number)
+        The overhead (duration units) and the peak (memory units).
+    """
     overhead: Number = 0
     peak: Number = 0
     kept: Number = 0
@@ -685,7 +903,21 @@ def _item(x: Any) -> Number:
 
 
 def chain_plan(fg: ForwardGraph, fam: LowerSetFamily, chain: tuple[int, ...]) -> Plan:
-    """The canonical strategy of ``chain`` as a lowering plan: keep B(Li) \\ L(i-1), segments Vi."""
+    """The canonical strategy of ``chain`` as a lowering plan: keep B(Li) \\ L(i-1), segments Vi.
+
+    Parameters
+    ----------
+    fg : ForwardGraph
+    fam : LowerSetFamily
+        The family ``chain`` indexes.
+    chain : tuple of int
+        Family indices from {} to V.
+
+    Returns
+    -------
+    Plan
+        In the graph's node indices.
+    """
     kept: list[int] = []
     segments: list[tuple[int, ...]] = []
     for before, after in pairwise(chain):

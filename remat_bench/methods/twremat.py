@@ -138,7 +138,17 @@ class TreeDecomposition:
 
 
 def dependencies(graph: Graph) -> list[tuple[int, ...]]:
-    """The inputs of each node's first implementation, the one TWRemat computes it with."""
+    """The inputs of each node's first implementation, the one TWRemat computes it with.
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    list of tuple of int
+        Per node, its first implementation's input indices.
+    """
     return [graph.op_inputs[start] for start in graph.op_start[:-1].tolist()]
 
 
@@ -148,8 +158,19 @@ def merge_nested_bags(bags: list[frozenset[int]], edges: list[tuple[int, int]]
 
     One pass over the tree's edges with a union-find suffices: a pair that
     cannot be merged has a node on each side that the other can never gain.
-    The merged bag is the larger of the two, so no set is ever built. Returns
-    the contracted tree (at most n bags), bags renumbered in their old order.
+    The merged bag is the larger of the two, so no set is ever built.
+
+    Parameters
+    ----------
+    bags : list of frozenset of int
+        The bags, each a set of node indices.
+    edges : list of tuple of (int, int)
+        The tree's edges, as bag positions.
+
+    Returns
+    -------
+    tuple of (list of frozenset of int, list of tuple of (int, int))
+        The contracted tree (at most n bags): bags renumbered in their old order, and its edges.
     """
     parent = list(range(len(bags)))
 
@@ -210,6 +231,25 @@ def min_degree_decomposition(n: int, edges: list[tuple[int, int]],
     Raises `DecompositionStopped` when ``deadline`` has passed at one of its
     checks, every 4,096 eliminations (a small graph always decomposes, so a
     search out of time still has its first schedule).
+
+    Parameters
+    ----------
+    n : int
+        Nodes, numbered 0..n-1.
+    edges : list of tuple of (int, int)
+        The skeleton's edges, in either direction (self-loops are ignored).
+    deadline : Deadline or None
+        When to stop; None: never.
+
+    Returns
+    -------
+    tuple of (list of frozenset of int, list of tuple of (int, int))
+        One bag per node, in elimination order, and the tree's edges between bag positions.
+
+    Raises
+    ------
+    DecompositionStopped
+        ``deadline`` passed (or Ctrl-C).
     """
     adjacency: list[set[int]] = [set() for _ in range(n)]
     for u, v in edges:
@@ -280,6 +320,28 @@ def tree_decomposition(graph: Graph, heuristic: str = "min_degree",
     and is cubic; with a time limit, graphs of `CHILD_PROCESS_NODES` nodes or
     more are decomposed in a child process stopped at the limit (raising
     `DecompositionStopped`).
+
+    Parameters
+    ----------
+    graph : Graph
+        Its skeleton: an edge from each first implementation's input to its node (`dependencies`).
+    heuristic : str
+        One of `HEURISTICS`.
+    deadline : Deadline or None
+        When to stop; None: never.
+
+    Returns
+    -------
+    TreeDecomposition
+
+    Raises
+    ------
+    DecompositionStopped
+        The time limit or Ctrl-C stopped it, or the child process died.
+    RuntimeError
+        The child process's networkx raised.
+    ValueError
+        ``heuristic`` is not one of `HEURISTICS`.
     """
     if heuristic not in HEURISTICS:
         raise ValueError(f"unknown tree decomposition heuristic {heuristic!r}")
@@ -342,6 +404,11 @@ class SeparatorTree:
 
         A single-bag region is a base case for every k, so only regions that
         split count.
+
+        Returns
+        -------
+        list of int
+            The cut-offs, ascending, 1 first.
         """
         return sorted({1, *(s + 1 for s, below in zip(self.size, self.children) if below)})
 
@@ -352,6 +419,16 @@ def separator_tree(decomposition: TreeDecomposition, n: int) -> SeparatorTree:
     Iterative: each region's bags are collected by a stack walk, subtree
     sizes summed in reverse visiting order, and the centroid found by walking
     from the start bag towards any child subtree holding more than half.
+
+    Parameters
+    ----------
+    decomposition : TreeDecomposition
+    n : int
+        Nodes of the graph decomposed.
+
+    Returns
+    -------
+    SeparatorTree
     """
     B = len(decomposition.bags)
     adjacency: list[list[int]] = [[] for _ in range(B)]
@@ -446,6 +523,23 @@ def twremat_schedule(graph: Graph, tree: SeparatorTree, k: int = 1,
     A region with fewer than ``k`` bags, or a single bag, is a base case.
     The build is abandoned, and None returned, when ``should_stop`` (polled
     now and then) answers True or the schedule passes ``max_steps`` steps.
+
+    Parameters
+    ----------
+    graph : Graph
+    tree : SeparatorTree
+        The recursion, from ``graph``'s decomposition.
+    k : int
+        The cut-off; 1: Algorithm 1 in full.
+    should_stop : callable or None
+        Asked every 4,096 sub-calls whether to give up; None: never.
+    max_steps : int or None
+        The most steps the schedule may have; None: no limit.
+
+    Returns
+    -------
+    Schedule or None
+        Computations (each node's first implementation) and Algorithm 1's own frees; None when abandoned.
     """
     algorithm = _Algorithm1(graph, tree, k)
     limit = max_steps if max_steps is not None else float("inf")
@@ -573,6 +667,17 @@ def k_grid(tree: SeparatorTree, points: int) -> list[int]:
 
     Always includes k = 1 (Algorithm 1 in full) and k = bags + 1 (no
     recursion: the baseline order).
+
+    Parameters
+    ----------
+    tree : SeparatorTree
+    points : int
+        The most values wanted (the two ends are always among them).
+
+    Returns
+    -------
+    list of int
+        The values of k, ascending; every cut-off when there are at most ``points``.
     """
     cutoffs = tree.cutoffs()
     if len(cutoffs) <= points:
