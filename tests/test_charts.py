@@ -506,6 +506,31 @@ def test_the_progress_chart_draws_each_run_to_its_end_and_the_bound(tmp_path):
     assert (tmp_path / "p.png").stat().st_size > 0
 
 
+def test_the_progress_chart_dots_a_methods_own_bound_and_skips_bound_only_points():
+    results, points = progress_tables()
+    first = points["run_id"].iloc[0]
+    # As a recorder writes them: each point carries the best bound so far.
+    points = points.assign(bound=[(95.0 if t < 3 else 97.2) if run == first else None
+                                  for run, t in zip(points["run_id"], points["time_s"], strict=True)])
+    bound_only = pd.DataFrame([{"run_id": first, "time_s": 3.0, "duration": None, "peak": None,
+                                "overhead_pct": None, "source": "A", "bound": 97.2}])
+    points = pd.concat([points, bound_only], ignore_index=True)
+    fig = charts.progress_figure(results, points)
+    dotted = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_linestyle() == ":"]
+    assert len(dotted) == 1
+    # 95 until 3 s, then 97.2 (the bound-only point), to the run's end; as overheads over 90.
+    assert list(dotted[0].get_ydata()) == pytest.approx([100 * (95 / 90 - 1)] + [100 * (97.2 / 90 - 1)] * 3)
+    steps = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_drawstyle() == "steps-post"
+             and ln.get_linestyle() == "-"]
+    assert all(not np.isnan(ln.get_ydata()).any() for ln in steps)
+
+
+def test_time_to_best_takes_the_first_time_the_best_was_held():
+    points = pd.DataFrame({"run_id": ["r"] * 4, "time_s": [1.0, 2.0, 3.0, 9.0], "duration": [120.0, 100.0, None, 100.0],
+                           "bound": [None, None, 90.0, None]})
+    assert charts.best_held_at(points).to_dict() == {"r": 2.0}
+
+
 def test_the_profile_chart_steps_through_the_hand_computed_shares():
     results, points = progress_tables()
     fig = charts.profile_figure(results, points, within_pct=10.0)

@@ -856,8 +856,9 @@ def progress_figure(results: pd.DataFrame, points: pd.DataFrame, title: str | No
     ``points`` is a progress table (`remat_bench.app.sweep.profiles.PROGRESS_COLUMNS`): every
     improving schedule of a run, scored by the simulator, with its time since the run started (the
     any-order bound's time included, and Moccasin's phase 1: the paper shifted its curves by that
-    time, here it is in them). Each line ends at its run's solve time; the any-order bound of the
-    instance is dashed, grey.
+    time, here it is in them). Each line ends at its run's end; the any-order bound of the instance
+    is dashed, grey; a method's own bound over time (CP-SAT's, HiGHS's: in its space, on its model's
+    objective before the clean-up) is dotted, in its colour.
     """
     frame = _labelled(results)
     runs = frame[frame["run_id"].isin(set(points["run_id"]))]
@@ -870,20 +871,32 @@ def progress_figure(results: pd.DataFrame, points: pd.DataFrame, title: str | No
     order = _label_order(runs)
     by_run = {run: g.sort_values("time_s") for run, g in points.groupby("run_id", sort=False)}
     shown: set[str] = set()
-    bound_drawn = False
+    bound_drawn = own_drawn = False
     for r, graph in enumerate(graphs):
         for c, budget in enumerate(budgets):
             ax = axes[r][c]
             mine = runs[(runs["graph"] == graph) & (runs["budget_text"] == budget)]
             for label in order:
                 for _, run in mine[mine["label"] == label].iterrows():
-                    pts = by_run.get(run["run_id"])
-                    if pts is None or pts.empty:
+                    every = by_run.get(run["run_id"])
+                    if every is None:
+                        continue
+                    pts = every.dropna(subset=["duration"])
+                    if pts.empty:
                         continue
                     x = pts["time_s"].to_numpy(dtype=float)
                     y = pts["overhead_pct"].to_numpy(dtype=float)
-                    end = max(float(run["solve_time_s"] or x[-1]), x[-1])
+                    ran = float(run["solve_time_s"] or 0) + float(run.get("bound_time_s") or 0)
+                    end = max(ran, x[-1])
                     style = method_style(run["method"])
+                    own = every.dropna(subset=["bound"]) if "bound" in every else every.iloc[:0]
+                    base = float(run["baseline_duration"] or 0)
+                    if not own.empty and base > 0:
+                        bx = own["time_s"].to_numpy(dtype=float)
+                        by = 100 * (own["bound"].to_numpy(dtype=float) / base - 1)
+                        ax.step(np.append(bx, end), np.append(by, by[-1]), where="post", color=style["color"],
+                                linestyle=":", linewidth=0.9, alpha=0.7)
+                        own_drawn = True
                     ax.step(np.append(x, end), np.append(y, y[-1]), where="post", color=style["color"],
                             linestyle=run["linestyle"], linewidth=1.3)
                     ax.plot(x, y, linestyle="none", marker=style["marker"], markersize=3, color=style["color"])
@@ -909,9 +922,30 @@ def progress_figure(results: pd.DataFrame, points: pd.DataFrame, title: str | No
     if bound_drawn:
         handles.append(Line2D([], [], color=BOUND_EDGE, linestyle="--", linewidth=0.9))
         names.append("any-order lower bound: no schedule is faster")
+    if own_drawn:
+        handles.append(Line2D([], [], color=BOUND_EDGE, linestyle=":", linewidth=0.9))
+        names.append("a method's own bound (its space, its model's objective)")
     fig.legend(handles, names, loc="outside lower center", ncols=min(6, len(names)), fontsize=9, frameon=False)
     fig.suptitle(title or "Overhead of the best schedule held, against solve time")
     return fig
+
+
+def best_held_at(points: pd.DataFrame) -> pd.Series:
+    """Per run, the first time it held its best schedule (a run's last point repeats its best at its end).
+
+    Parameters
+    ----------
+    points : pandas.DataFrame
+        A progress table (`remat_bench.app.sweep.profiles.PROGRESS_COLUMNS`).
+
+    Returns
+    -------
+    pandas.Series
+        Seconds, indexed by ``run_id``.
+    """
+    held = points.dropna(subset=["duration"]).sort_values("time_s")
+    best = held.groupby("run_id")["duration"].transform("min")
+    return held[held["duration"] == best].groupby("run_id")["time_s"].first()
 
 
 def _is_number(text: str) -> bool:
@@ -995,7 +1029,7 @@ def time_to_best_figure(results: pd.DataFrame, points: pd.DataFrame, title: str 
     line per method through the median over the budgets (the Moccasin paper's Figure 6). A run that
     found no schedule has no point; its method's line stops there."""
     frame = _labelled(results)
-    last = points.sort_values("time_s").groupby("run_id")["time_s"].last()
+    last = best_held_at(points)
     runs = frame[frame["ok"] & frame["run_id"].isin(last.index)].assign(
         best_at=lambda f: f["run_id"].map(last).astype(float))
     if runs.empty:

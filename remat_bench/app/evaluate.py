@@ -26,6 +26,7 @@ from remat_bench.core.control import grace_s, interrupted
 from remat_bench.core.errors import MethodError, ModelTooLargeError
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.outcome import MethodResult, SolutionStatus, Status, Termination
+from remat_bench.core.progress import ProgressPoint, ProgressRecorder, ProgressSink
 from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import Simulation, baseline, clean_up_simulated, simulate
 from remat_bench.methods import Method, get_method
@@ -71,6 +72,8 @@ class RunResult:
     schedule: Schedule | None = None  # after the shared clean-up
     method_schedule: Schedule | None = None  # as the method returned it (a warm start for another method)
     simulation: Simulation | None = None
+    # Its improving schedules over time, scored by the simulator (`remat_bench.core.progress`).
+    progress: list[ProgressPoint] = field(default_factory=list)
 
     @property
     def status_holds_for(self) -> str | None:
@@ -121,6 +124,7 @@ class RunResult:
             "graph_sha256": self.graph_sha256,
             "cleanup": self.cleanup,
             "stats": self.stats,
+            "progress": [p.as_dict() for p in self.progress],
         }
 
 
@@ -165,7 +169,7 @@ def gap_pct(duration: Number, bound: Number | None) -> float | None:
 
 def evaluate(graph: Graph, solver: type[Method], budget: Budget, time_limit: float | None,
              params: Mapping[str, Any] | None = None, *, bound: bool = True, context: SolveContext | None = None,
-             peak_only: bool = False) -> RunResult:
+             peak_only: bool = False, gap: float | None = None) -> RunResult:
     """Run ``solver`` on ``graph`` at ``budget`` and judge its answer with the simulator.
 
     Parameters
@@ -179,12 +183,17 @@ def evaluate(graph: Graph, solver: type[Method], budget: Budget, time_limit: flo
         Compute the any-order lower bound (a tenth of the limit at most, or from the cache in
         ``context.bounds``) and judge the run by it; False: no gap, nothing proven optimal.
     context
-        The run's shared objects: its bound cache, schedules offered as hints. The goals
-        (`SolveContext.duration_goal`, ``peak_goal``) and the runner for candidate schedules
-        are set here.
+        The run's shared objects: its bound cache, schedules offered as hints, and who watches
+        its progress (``progress``: each improving schedule, scored, is passed on as it is found).
+        The goals (`SolveContext.duration_goal`, ``peak_goal``, ``gap``), the runner for candidate
+        schedules and the run's own progress recorder are set here.
     peak_only
         At ``budget=min``, the caller wants the lowest peak only (`remat-bench floor`): the
         method may stop once its peak meets the peak no schedule goes below.
+    gap
+        Stop once the schedule held is within this many points (percent of the baseline duration)
+        of a valid lower bound: the any-order bound, or the method's own solver's bound in its
+        space. None or 0: stop only where the answer is proven.
 
     Returns
     -------
@@ -196,18 +205,25 @@ def evaluate(graph: Graph, solver: type[Method], budget: Budget, time_limit: flo
     MethodError
         A parameter the method does not declare, or a value it refuses (exit status 2).
     """
+    began = time.perf_counter()
     parsed = parse_method_params(solver, params or {})
     context = context if context is not None else SolveContext()
     result = _new_result(graph, solver, parsed, budget)
     why = _refusal(graph, solver, budget, result)
     if why is not None:
         return why
+    recorder = _recorder(graph, solver, budget, parsed, result, context.progress, began)
     if bound:
         time_limit = _any_order(graph, budget, time_limit, context.bounds, result)
+        recorder.any_order(result.lower_bound_any_order)
+    # The goals: this run's bound, else the caller's (a portfolio's member is judged by its portfolio).
     context = dataclasses.replace(
-        context, runner=run_source,
-        duration_goal=result.lower_bound_any_order if budget.amount is not None else None,
-        peak_goal=result.peak_lower_bound if peak_only else None)
+        context, runner=run_source, progress=recorder,
+        gap=context.gap if gap is None else gap / 100 * result.baseline_duration,
+        duration_goal=(result.lower_bound_any_order if bound else context.duration_goal)
+        if budget.amount is not None else None,
+        peak_goal=result.peak_lower_bound if peak_only else context.peak_goal)
+    recorder.goal = lambda peak, duration: context.reached(budget.amount, peak, duration)
     start = time.perf_counter()
     answer, verdict = _call(graph, solver, parsed, budget, time_limit, context)
     wall = time.perf_counter() - start
@@ -218,27 +234,75 @@ def evaluate(graph: Graph, solver: type[Method], budget: Budget, time_limit: flo
     result.objective, result.lower_bound = answer.objective, answer.lower_bound
     result.stats = {**answer.stats, "bound_any_order": result.stats_bound}
     result.message = answer.message
+    if verdict is None:
+        _best_held(answer, recorder)
     if answer.schedule is not None and verdict is None:
         verdict = _judge(graph, budget, answer, result, context.bounds, bound_effort(time_limit))
+        if result.proven_optimal and recorder.goal_reached and answer.termination is Termination.CONVERGED:
+            # It stopped because its schedule, as scored here, met the goal: the any-order bound, so
+            # nothing is faster (a solver stopped from its callback cannot say so itself).
+            answer.solution_status, result.termination = SolutionStatus.OPTIMAL, Termination.PROVEN
     # The one place a run's status is decided: what the method found, why it stopped, and the verdict.
     result.status = Status.of(answer.solution_status, result.termination, verdict)
+    fits = result.status.found_schedule
+    recorder.final(result.peak if fits else None, result.duration if fits else None, answer.lower_bound)
+    result.progress = recorder.points()
+    result.stats["progress_recording"] = {"offered": recorder.offered, "skipped": recorder.skipped,
+                                          "scoring_s": round(recorder.scoring_s, 4)}
     return result
+
+
+def _best_held(answer: MethodResult, recorder: ProgressRecorder) -> None:
+    """Answer with the best schedule the method held when the simulator scores it better than the one
+    the method returned (a solver's objective can prefer a schedule the clean-up makes slower), or when
+    the method returned none within the budget after holding one."""
+    if answer.solution_status is SolutionStatus.INFEASIBLE:
+        return  # a proof in the method's space: what it held was not of that space
+    scored = None if answer.schedule is None else recorder.score(answer.schedule)
+    held = recorder.better_than(*(scored if scored is not None else (None, None)))
+    if held is None:
+        return
+    schedule, point = held
+    answer.schedule = schedule
+    if not answer.status.found_schedule:
+        answer.solution_status = SolutionStatus.FEASIBLE
+    answer.stats["answer_held_at"] = {"time_s": point.time_s, "source": point.source}
+    answer.message = ((answer.message + "; ") if answer.message else "") + (
+        f"the answer is the schedule held at {point.time_s:.2f} s ({point.source}), faster after the clean-up "
+        "than the one the method ended with")
+
+
+def _recorder(graph: Graph, solver: type[Method], budget: Budget, parsed: dict[str, Any], result: RunResult,
+              watcher: ProgressSink | None, began: float) -> ProgressRecorder:
+    """The run's progress recorder: it scores what the method offers as the answer will be scored
+    (`judge_schedule`, with the run's ``impl``), and passes the points it keeps on to ``watcher``."""
+    impl = parsed.get("impl", "first")
+
+    def score(schedule: Schedule) -> tuple[Number, Number] | None:
+        judged = judge_schedule(graph, schedule, impl, budget.amount)
+        return None if isinstance(judged, str) else (judged.simulation.peak, judged.simulation.duration)
+
+    return ProgressRecorder(score, budget.amount, result.baseline_duration, solver.name, forward=watcher,
+                            start=began)
 
 
 def evaluate_in_child(graph: Graph, solver: type[Method], budget: Budget, time_limit: float | None,
                       params: Mapping[str, Any] | None = None, *, bound: bool = True,
                       context: SolveContext | None = None, peak_only: bool = False,
-                      stop: Callable[[], str] | None = None) -> RunResult:
+                      stop: Callable[[], str] | None = None, gap: float | None = None) -> RunResult:
     """`evaluate` in a spawned child process, stopped `remat_bench.core.control.grace_s` seconds
     past its limit, on Ctrl-C, or when ``stop()`` gives a reason; a stopped or failed child is an
     ``error`` result saying so. ``solver`` crosses to the child by its place (a module-level
-    class). Where no child can start, the evaluation runs here.
+    class). Where no child can start, the evaluation runs here. The child's progress points
+    stream back to ``context.progress`` as they are kept.
     """
     from remat_bench.toolkit.child import run_in_child
 
     context = context if context is not None else SolveContext()
-    # The child gets this graph's bounds only: the rest of a shared cache stays here.
-    context = dataclasses.replace(context, bounds=context.bounds.for_graph(graph), runner=None)
+    watcher = context.progress
+    # The child gets this graph's bounds only: the rest of a shared cache stays here; its progress
+    # comes back through the pipe.
+    context = dataclasses.replace(context, bounds=context.bounds.for_graph(graph), runner=None, progress=None)
     stop_at = None if time_limit is None else time.perf_counter() + time_limit + grace_s(time_limit)
     reason = ""
     why = Termination.INTERRUPTED
@@ -255,12 +319,15 @@ def evaluate_in_child(graph: Graph, solver: type[Method], budget: Budget, time_l
         return bool(reason)
 
     outcome = run_in_child(_child_evaluate, (graph, solver, budget, time_limit, dict(params or {}), bound, context,
-                                             peak_only), stop=stopping, daemon=False)
+                                             peak_only, gap), stop=stopping, daemon=False,
+                           stream_to=None if watcher is None else "on_point",
+                           on_message=None if watcher is None else watcher.take)
     if outcome.returned:
         done: RunResult = outcome.value
         return done
     if outcome.termination is Termination.NOT_APPLICABLE:  # no child could start: here, then
-        return evaluate(graph, solver, budget, time_limit, params, bound=bound, context=context, peak_only=peak_only)
+        return evaluate(graph, solver, budget, time_limit, params, bound=bound,
+                        context=dataclasses.replace(context, progress=watcher), peak_only=peak_only, gap=gap)
     result = _new_result(graph, solver, parse_method_params(solver, params or {}), budget)
     if outcome.termination is Termination.ERROR:
         result.message, result.termination = f"method '{solver.name}' failed in its process: {outcome.message}", \
@@ -273,9 +340,27 @@ def evaluate_in_child(graph: Graph, solver: type[Method], budget: Budget, time_l
 
 
 def _child_evaluate(graph: Graph, solver: type[Method], budget: Budget, time_limit: float | None,
-                    params: dict[str, Any], bound: bool, context: SolveContext, peak_only: bool) -> RunResult:
-    """`evaluate_in_child`'s child (module level, so that a spawned process can import it)."""
-    return evaluate(graph, solver, budget, time_limit, params, bound=bound, context=context, peak_only=peak_only)
+                    params: dict[str, Any], bound: bool, context: SolveContext, peak_only: bool,
+                    gap: float | None, on_point: Callable[[ProgressPoint], None] | None = None) -> RunResult:
+    """`evaluate_in_child`'s child (module level, so that a spawned process can import it); ``on_point``
+    sends a progress point to the parent."""
+    if on_point is not None:
+        context = dataclasses.replace(context, progress=_Sent(on_point))
+    return evaluate(graph, solver, budget, time_limit, params, bound=bound, context=context, peak_only=peak_only,
+                    gap=gap)
+
+
+@dataclass
+class _Sent:
+    """A child's watcher: the points its run keeps go to the parent."""
+
+    send: Callable[[ProgressPoint], None]
+
+    def offer(self, schedule: Any, bound: Number | None = None, source: str = "") -> bool:
+        raise TypeError("a child's run scores its own schedules")  # its recorder passes points only
+
+    def take(self, point: ProgressPoint) -> None:
+        self.send(point)
 
 
 def run_source(name: str, graph: Graph, budget: Number | None, time_limit: float | None,

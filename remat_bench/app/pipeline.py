@@ -20,6 +20,7 @@ from remat_bench.core.budget import Budget, parse_budget
 from remat_bench.core.errors import MethodError
 from remat_bench.core.files import cache_dir
 from remat_bench.core.graph import Graph
+from remat_bench.core.progress import ProgressSink, Relabelled
 from remat_bench.methods import Method
 from remat_bench.methods.base import SolveContext
 from remat_bench.toolkit.bound import BoundSource
@@ -65,23 +66,51 @@ def resolve_method(name: str, params: dict[str, Any]) -> tuple[type[Method], dic
 
 def run(graph: Graph, method: str, budget: str | float | Budget, time_limit: float | None = None,
         params: dict[str, Any] | None = None, bound: bool = True, bounds: BoundSource | None = None,
-        peak_only: bool = False) -> RunResult:
+        peak_only: bool = False, gap: float | None = None, watch: ProgressSink | None = None) -> RunResult:
     """``method`` (a name) on ``graph`` at ``budget`` (text, a number, or parsed), judged by `evaluate`.
 
-    Raises MethodError / BudgetError for bad requests (exit status 2 on the command line); every
-    other outcome, a failing method included, is a RunResult. ``bounds`` is the bound cache to
-    share (default: the user's on-disk cache); ``bound`` and ``peak_only`` as `evaluate` takes them.
+    Parameters
+    ----------
+    graph : Graph
+        The graph to solve.
+    method : str
+        A registered method's name, or ``auto``.
+    budget : str or float or Budget
+        As ``solve --budget`` takes it (``0.8``, ``12GiB``, ``min``), or parsed.
+    time_limit : float or None
+        Seconds for the run, the any-order bound included.
+    params : dict or None
+        The method's parameters as given.
+    bound, peak_only, gap
+        As `evaluate` takes them.
+    bounds : BoundSource or None
+        The bound cache to share (default: the user's on-disk cache).
+    watch : ProgressSink or None
+        Sees the run's progress points as they come (under the method's name).
+
+    Returns
+    -------
+    RunResult
+        Every outcome, a failing method included.
+
+    Raises
+    ------
+    MethodError, BudgetError
+        Bad requests (exit status 2 on the command line).
     """
     cls, _ = resolve_method(method, params or {})
     if not isinstance(budget, Budget):
         budget = parse_budget(str(budget), graph)
-    context = SolveContext(bounds=bounds if bounds is not None else user_bound_cache())
-    return evaluate(graph, cls, budget, time_limit, params, bound=bound, context=context, peak_only=peak_only)
+    context = SolveContext(bounds=bounds if bounds is not None else user_bound_cache(),
+                           progress=None if watch is None else Relabelled(watch, method))
+    return evaluate(graph, cls, budget, time_limit, params, bound=bound, context=context, peak_only=peak_only,
+                    gap=gap)
 
 
 def run_many(graph: Graph, methods: list[str], budget: Budget, time_limit: float | None,
              params: dict[str, dict[str, Any]], *, bound: bool = True, jobs: int = 1,
-             bounds: BoundSource | None = None) -> list[RunResult]:
+             bounds: BoundSource | None = None, gap: float | None = None,
+             watch: ProgressSink | None = None) -> list[RunResult]:
     """Each of ``methods`` on ``graph`` at ``budget`` (parsed), results in ``methods``' order: one
     after another here, or with ``jobs`` above 1, ``jobs`` at a time in child processes
     (`evaluate_in_child`).
@@ -89,13 +118,19 @@ def run_many(graph: Graph, methods: list[str], budget: Budget, time_limit: float
     Side by side, the any-order bound is computed once, here, before the methods start (each run
     then reads it from the cache, and its bound time is this one's); each run's share of the limit
     is what is left after it, as when a run computes the bound itself. Ctrl-C stops every child.
+
+    ``gap`` (points of overhead) stops each run once it is that close to a valid bound (`evaluate`);
+    ``watch`` sees each run's progress points as they come, under the run's method name.
     """
     bounds = bounds if bounds is not None else user_bound_cache()
-    context = SolveContext(bounds=bounds)
     solvers = {m: get_solver(m) for m in methods}
+
+    def context(method: str) -> SolveContext:
+        return SolveContext(bounds=bounds, progress=None if watch is None else Relabelled(watch, method))
+
     if jobs <= 1 or len(methods) <= 1:
-        return [evaluate(graph, solvers[m], budget, time_limit, params.get(m, {}), bound=bound, context=context)
-                for m in methods]
+        return [evaluate(graph, solvers[m], budget, time_limit, params.get(m, {}), bound=bound, context=context(m),
+                         gap=gap) for m in methods]
     bound_time = 0.0
     if bound:
         start = time.perf_counter()
@@ -106,7 +141,7 @@ def run_many(graph: Graph, methods: list[str], budget: Budget, time_limit: float
 
     def one(method: str) -> RunResult:
         result = evaluate_in_child(graph, solvers[method], budget, time_limit, params.get(method, {}), bound=bound,
-                                   context=context)
+                                   context=context(method), gap=gap)
         result.bound_time_s = bound_time if bound else 0.0
         return result
 

@@ -58,6 +58,7 @@ from remat_bench.core.control import Deadline, interrupted
 from remat_bench.core.errors import MethodError
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.outcome import MethodResult, SolutionStatus, Status, Termination, cut_short, search_ended
+from remat_bench.core.progress import Relabelled
 from remat_bench.core.schedule import COMPUTE, Schedule
 from remat_bench.core.simulate import Simulation, baseline, place_frees
 from remat_bench.methods import get_method
@@ -272,9 +273,12 @@ class Auto(Method):
                 goals = dataclasses.replace(goals, duration_goal=bound.value)
         return goals
 
-    def _member_context(self, hints: list[tuple[str, Schedule]] | None = None) -> SolveContext:
-        """A member's context: the run's bound cache and goals, and the schedules offered to it."""
-        return dataclasses.replace(self.goals, hints=list(hints or []))
+    def _member_context(self, name: str, hints: list[tuple[str, Schedule]] | None = None) -> SolveContext:
+        """A member's context: the run's bound cache and goals, the schedules offered to it, and the run's
+        progress, to which the member's own points go under its name."""
+        watcher = self.goals.progress
+        return dataclasses.replace(self.goals, hints=list(hints or []),
+                                   progress=None if watcher is None else Relabelled(watcher, name))
 
     def _evaluated(self, graph: Graph, budget: Number | None, name: str, role: str, params: dict[str, Any],
                    limit: float | None, hints: list[tuple[str, Schedule]] | None = None,
@@ -285,10 +289,11 @@ class Auto(Method):
         run_budget = budget_of(budget, graph)
         own = _declared(name, params)
         if stop is None:
-            run = evaluate(graph, solver, run_budget, limit, own, bound=False, context=self._member_context(hints))
+            run = evaluate(graph, solver, run_budget, limit, own, bound=False,
+                           context=self._member_context(name, hints))
         else:
             run = evaluate_in_child(graph, solver, run_budget, limit, own, bound=False,
-                                    context=self._member_context(hints), stop=stop)
+                                    context=self._member_context(name, hints), stop=stop)
         return Member.of_run(run, role, time.perf_counter() - start)
 
     def _reached(self, budget: Number | None, members: list[Member]) -> str | None:
@@ -312,7 +317,7 @@ class Auto(Method):
         hints = [(m.method, m.schedule) for m in found if m.schedule is not None]
         start = time.perf_counter()
         run = evaluate(graph, Polish, budget_of(at, graph), deadline.remaining(), bound=False,
-                       context=self._member_context(hints))
+                       context=self._member_context("polish", hints))
         polish = Member.of_run(run, "polish", time.perf_counter() - start)
         if run.status is Status.NO_SOLUTION:
             polish.message = run.message

@@ -32,6 +32,7 @@ from remat_bench.core.outcome import (  # noqa: F401 (re-exported: methods impor
     cut_short,
     search_ended,
 )
+from remat_bench.core.progress import ProgressSink
 from remat_bench.core.schedule import Schedule
 from remat_bench.toolkit.bound import BoundSource
 from remat_bench.toolkit.bound_cache import BoundCache
@@ -58,7 +59,26 @@ class Param:
     aliases: tuple[str, ...] = ()
 
     def parse(self, text: Any, method: str) -> Any:
-        """Convert ``text`` (a string from the command line, or a YAML value) to this type."""
+        """Convert ``text`` (a string from the command line, or a YAML value) to this type.
+
+        Parameters
+        ----------
+        text : Any
+            The value as given.
+        method : str
+            The method's name, for the error.
+
+        Returns
+        -------
+        Any
+            The value, of the declared type, within the declared range and choices.
+
+        Raises
+        ------
+        MethodError
+            A value of another type, out of range, not among the choices, not finite, or refused
+            by ``check``.
+        """
         try:
             if self.type is bool and isinstance(text, str):
                 low = text.strip().lower()
@@ -135,6 +155,15 @@ class SolveContext:
     the schedule as the method returned it). The evaluation path sets it
     (`remat_bench.app.evaluate.run_source`); methods never look another method up themselves.
 
+    ``gap`` is how far above a valid lower bound the caller is content to stop (duration units,
+    ``solve --gap``): the search may end once its schedule is within ``gap`` of the any-order bound
+    (`stop_duration`) or of its own solver's bound (CP-SAT's ``absolute_gap_limit``, HiGHS's
+    ``mip_abs_gap``). A schedule is proven optimal only where it meets ``duration_goal`` itself.
+
+    ``progress`` receives the run's progress (`remat_bench.core.progress`): a method offers each
+    improving schedule it holds, as it finds it, with its own bound (`report`); the evaluation
+    path scores them with the simulator. None (a method called directly): reports go nowhere.
+
     A method called directly (tests, other code) gets an empty in-memory cache of its own, no hints
     and no runner (candidates from other methods are then skipped, and say so).
     """
@@ -144,12 +173,70 @@ class SolveContext:
     duration_goal: Number | None = None
     peak_goal: Number | None = None
     runner: Callable[..., Any] | None = None
+    gap: Number = 0
+    progress: ProgressSink | None = None
+
+    @property
+    def stop_duration(self) -> Number | None:
+        """The duration at which the search may stop: ``duration_goal`` plus ``gap`` (None without a goal)."""
+        return None if self.duration_goal is None else self.duration_goal + self.gap
 
     def reached(self, budget: Number | None, peak: Number, duration: Number) -> bool:
-        """Whether a schedule of ``peak`` and ``duration`` (simulated, after clean-up) ends the search."""
+        """Whether a schedule of ``peak`` and ``duration`` (simulated, after clean-up) ends the search.
+
+        Parameters
+        ----------
+        budget : int or float or None
+            The run's budget (None: the lowest peak, where ``peak_goal`` decides).
+        peak, duration : int or float
+            The schedule's simulated peak and duration.
+
+        Returns
+        -------
+        bool
+            True when the schedule fits and is within ``gap`` of the duration goal (or, at ``min``,
+            meets the peak goal).
+        """
         if budget is None:
             return self.peak_goal is not None and peak <= self.peak_goal
-        return self.duration_goal is not None and peak <= budget and duration <= self.duration_goal
+        stop = self.stop_duration
+        return stop is not None and peak <= budget and duration <= stop
+
+    def proves(self, duration: Number) -> bool:
+        """Whether a schedule within the budget lasting ``duration`` is optimal: it meets the any-order bound.
+
+        Parameters
+        ----------
+        duration : int or float
+            The schedule's duration (simulated, or the method's exact objective).
+
+        Returns
+        -------
+        bool
+        """
+        return self.duration_goal is not None and duration <= self.duration_goal
+
+    def report(self, schedule: Schedule | Callable[[], Schedule], bound: Number | None = None,
+               source: str = "") -> bool:
+        """Offer the run's progress a schedule the method holds now (and its own lower bound now).
+
+        Parameters
+        ----------
+        schedule : Schedule or callable
+            The schedule, or a function building it (called only if it is scored: decoding a
+            solver's solution is not free).
+        bound : int or float or None
+            The method's own lower bound on duration now, in its space, where its solver has one.
+        source : str
+            Who found it when not the method itself (a candidate schedule's method).
+
+        Returns
+        -------
+        bool
+            True when the run's best schedule, as the simulator scored it, meets the goal
+            (`reached`): the method may stop its search.
+        """
+        return self.progress.offer(schedule, bound, source) if self.progress is not None else False
 
 
 class Method:
@@ -180,12 +267,29 @@ class Method:
 
     @classmethod
     def space(cls, params: dict[str, Any]) -> str:
-        """The schedule space a proof of this method (optimal, infeasible) holds in, for ``params``."""
+        """The schedule space a proof of this method (optimal, infeasible) holds in, for ``params``.
+
+        Parameters
+        ----------
+        params : dict
+            The method's parsed parameters.
+
+        Returns
+        -------
+        str
+            A few words (``input-order stages, at most 2 retention intervals per node``).
+        """
         return cls.search_space
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
-        """Whether the requirements import here, and if not, one sentence saying how to fix it."""
+        """Whether the requirements import here, and if not, one sentence saying how to fix it.
+
+        Returns
+        -------
+        tuple of (bool, str)
+            True and an empty sentence, or False and what to install.
+        """
         missing = [mod for mod in cls.requires if importlib.util.find_spec(mod) is None]
         if not missing:
             return True, ""
@@ -194,7 +298,24 @@ class Method:
 
     @classmethod
     def parse_params(cls, given: dict[str, Any]) -> dict[str, Any]:
-        """Defaults overlaid with ``given``, each converted to its declared type."""
+        """Defaults overlaid with ``given``, each converted to its declared type.
+
+        Parameters
+        ----------
+        given : dict
+            Parameter names (or their aliases) and values as given (text or values).
+
+        Returns
+        -------
+        dict
+            Every declared parameter by its name, typed.
+
+        Raises
+        ------
+        MethodError
+            An undeclared name (with the closest declared one), a name given twice through an
+            alias, or a value `Param.parse` refuses.
+        """
         declared = {p.name: p for p in cls.params}
         aliases = {alias: p.name for p in cls.params for alias in p.aliases}
         out = {p.name: p.default for p in cls.params}
@@ -224,6 +345,18 @@ class Method:
         conditions of its own. From the declarations: ``needs_backward`` asks for
         backward nodes and forward nodes that read forward values only;
         ``supports_min`` for a budget rather than ``min``.
+
+        Parameters
+        ----------
+        graph : Graph
+            The graph to solve.
+        budget : int or float or None
+            The budget in the graph's memory units (None: the lowest peak).
+
+        Returns
+        -------
+        str or None
+            One sentence saying why the method does not apply, or None.
         """
         if cls.needs_backward:
             if not graph.has_backward:
@@ -247,6 +380,23 @@ class Method:
               **params: Any) -> MethodResult:
         """Solve ``graph`` within ``budget`` (None: the lowest peak) in ``time_limit`` seconds.
 
-        Called only where `skip` gives no reason (the pipeline checks it first).
+        Called only where `skip` gives no reason (the pipeline checks it first). The run's shared
+        objects (bounds, hints, goals, progress) are in `context`.
+
+        Parameters
+        ----------
+        graph : Graph
+            The graph to solve.
+        budget : int or float or None
+            The budget in the graph's memory units; None asks for the lowest peak the method reaches.
+        time_limit : float or None
+            Seconds the method may take (None: no limit).
+        **params
+            The method's declared parameters, parsed (`parse_params`).
+
+        Returns
+        -------
+        MethodResult
+            What it found (a schedule or none, its own objective and bound) and why it stopped.
         """
         raise NotImplementedError

@@ -77,6 +77,8 @@ def candidate_schedules(graph: Graph, budget: Number | None, deadline: Deadline,
     """
     offered = context.hints
     found = offered_candidates(graph, budget, offered, accept=accept, stats=stats, over_budget=over_budget)
+    for candidate in found:
+        context.report(candidate.schedule, source=candidate.source)
     record = stats.setdefault("candidates", []) if stats is not None else []
     have = {label for label, _ in offered}
     for source in sources:
@@ -99,6 +101,7 @@ def candidate_schedules(graph: Graph, budget: Number | None, deadline: Deadline,
             entry["accepted"] = usable and (accept is None or bool(accept(schedule)))
             if entry["accepted"]:
                 found.append(Candidate(source.name, schedule, sim.peak, sim.duration))
+                context.report(schedule, source=source.name)  # the caller holds it from now on
         else:
             entry.setdefault("found", False)
         record.append(entry)

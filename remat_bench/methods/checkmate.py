@@ -109,7 +109,9 @@ class Checkmate(Method):
         start, start_from = None, None
         pool: list[Candidate] = []
         if params["warm_start"] and not deadline.expired():
-            start, start_from, pool = warm_start(cm, graph, budget, deadline, self.context, stats)
+            # Candidates count as the run's progress only where it may answer with them (keep_best).
+            held = self.context if params["keep_best"] else replace(self.context, progress=None)
+            start, start_from, pool = warm_start(cm, graph, budget, deadline, held, stats)
         stats["warm_start"] = start_from
         if not params["keep_best"]:
             pool = []
@@ -126,16 +128,43 @@ class Checkmate(Method):
         options: dict[str, Any] | None = None
         if params["backend"] == "highs":
             options = {"mip_heuristic_effort": params["heuristic_effort"]}
-            if self.context.duration_goal is not None:
-                # HiGHS stops at an incumbent this good: the any-order bound, in the model's cost units
-                # (a relative 1e-9 above it, for the rounding of those units).
-                options["objective_target"] = self.context.duration_goal / cm.dur_scale * (1 + 1e-9)
+            if (stop := self.context.stop_duration) is not None:
+                # HiGHS stops at an incumbent this good: the any-order bound (plus the gap the caller
+                # accepts), in the model's cost units (a relative 1e-9 above it, for their rounding).
+                options["objective_target"] = stop / cm.dur_scale * (1 + 1e-9)
+            if self.context.gap:
+                options["mip_abs_gap"] = self.context.gap / cm.dur_scale
         sol = solve_milp(
             cm.model, backend=params["backend"], time_limit=remaining,
             threads=params["threads"] or None, mip_gap=params["mip_gap"],
             seed=params["seed"], start=start, keep_incumbents=True, options=options,
+            on_incumbent=lambda inc: report_incumbent(self.context, cm, inc),
         )
-        return best_of(graph, budget, milp_result(cm, sol, stats, deadline, self.context.duration_goal), pool)
+        return best_of(graph, budget, milp_result(cm, sol, stats, deadline, self.context.duration_goal,
+                                                  self.context.gap), pool)
+
+
+def report_incumbent(context: SolveContext, cm: Any, incumbent: Any) -> bool:
+    """Offer the run's progress a MILP incumbent (decoded when it is scored) and the solver's dual bound.
+
+    Parameters
+    ----------
+    context : SolveContext
+        The run's context (`SolveContext.report`).
+    cm : CheckmateModel or MonetModel
+        The model the incumbent is a point of (its ``decode`` and ``dur_scale``).
+    incumbent : remat_bench.toolkit.milp.Incumbent
+        The incumbent as HiGHS streamed it.
+
+    Returns
+    -------
+    bool
+        True when the run's best schedule meets its goal (`SolveContext.report`): HiGHS may stop.
+    """
+    if incumbent.x is None:
+        return False
+    bound = None if incumbent.dual_bound is None else incumbent.dual_bound * cm.dur_scale
+    return context.report(lambda: cm.decode(incumbent.x), bound=bound)
 
 
 def warm_start(cm: CheckmateModel, graph: Graph, budget: Number, deadline: Deadline, context: SolveContext,
@@ -192,9 +221,11 @@ def warm_start(cm: CheckmateModel, graph: Graph, budget: Number, deadline: Deadl
 
 
 def milp_result(cm: CheckmateModel, sol: Any, stats: dict[str, Any], deadline: Deadline,
-                goal: Number | None = None) -> MethodResult:
+                goal: Number | None = None, gap: Number = 0) -> MethodResult:
     """Decode a MILP answer into a MethodResult (shared by checkmate's backends); optimal also when its
-    objective meets ``goal``, a duration no schedule goes below (`SolveContext.duration_goal`)."""
+    objective meets ``goal``, a duration no schedule goes below (`SolveContext.duration_goal`). With a
+    ``gap`` (duration units, `SolveContext.gap`), HiGHS's optimal may be an incumbent within that gap of
+    its bound: optimal only where the bound closes."""
     graph = cm.graph
     stats.update({
         "solver": sol.solver, "solver_status": sol.message, "solve_time_s": round(sol.solve_time_s, 3),
@@ -227,8 +258,12 @@ def milp_result(cm: CheckmateModel, sol: Any, stats: dict[str, Any], deadline: D
     # Optimal when proven in its space, or when it meets the goal (HiGHS's objective target: a duration
     # no schedule goes below). A target HiGHS met that the exact objective misses by its rounding is not
     # a proof: the search ended on the target's criterion.
-    optimal = sol.solution_status is SolutionStatus.OPTIMAL or (goal is not None and objective <= goal)
-    if optimal:
+    closed = sol.solution_status is SolutionStatus.OPTIMAL and not (
+        gap and lower is not None and objective > lower * (1 + 1e-9) + 1e-9)
+    optimal = closed or (goal is not None and objective <= goal)
+    if sol.solution_status is SolutionStatus.OPTIMAL and not optimal:
+        termination = Termination.CONVERGED  # stopped within the gap the caller accepts (``solve --gap``)
+    elif optimal:
         termination = Termination.PROVEN
     else:
         termination = sol.termination if sol.termination is not Termination.PROVEN else Termination.CONVERGED

@@ -50,6 +50,7 @@ import numpy as np
 
 from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
+from remat_bench.core.progress import Renumbered
 from remat_bench.core.schedule import COMPUTE, Schedule, ScheduleBuilder
 from remat_bench.core.simulate import baseline_schedule, place_frees, simulate
 from remat_bench.methods.base import (
@@ -583,7 +584,9 @@ def _duration_bound(m: Any, objective: Any, graph: Graph, budget: Number, bounds
 
 
 class _Recorder:
-    """Solution callback: time and objective of every improving solution, for stats and benchmarks."""
+    """Solution callback: time and objective of every improving solution, for stats and benchmarks;
+    ``on_solution(callback)`` is called on each (the run's progress report) and stops the search when
+    it answers True (the schedule, as the simulator scores it, meets the run's goal)."""
 
     def __init__(self, offset: float, on_solution: Any = None, stop_at: float | None = None) -> None:
         from ortools.sat.python import cp_model
@@ -594,25 +597,30 @@ class _Recorder:
 
             def on_solution_callback(inner) -> None:
                 self.points.append((round(offset + time.perf_counter() - self.t0, 3), inner.objective_value))
-                if on_solution is not None:
-                    on_solution(inner)
-                if stop_at is not None and inner.objective_value <= stop_at:
+                done = on_solution is not None and on_solution(inner)
+                if done or (stop_at is not None and inner.objective_value <= stop_at):
+                    self.stopped_at_goal = True
                     inner.stop_search()  # the goal is met: nothing better is wanted
 
         self.points: list[tuple[float, float]] = []
+        self.stopped_at_goal = False
         self.t0 = time.perf_counter()
         self.callback = Callback()
 
 
 def _solve(sm: StagedModel, seconds: float | None, params: dict[str, Any], offset: float,
-           on_solution: Any = None, stop_at: float | None = None) -> tuple[Any, Any, list]:
+           on_solution: Any = None, stop_at: float | None = None,
+           gap_units: float = 0) -> tuple[Any, Any, _Recorder]:
     """Solve ``sm`` for at most ``seconds`` (None: until proven), recording each solution's time and objective;
-    the search stops at a solution of objective ``stop_at`` or less (the caller's goal, in model units)."""
+    the search stops at a solution of objective ``stop_at`` or less (the caller's goal, in model units), or
+    within ``gap_units`` of its own bound (CP-SAT's absolute gap limit)."""
     from ortools.sat.python import cp_model
 
     solver = cp_model.CpSolver()
     if seconds is not None:
         solver.parameters.max_time_in_seconds = max(0.05, seconds)
+    if gap_units > 0:
+        solver.parameters.absolute_gap_limit = float(gap_units)
     solver.parameters.num_workers = params["threads"] or (os.cpu_count() or 1)
     solver.parameters.random_seed = params["seed"]
     if params["search"] == "hint":
@@ -623,7 +631,7 @@ def _solve(sm: StagedModel, seconds: float | None, params: dict[str, Any], offse
     solver.parameters.catch_sigint_signal = False
     recorder = _Recorder(offset, on_solution, stop_at)
     status = run_interruptibly(lambda: solver.solve(sm.model, recorder.callback), solver.stop_search)
-    return solver, status, recorder.points
+    return solver, status, recorder
 
 
 def staged_hint_candidates(graph: Graph, budget: Number | None, deadline: Deadline, context: SolveContext,
@@ -729,9 +737,10 @@ class Moccasin(Method):
         stats: dict[str, Any] = {}
         candidates = []
         all_hints = params["hints"] == "all"
+        # Candidates count as the run's progress only where it may answer with them (keep_best).
+        held = self.context if params["keep_best"] else replace(self.context, progress=None)
         pool = staged_hint_candidates(graph, budget if all_hints else None, deadline,
-                                      self.context if all_hints else replace(self.context, hints=[]),
-                                      max_copies=C, stats=stats)
+                                      held if all_hints else replace(held, hints=[]), max_copies=C, stats=stats)
         for c in pool:
             computes = c.schedule.nodes[c.schedule.kinds == COMPUTE]
             # Into the staged space where it has a counterpart (each stage in index order), else as it is.
@@ -829,10 +838,14 @@ class Moccasin(Method):
         position = np.empty(graph.n, dtype=np.int64)
         position[np.asarray(order, dtype=np.int64)] = np.arange(graph.n)  # node v of ``graph`` is node position[v]
         self.context.hints = [(label, replace(h, nodes=position[h.nodes])) for label, h in offered]
+        watcher = self.context.progress
+        if watcher is not None:  # what the search on ``permuted`` reports is mapped back to ``graph``
+            self.context.progress = Renumbered(watcher, order)
         try:
             result = self.solve(permuted, budget, deadline.remaining(), **staged_params)
         finally:
             self.context.hints = offered
+            self.context.progress = watcher
         if result.schedule is not None:  # node i of ``permuted`` is node order[i] here
             back = np.asarray(order, dtype=np.int64)[result.schedule.nodes]
             result.schedule = replace(result.schedule, nodes=back)
@@ -914,9 +927,14 @@ class Moccasin(Method):
         # At min for a caller that wants the peak only: stop at a peak no schedule goes below.
         goal = self.context.peak_goal if budget is None else None
         stop_at = None if goal is None else math.floor(goal / q) - math.ceil(graph.fixed_memory / q)
-        solver1, status1, points1 = _solve(p1, None if remaining is None else remaining * share, params, t1,
-                                           stop_at=stop_at)
-        progress += [("phase1", t, v) for t, v in points1]
+        def fits(inner: Any) -> bool:  # a solution within the budget is the run's first schedule
+            if budget_units is not None and inner.objective_value <= budget_units:
+                self.context.report(lambda: p1.decode(inner))
+            return False  # phase 1 ends at the budget anyway
+
+        solver1, status1, recorder1 = _solve(p1, None if remaining is None else remaining * share, params, t1,
+                                             on_solution=fits, stop_at=stop_at)
+        progress += [("phase1", t, v) for t, v in recorder1.points]
         stats["phase1_time_s"] = round(deadline.elapsed() - t1, 3)
         stats["phase1_status"] = solver1.status_name(status1)
         if status1 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -958,10 +976,15 @@ class Moccasin(Method):
         p2 = self._build(graph, budget, C, order, events, params)
         p2.hint(phase1_solution)
         t2 = deadline.elapsed()
-        goal = self.context.duration_goal
-        solver2, status2, points2 = _solve(p2, deadline.remaining(), params, t2,
-                                           stop_at=None if goal is None else goal / p2.dur_scale)
-        progress += [("phase2", t, v * p2.dur_scale) for t, v in points2]
+        stop = self.context.stop_duration
+
+        def improved(inner: Any) -> bool:
+            return self.context.report(lambda: p2.decode(inner), bound=inner.best_objective_bound * p2.dur_scale)
+
+        solver2, status2, recorder2 = _solve(p2, deadline.remaining(), params, t2, on_solution=improved,
+                                             stop_at=None if stop is None else stop / p2.dur_scale,
+                                             gap_units=self.context.gap / p2.dur_scale)
+        progress += [("phase2", t, v * p2.dur_scale) for t, v in recorder2.points]
         stats["phase2_time_s"] = round(deadline.elapsed() - t2, 3)
         stats["phase2_status"] = solver2.status_name(status2)
         stats["progress"] = progress
@@ -981,12 +1004,19 @@ class Moccasin(Method):
         schedule = p2.decode(solver2)
         objective = solver2.objective_value * p2.dur_scale
         lower = solver2.best_objective_bound * p2.dur_scale
-        # Optimal when proven in its space, or when it meets the goal (a duration no schedule goes below).
-        met = goal is not None and objective <= goal
-        optimal = status2 == cp_model.OPTIMAL or met
+        # Optimal when proven in its space (CP-SAT also says OPTIMAL at its gap limit: its bound tells),
+        # or when it meets the goal (a duration no schedule goes below).
+        closed = status2 == cp_model.OPTIMAL and solver2.best_objective_bound >= solver2.objective_value
+        optimal = closed or self.context.proves(objective)
+        if optimal:
+            termination = Termination.PROVEN
+        elif status2 == cp_model.OPTIMAL or recorder2.stopped_at_goal:
+            termination = Termination.CONVERGED  # within the gap the caller accepts (``solve --gap``)
+        else:
+            termination = cp_sat.termination(status2)
         return MethodResult(SolutionStatus.OPTIMAL if optimal else SolutionStatus.FEASIBLE, schedule,
                             objective=_number(objective), lower_bound=_number(lower), solve_time_s=deadline.elapsed(),
-                            stats=stats, termination=Termination.PROVEN if optimal else cp_sat.termination(status2))
+                            stats=stats, termination=termination)
 
     @staticmethod
     def _intervals_from(sm: StagedModel, solver: Any) -> Intervals:

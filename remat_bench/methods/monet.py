@@ -1077,7 +1077,9 @@ class Monet(Method):
         if budget is None:
             return self._least_peak(st, deadline, params, stats)
         hints = self.context.hints
-        candidates = monet_candidates(graph, st, budget, deadline, self.context, stats) if params["warm_start"] else []
+        # Candidates count as the run's progress only where it may answer with them (keep_best).
+        held = self.context if params["keep_best"] else replace(self.context, progress=None)
+        candidates = monet_candidates(graph, st, budget, deadline, held, stats) if params["warm_start"] else []
         result = self._solve(st, budget, deadline, params, stats, candidates=candidates)
         if not params["keep_best"]:
             return result
@@ -1087,10 +1089,17 @@ class Monet(Method):
         return best_of(graph, budget, result, pool)
 
     def _run(self, mm: MonetModel, deadline: Deadline, params: dict[str, Any], start: np.ndarray | None) -> Any:
+        def improved(incumbent: Any) -> bool:  # the run's progress: each incumbent, and HiGHS's dual bound
+            if incumbent.x is None:
+                return False
+            dual = incumbent.dual_bound
+            return self.context.report(lambda: mm.decode(incumbent.x),
+                                       bound=None if dual is None else (dual + mm.offset) * mm.dur_scale)
+
         return solve_milp(
             mm.model, backend=params["backend"], time_limit=deadline.remaining(),
             threads=params["threads"] or None, mip_gap=params["mip_gap"], seed=params["seed"], start=start,
-            keep_incumbents=False,
+            keep_incumbents=False, on_incumbent=improved,
         )
 
     def _solve(self, st: Stages, budget: Number, deadline: Deadline, params: dict[str, Any],

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any, Protocol
@@ -239,10 +239,14 @@ def solve_milp(
     relax: bool = False,
     keep_incumbents: bool = False,
     options: dict[str, Any] | None = None,
+    on_incumbent: Callable[[Incumbent], bool | None] | None = None,
 ) -> MilpSolution:
     """Solve ``model`` (its LP relaxation when ``relax``); ``start`` is a feasible point to begin from.
 
     ``options`` are passed to HiGHS as they are (``setOptionValue``), e.g. ``mip_heuristic_effort``.
+    ``on_incumbent`` is called with each improving incumbent of HiGHS (its point, objective and dual
+    bound), as it is found, in this process (from HiGHS's thread, or as a child process streams it);
+    when it answers True the search stops there (the caller's goal is met: termination converged).
     """
     kind, name = parse_backend(backend)
     if kind == "highs":
@@ -255,8 +259,8 @@ def solve_milp(
                                 message=f"the MILP was not run: {why}")
         args = (model, time_limit, threads, mip_gap, seed, start, relax, keep_incumbents, options or {})
         if time_limit is not None and model.num_cols >= ISOLATE_COLUMNS and can_spawn():
-            return _solve_highs_isolated(*args)
-        return _solve_highs(*args)
+            return _solve_highs_isolated(*args, watch=on_incumbent)
+        return _solve_highs(*args, on_incumbent=on_incumbent)
     return _solve_pulp(model, name or "", time_limit, threads, mip_gap, start, relax)
 
 
@@ -268,21 +272,31 @@ ISOLATE_COLUMNS = 2000
 KILL_GRACE_S = 0.5
 
 
-def _solve_highs_isolated(model: SparseModel, time_limit: float | None, *rest: Any) -> MilpSolution:
-    """`_solve_highs` in a spawned process that is killed past ``time_limit`` (or on Ctrl-C)."""
+def _solve_highs_isolated(model: SparseModel, time_limit: float | None, *rest: Any,
+                          watch: Callable[[Incumbent], bool | None] | None = None) -> MilpSolution:
+    """`_solve_highs` in a spawned process that is killed past ``time_limit`` (or on Ctrl-C); ``watch``
+    sees each incumbent as the child streams it, and stops the child when it answers True."""
     t0 = time.perf_counter()
     kill_at = t0 + (time_limit or 0.0) + KILL_GRACE_S
     incumbents: list[Incumbent] = []
+    enough = threading.Event()
+
+    def received(incumbent: Incumbent) -> None:
+        incumbents.append(incumbent)
+        if watch is not None and watch(incumbent):
+            enough.set()
+
     outcome = run_in_child(_solve_highs, (model, time_limit, *rest),
-                           stop=lambda: time.perf_counter() > kill_at or interrupted(),
-                           stream_to="on_incumbent", on_message=incumbents.append)
+                           stop=lambda: time.perf_counter() > kill_at or interrupted() or enough.is_set(),
+                           stream_to="on_incumbent", on_message=received)
     elapsed = time.perf_counter() - t0
     if outcome.returned:
         outcome.value.solve_time_s = elapsed
         return outcome.value
     if outcome.termination is Termination.NOT_APPLICABLE:  # no child could start: here, then
         left = None if time_limit is None else max(0.0, time_limit - elapsed)
-        return _solve_highs(model, left, *rest)
+        here: Callable[..., MilpSolution] = _solve_highs  # ``rest`` fills its positional parameters
+        return here(model, left, *rest, on_incumbent=watch)
     if outcome.termination is Termination.ERROR and not outcome.died:  # HiGHS raised
         return MilpSolution(SolutionStatus.NO_SOLUTION, Termination.ERROR, solve_time_s=elapsed,
                             message=outcome.message, incumbents=incumbents)
@@ -298,8 +312,9 @@ def _solve_highs_isolated(model: SparseModel, time_limit: float | None, *rest: A
     found = best is not None and best.x is not None
     return MilpSolution(
         SolutionStatus.FEASIBLE if found else SolutionStatus.NO_SOLUTION,
-        # Stopped (the time limit, Ctrl-C), or the child died (a crash in HiGHS): the incumbents it sent stand.
-        outcome.termination,
+        # Stopped (the caller's goal met, the time limit, Ctrl-C), or the child died (a crash in HiGHS): the
+        # incumbents it sent stand.
+        Termination.CONVERGED if enough.is_set() and found else outcome.termination,
         x=None if best is None else best.x,
         objective=None if best is None else best.objective,
         dual_bound=None if best is None else best.dual_bound,
@@ -326,8 +341,13 @@ def _solve_highs(model: SparseModel, time_limit: float | None, threads: int | No
         sol.value_valid = True
         h.setSolution(sol)
     t0 = time.perf_counter()
-    incumbents = _run_highs(h, t0, relax, keep_incumbents, on_incumbent)
-    return _highs_answer(h, model, relax, time.perf_counter() - t0, incumbents)
+    enough = threading.Event()
+    incumbents = _run_highs(h, t0, relax, keep_incumbents, on_incumbent, enough)
+    answer = _highs_answer(h, model, relax, time.perf_counter() - t0, incumbents)
+    if enough.is_set() and answer.termination is Termination.INTERRUPTED and answer.x is not None:
+        answer.termination = Termination.CONVERGED  # stopped at the caller's goal, not by Ctrl-C
+        answer.message = "stopped: the caller's goal is met"
+    return answer
 
 
 # Largest ratio between the magnitudes of two nonzero constraint coefficients of a MIP given to HiGHS.
@@ -390,8 +410,10 @@ def _set_highs_options(h: Any, time_limit: float | None, threads: int | None, mi
         h.setOptionValue(key, value)
 
 
-def _run_highs(h: Any, t0: float, relax: bool, keep_incumbents: bool, on_incumbent: Any) -> list[Incumbent]:
-    """Run the solver; returns the incumbents of a MIP as they improved (times from ``t0``)."""
+def _run_highs(h: Any, t0: float, relax: bool, keep_incumbents: bool, on_incumbent: Any,
+               enough: threading.Event | None = None) -> list[Incumbent]:
+    """Run the solver; returns the incumbents of a MIP as they improved (times from ``t0``). When
+    ``on_incumbent`` answers True, ``enough`` is set and the search is interrupted at HiGHS's next check."""
     incumbents: list[Incumbent] = []
     lock = threading.Lock()
 
@@ -407,11 +429,17 @@ def _run_highs(h: Any, t0: float, relax: bool, keep_incumbents: bool, on_incumbe
         )
         with lock:
             incumbents.append(incumbent)
-        if on_incumbent is not None:
-            on_incumbent(incumbent)
+        if on_incumbent is not None and on_incumbent(incumbent) and enough is not None:
+            enough.set()
+
+    def on_interrupt(event: Any) -> None:
+        if enough is not None and enough.is_set():
+            event.data_in.user_interrupt = True
 
     if not relax:
         h.cbMipImprovingSolution.subscribe(on_improving)
+        if on_incumbent is not None:
+            h.cbMipInterrupt.subscribe(on_interrupt)
     # Ctrl-C cancels the search and keeps the incumbent (see `run_interruptibly`).
     h.HandleUserInterrupt = True
     run_interruptibly(h.run, h.cancelSolve)

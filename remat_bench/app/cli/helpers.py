@@ -176,6 +176,19 @@ def stop_on_first_ctrl_c() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def working(text: str, as_json: bool) -> contextlib.AbstractContextManager[Any]:
-    """A spinner with ``text`` on a terminal while a command works; nothing with --json or when captured."""
+def working(text: RenderableType, as_json: bool) -> contextlib.AbstractContextManager[Any]:
+    """A spinner with ``text`` on a terminal while a command works; nothing with --json or when captured.
+
+    Parameters
+    ----------
+    text : str or rich renderable
+        What is shown beside the spinner; a renderable is drawn again at each refresh
+        (`remat_bench.app.cli.live.LiveProgress`: the elapsed time ticks).
+    as_json : bool
+        The command prints JSON: no spinner.
+
+    Returns
+    -------
+    context manager
+    """
     return err.status(text) if not as_json and err.is_terminal else contextlib.nullcontext()

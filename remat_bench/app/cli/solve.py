@@ -27,9 +27,11 @@ from remat_bench.app.cli.helpers import (
     stop_on_first_ctrl_c,
     working,
 )
+from remat_bench.app.cli.live import LiveProgress
 from remat_bench.core.budget import format_amount
 from remat_bench.core.errors import RematBenchError
 from remat_bench.core.graph import Graph
+from remat_bench.core.simulate import baseline
 
 # ---------------------------------------------------------------------- solve
 
@@ -48,14 +50,22 @@ from remat_bench.core.graph import Graph
               help="Skip the any-order lower bound (no gap, nothing proven optimal; saves up to a tenth of the limit).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
               help="With several -m: how many run at once, each in its own process (they share the cores).")
+@click.option("--gap", type=click.FloatRange(min=0), default=None, metavar="POINTS",
+              help="Stop once the schedule held is within POINTS points of overhead of a valid lower bound (the "
+                   "any-order bound, or the method's own solver's bound in its space). Default: only a proof stops.")
+@click.option("--progress", "progress_lines", is_flag=True,
+              help="Print a line to standard error for each improving schedule (for pipes and logs).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (a list with several methods).")
 def solve(graph: str, methods: tuple[str, ...], budget: str, time_limit: float, params: tuple[str, ...],
-          output: Path | None, no_bound: bool, jobs: int, as_json: bool) -> None:
+          output: Path | None, no_bound: bool, jobs: int, gap: float | None, progress_lines: bool,
+          as_json: bool) -> None:
     """Solve GRAPH with a method at a budget; score the schedule with the simulator.
 
     With several -m, each runs under the same budget and limit (one after another, or
     --jobs at once), and one table compares them; -p applies to every method that
-    declares the parameter.
+    declares the parameter. On a terminal the status line shows the time, the best
+    schedule so far, the any-order bound and the gap; --json adds each run's progress
+    (its improving schedules over time).
     """
     from remat_bench.app.graphs import find_graph
     from remat_bench.app.pipeline import resolve_method, run_many
@@ -81,9 +91,11 @@ def solve(graph: str, methods: tuple[str, ...], budget: str, time_limit: float, 
         err.print(f"[yellow]warning:[/] {escape(parsed_budget.warning)}")
 
     at_once = f", {min(jobs, len(methods))} at a time" if jobs > 1 and len(methods) > 1 else ""
-    with stop_on_first_ctrl_c(), working(f"solving {g.name} with {', '.join(methods)}{at_once} "
-                                         f"(limit {time_limit:g} s each)...", as_json):
-        results = run_many(g, list(methods), parsed_budget, time_limit, per_method, bound=not no_bound, jobs=jobs)
+    live = LiveProgress(f"solving {g.name} with {', '.join(methods)}{at_once} (limit {time_limit:g} s each)",
+                        baseline(g).duration, err if progress_lines else None, g.units.get("memory", ""))
+    with stop_on_first_ctrl_c(), working(live, as_json):
+        results = run_many(g, list(methods), parsed_budget, time_limit, per_method, bound=not no_bound, jobs=jobs,
+                           gap=gap, watch=live)
 
     if len(results) == 1:
         show(results[0].to_json(), as_json, lambda: _result(g, results[0], output))

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.markup import escape
 
 from remat_bench.app.cli.helpers import err, load, out
+from remat_bench.core.errors import RematBenchError
 
 
 @click.command()
@@ -83,14 +85,20 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
 
 @click.command()
 @click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--kind", "-k", type=click.Choice(["tradeoff", "scaling", "timeline", "intervals"]),
-              default="tradeoff", show_default=True)
+@click.option("--kind", "-k", type=click.Choice(["tradeoff", "scaling", "timeline", "intervals", "progress", "profile",
+                                                "time-to-best"]),
+              default="tradeoff", show_default=True,
+              help="progress: overhead of the best schedule over solve time (log time), a panel per graph and "
+                   "budget; profile: share of instances each method brings within --within of the best by each "
+                   "time; time-to-best: time to each run's best schedule against nodes (log-log).")
+@click.option("--within", type=click.FloatRange(min=0), default=1.0, show_default=True, metavar="PCT",
+              help="profile: the target, within PCT percent of the best duration any run found.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Image file (.png, .svg).")
 @click.option("--graph", "-g", help="timeline/intervals: the graph (a name in the results, or a graph file "
                                      "when SOURCES are schedule files); tradeoff/scaling: only this graph.")
 @click.option("--budget", "-b", help="timeline/intervals from results: the budget as written in the config.")
 @click.option("--method", "-m", "methods", multiple=True, help="Only these methods (repeatable).")
-def plot(sources: tuple[Path, ...], kind: str, output: Path, graph: str | None, budget: str | None,
+def plot(sources: tuple[Path, ...], kind: str, within: float, output: Path, graph: str | None, budget: str | None,
          methods: tuple[str, ...]) -> None:
     """Draw a chart from a results folder, or timeline/intervals from schedule files.
 
@@ -98,6 +106,7 @@ def plot(sources: tuple[Path, ...], kind: str, output: Path, graph: str | None, 
     remat-bench plot results/smoke --kind tradeoff -o tradeoff.png
     remat-bench plot results/smoke --kind timeline --graph chain-16 --budget 0.8 -o t.svg
     remat-bench plot a.json b.json --graph graphs/chain-16-train.json --kind timeline -o t.png
+    remat-bench plot results/paper-progress --kind progress -o figure5.png
     """
     from remat_bench.app import charts
     from remat_bench.app.sweep.results import load_table, schedules_at, skipped_note
@@ -142,9 +151,10 @@ def plot(sources: tuple[Path, ...], kind: str, output: Path, graph: str | None, 
         out.print(f"wrote {output}: {kind} of {', '.join(str(p) for p in sources)}")
         return
 
-    if budget is not None and kind in ("tradeoff", "scaling"):
+    over_time = kind in ("progress", "profile", "time-to-best")
+    if budget is not None and kind in ("tradeoff", "scaling", "profile", "time-to-best"):
         raise click.BadParameter(f"a {kind} chart shows every budget; --budget picks the schedules of a timeline "
-                                 "or intervals chart", param_hint="--budget")
+                                 "or intervals chart, or the budgets of a progress chart", param_hint="--budget")
     table = load_table(folder)
     if (skipped := skipped_note(table)) is not None:
         err.print(f"note: {skipped}", markup=False, highlight=False)
@@ -153,6 +163,9 @@ def plot(sources: tuple[Path, ...], kind: str, output: Path, graph: str | None, 
     if graph is not None:
         graph = charts.graph_in_results(table, folder, graph)
     chosen_runs = charts.select_runs(table, folder, graph, methods, need_schedule=kind in ("timeline", "intervals"))
+    if over_time:
+        _plot_over_time(folder, chosen_runs, kind, within, budget, output)
+        return
     if kind in ("tradeoff", "scaling"):
         (charts.tradeoff if kind == "tradeoff" else charts.scaling)(chosen_runs, output)
         out.print(f"wrote {output}: {kind} of {len(chosen_runs)} runs")
@@ -168,6 +181,46 @@ def plot(sources: tuple[Path, ...], kind: str, output: Path, graph: str | None, 
                          title=f"{chosen.graph.name}, {label} at budget {chosen.budget_text}: when each value is held")
         shown = label
     out.print(f"wrote {output}: {kind} of {chosen.graph.name} at budget {chosen.budget_text} ({shown})")
+
+
+def _plot_over_time(folder: Path, runs: Any, kind: str, within: float, budget: str | None, output: Path) -> None:
+    """The charts drawn from a sweep's progress table: progress, profile, time-to-best."""
+    from remat_bench.app import charts
+    from remat_bench.app.sweep.profiles import load_progress
+
+    points = load_progress(folder)
+    if points is None:
+        raise RematBenchError(f"{folder}: no run recorded its progress (sweeps record it since this version); "
+                              f"run the sweep again to draw a {kind} chart")
+    if budget is not None:
+        runs = runs[runs["budget_text"] == budget]
+        if runs.empty:
+            raise RematBenchError(f"{folder}: no run at budget {budget!r}; its budgets: "
+                                  f"{', '.join(sorted(set(map(str, table_budgets(folder)))))}")
+    if kind == "progress":
+        charts.progress(runs, points, output)
+    elif kind == "profile":
+        charts.profile(runs, points, output, within)
+    else:
+        charts.time_to_best(runs, points, output)
+    out.print(f"wrote {output}: {kind} of {len(runs)} runs")
+
+
+def table_budgets(folder: Path) -> list[str]:
+    """The budgets of a results folder's runs, as their config wrote them.
+
+    Parameters
+    ----------
+    folder : Path
+        The results folder.
+
+    Returns
+    -------
+    list of str
+    """
+    from remat_bench.app.sweep.results import load_table
+
+    return list(load_table(folder)["budget_text"].dropna().unique())
 
 
 @click.command()

@@ -119,6 +119,10 @@ def supervise(spec: dict[str, Any], output: str) -> dict[str, Any]:
     row = make_row(payload, outcome, out_dir)
     if outcome.get(SWEEP_FAULT):
         row[SWEEP_FAULT] = True  # not a column: the journal row carries it (see worker.SWEEP_FAULT)
+    if outcome.get("progress"):
+        # The run's improving schedules over time: journalled with its row, tabled apart
+        # (`remat_bench.app.sweep.profiles.build_progress`, progress.parquet).
+        row["progress"] = outcome["progress"]
     return row
 
 

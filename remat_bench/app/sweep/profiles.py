@@ -113,6 +113,21 @@ def instances(results: pd.DataFrame) -> pd.DataFrame:
     return keys.join(best)
 
 
+def schedule_points(progress: pd.DataFrame) -> pd.DataFrame:
+    """The points of a progress table that hold a schedule (not those that only record a bound).
+
+    Parameters
+    ----------
+    progress : pandas.DataFrame
+        A progress table (`PROGRESS_COLUMNS`).
+
+    Returns
+    -------
+    pandas.DataFrame
+    """
+    return progress[progress["duration"].notna()]
+
+
 def times_to_target(results: pd.DataFrame, progress: pd.DataFrame, within_pct: float,
                     label: pd.Series | None = None) -> pd.DataFrame:
     """Seconds each method (a column, by ``label``: default the method) took to hold a schedule within
@@ -122,6 +137,7 @@ def times_to_target(results: pd.DataFrame, progress: pd.DataFrame, within_pct: f
 
     names = label if label is not None else labels(results)
     best = instances(results)["best"]
+    progress = schedule_points(progress)
     points = {run: list(zip(g["time_s"].astype(float), g["duration"].astype(float), strict=True))
               for run, g in progress.sort_values("time_s").groupby("run_id", sort=False)}
     rows: dict[tuple[str, str], dict[str, list[float]]] = {}
@@ -154,7 +170,7 @@ def speed_summary(results: pd.DataFrame, progress: pd.DataFrame, within_pct: flo
     ttt = times_to_target(results, progress, within_pct, names)
     limits = {m: float(results.loc[names == m, "time_limit"].max()) for m in ttt.columns}
     sgm = scaled_shifted_geometric_means(ttt, limits, shift_s)
-    by_run = {run: g.sort_values("time_s") for run, g in progress.groupby("run_id", sort=False)}
+    by_run = {run: g.sort_values("time_s") for run, g in schedule_points(progress).groupby("run_id", sort=False)}
     rows = []
     for method in ttt.columns:
         mine = applicable[names.loc[applicable.index] == method]
@@ -187,28 +203,89 @@ def size_class(nodes: float) -> str:
 
 
 PROGRESS_TABLE = "progress.parquet"
-PROGRESS_JOURNAL = "progress.jsonl"
+
+
+def build_progress(rows: Iterable[Mapping]) -> pd.DataFrame:
+    """The progress table of a sweep's result rows: one row per point, keyed by ``run_id``.
+
+    A run's points travel in its result row (``progress``, as ``solve --json`` prints them), so
+    they are journalled with it, atomically, and resume as it does; a run recorded twice keeps its
+    latest row's points (`remat_bench.app.sweep.results.build_table` keeps that row too).
+
+    Parameters
+    ----------
+    rows : iterable of dict
+        Result rows (the journal's), each with ``run_id`` and, when the run recorded any, ``progress``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns `PROGRESS_COLUMNS`; empty when no run recorded progress.
+    """
+    latest: dict[str, list] = {}
+    for row in rows:
+        run = row.get("run_id")
+        if isinstance(run, str):
+            points = row.get("progress")
+            latest.pop(run, None)
+            latest[run] = points if isinstance(points, list) else []
+    records = [{"run_id": run, **{c: point.get(c) for c in PROGRESS_COLUMNS[1:]}}
+               for run, points in latest.items() for point in points
+               if isinstance(point, Mapping) and point.get("time_s") is not None]
+    frame = pd.DataFrame(records, columns=list(PROGRESS_COLUMNS))
+    for column in ("time_s", "duration", "peak", "overhead_pct", "bound"):
+        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("Float64")
+    for column in ("run_id", "source"):
+        frame[column] = frame[column].astype("string")
+    return frame
+
+
+def write_progress(frame: pd.DataFrame, output: Path) -> Path:
+    """Write ``progress.parquet`` atomically beside the results table.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A progress table (`build_progress`).
+    output : Path
+        The results folder.
+
+    Returns
+    -------
+    Path
+        The file written.
+    """
+    import io
+
+    from remat_bench.core.files import atomic_write_bytes
+
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    atomic_write_bytes(output / PROGRESS_TABLE, buffer.getvalue())
+    return output / PROGRESS_TABLE
 
 
 def load_progress(folder: str | Path) -> pd.DataFrame | None:
-    """A results folder's progress table: rebuilt from its journal when there is one, else the Parquet;
-    None when the sweep recorded no progress. Lines that cannot be read are left out."""
-    import json
+    """A results folder's progress table: rebuilt from its journal when there is one (it is never behind),
+    else the Parquet; None when no run of the sweep recorded progress.
+
+    Parameters
+    ----------
+    folder : str or Path
+        The results folder.
+
+    Returns
+    -------
+    pandas.DataFrame or None
+        Columns `PROGRESS_COLUMNS`.
+    """
+    from remat_bench.app.sweep.journal import JOURNAL, Journal
 
     folder = Path(folder)
-    journal = folder / PROGRESS_JOURNAL
-    if journal.exists():
-        rows = []
-        with journal.open(encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    row = json.loads(line)
-                except ValueError:  # the partial line of a process killed mid-write
-                    continue
-                if isinstance(row, dict) and {"run_id", "time_s", "duration"} <= row.keys():
-                    rows.append(row)
-        return pd.DataFrame(rows, columns=list(PROGRESS_COLUMNS)) if rows else pd.DataFrame(
-            columns=list(PROGRESS_COLUMNS))
-    if (folder / PROGRESS_TABLE).exists():
-        return pd.read_parquet(folder / PROGRESS_TABLE)
-    return None
+    if (folder / JOURNAL).exists():
+        frame = build_progress(Journal(folder / JOURNAL).rows())
+    elif (folder / PROGRESS_TABLE).exists():
+        frame = pd.read_parquet(folder / PROGRESS_TABLE)
+    else:
+        return None
+    return None if frame.empty else frame

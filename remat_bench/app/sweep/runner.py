@@ -43,6 +43,7 @@ from remat_bench.app.sweep.executors import (
     supervise,
 )
 from remat_bench.app.sweep.journal import JOURNAL, Journal
+from remat_bench.app.sweep.profiles import build_progress, write_progress
 from remat_bench.app.sweep.results import CSV, TABLE, build_table, write_table
 from remat_bench.app.sweep.worker import SWEEP_FAULT
 from remat_bench.core.errors import ConfigError
@@ -302,6 +303,9 @@ def _run(config: SweepConfig, pending: list[RunSpec], skipped: int, workers: int
         outcome.table = build_table(journal.rows())
         try:
             outcome.written = write_table(outcome.table, out, csv=csv)
+            progress = build_progress(journal.rows())
+            if not progress.empty:  # every run's improving schedules over time, keyed by run_id
+                outcome.written.append(write_progress(progress, out))
         except OSError as exc:
             outcome.failure = outcome.failure or (
                 f"cannot write the table in {out} ({exc}); every finished run is in {journal.path}, and the "
