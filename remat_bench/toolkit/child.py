@@ -24,6 +24,11 @@ def can_spawn() -> bool:
 
     Under ``python -`` (a script on stdin) the main module's file is '<stdin>'
     and every spawned child dies at start; such runs call in process.
+
+    Returns
+    -------
+    bool
+        False when the main module's file does not exist; True otherwise (no main file included).
     """
     path = getattr(sys.modules.get("__main__"), "__file__", None)
     return path is None or os.path.exists(path)
@@ -99,6 +104,26 @@ def run_in_child(fn: Callable[..., Any], args: tuple[Any, ...], stop: Callable[[
     sending one message to the parent, where ``on_message`` receives it.
     ``daemon=False`` lets the call start children of its own (a method that runs
     HiGHS in a child, run by ``auto`` in a child); it is killed here all the same.
+
+    Parameters
+    ----------
+    fn : callable
+        A module-level function (pickled by name).
+    args : tuple
+        Its positional arguments (pickled).
+    stop : callable
+        Asked every 0.1 s and after each message; the child is killed once it answers True.
+    stream_to : str or None
+        The keyword by which ``fn`` gets its send function; None: ``fn`` sends nothing.
+    on_message : callable or None
+        Called in this process with each message the child sends.
+    daemon : bool
+        Start the child as a daemon process (which may not start children of its own).
+
+    Returns
+    -------
+    ChildOutcome
+        ``value`` is ``fn``'s answer when it returned; the child is gone when this returns.
     """
     import multiprocessing
 

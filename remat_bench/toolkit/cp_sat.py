@@ -18,6 +18,16 @@ def termination(status: Any) -> Termination:
     OPTIMAL and INFEASIBLE are proofs. FEASIBLE and UNKNOWN mean the search was stopped
     before a proof: at its time limit, or by Ctrl-C (`cut_short`); a search a caller stops
     at its goal says so itself. MODEL_INVALID is an error in the model.
+
+    Parameters
+    ----------
+    status : Any
+        A ``CpSolverStatus``, or its name as a str.
+
+    Returns
+    -------
+    Termination
+        unknown for any other status.
     """
     name = getattr(status, "name", status)
     if name in ("OPTIMAL", "INFEASIBLE"):

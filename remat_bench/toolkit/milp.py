@@ -52,7 +52,18 @@ class SparseModel:
         return self.A.shape[0]
 
     def violation(self, x: np.ndarray) -> float:
-        """Largest bound or row violation of ``x`` (0 for a feasible point)."""
+        """Largest bound or row violation of ``x`` (0 for a feasible point).
+
+        Parameters
+        ----------
+        x : np.ndarray
+            A value per column.
+
+        Returns
+        -------
+        float
+            The largest amount by which ``x`` breaks a column bound, a row bound or integrality.
+        """
         act = self.A @ x
         return float(max(
             np.max(self.lower - x, initial=0.0), np.max(x - self.upper, initial=0.0),
@@ -83,7 +94,24 @@ class ModelBuilder:
 
     def add_vars(self, count: int, lower: Any = 0.0, upper: Any = 1.0, cost: Any = 0.0,
                  integer: bool = True) -> np.ndarray:
-        """Add ``count`` columns; returns their indices."""
+        """Add ``count`` columns; returns their indices.
+
+        Parameters
+        ----------
+        count : int
+            How many columns.
+        lower, upper : Any
+            Their bounds: a number for all, or an array of ``count``.
+        cost : Any
+            Their objective coefficients: a number for all, or an array of ``count``.
+        integer : bool
+            Whether they are integral.
+
+        Returns
+        -------
+        np.ndarray
+            int64: the indices of the new columns, consecutive.
+        """
         self._cost.append(np.broadcast_to(np.asarray(cost, dtype=np.float64), (count,)).copy())
         self._lower.append(np.broadcast_to(np.asarray(lower, dtype=np.float64), (count,)).copy())
         self._upper.append(np.broadcast_to(np.asarray(upper, dtype=np.float64), (count,)).copy())
@@ -94,7 +122,21 @@ class ModelBuilder:
 
     def add_rows(self, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
                  lower: Any, upper: Any, count: int | None = None) -> None:
-        """Add a block of rows from COO triplets whose row ids are local (0..count-1)."""
+        """Add a block of rows from COO triplets whose row ids are local (0..count-1).
+
+        Parameters
+        ----------
+        rows : np.ndarray
+            Local row id of each entry.
+        cols : np.ndarray
+            Column of each entry.
+        vals : np.ndarray
+            Coefficient of each entry (entries at the same row and column are summed by `build`).
+        lower, upper : Any
+            The rows' bounds: a number for all, or an array of ``count``.
+        count : int or None
+            How many rows; None: one past the largest of ``rows``.
+        """
         rows = np.asarray(rows, dtype=np.int64)
         if count is None:
             count = int(rows.max()) + 1 if len(rows) else 0
@@ -117,6 +159,20 @@ class ModelBuilder:
         way. Constants are moved into the bounds. A row left with no column is not added, since no
         variable can change it: returns the local ids of those whose constant lies outside their
         bounds, for the caller to report.
+
+        Parameters
+        ----------
+        parts : Sequence of tuple
+            Blocks of (local row ids, columns, values), each an array or a number broadcast alike.
+        lower, upper : Any
+            The rows' bounds: a number for all, or an array of ``count``.
+        count : int
+            How many rows.
+
+        Returns
+        -------
+        np.ndarray
+            int64: the local ids of the rows with no column whose constant lies outside their bounds.
         """
         def cat(k: int, dtype: Any) -> np.ndarray:
             arrays = [np.asarray(part[k], dtype=dtype).reshape(-1) for part in parts]
@@ -137,6 +193,12 @@ class ModelBuilder:
         return violated
 
     def build(self) -> SparseModel:
+        """The model of every block added so far, its matrix in CSR with duplicate entries summed.
+
+        Returns
+        -------
+        SparseModel
+        """
         def cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
             return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
@@ -188,7 +250,18 @@ class BuiltModel(Protocol):
 
 
 def model_stats(built: BuiltModel) -> dict[str, Any]:
-    """A built model's size and build time, as runs record them in their stats."""
+    """A built model's size and build time, as runs record them in their stats.
+
+    Parameters
+    ----------
+    built : BuiltModel
+
+    Returns
+    -------
+    dict
+        ``variables``, ``integer_variables``, ``constraints``, ``nonzeros``, ``build_time_s`` (s, to the
+        ms) and ``memory_scale``.
+    """
     return {
         "variables": built.model.num_cols,
         "integer_variables": int(built.model.integer.sum()),
@@ -201,7 +274,22 @@ def model_stats(built: BuiltModel) -> dict[str, Any]:
 
 def refuse_too_large(need: int, describe: str, advice: str = "") -> None:
     """Raise `ModelTooLargeError` when a model needing about ``need`` bytes would take more than 60% of
-    the memory available now (unknown memory refuses nothing). ``describe`` says what the model is."""
+    the memory available now (unknown memory refuses nothing). ``describe`` says what the model is.
+
+    Parameters
+    ----------
+    need : int
+        The model's estimated size in bytes.
+    describe : str
+        What the model is, the start of the error's sentence.
+    advice : str
+        Appended to the sentence (e.g. what to do instead); empty for none.
+
+    Raises
+    ------
+    ModelTooLargeError
+        ``need`` is more than 60% of the available memory.
+    """
     avail = available_memory_bytes()
     if avail is not None and need > 0.6 * avail:
         raise ModelTooLargeError(f"{describe}, needing about {need / 2**30:.1f} GiB, more than the "
@@ -209,7 +297,25 @@ def refuse_too_large(need: int, describe: str, advice: str = "") -> None:
 
 
 def parse_backend(backend: str) -> tuple[str, str | None]:
-    """``highs`` or ``pulp:NAME``; raises MethodError naming the installed PuLP solvers otherwise."""
+    """``highs`` or ``pulp:NAME``; raises MethodError naming the installed PuLP solvers otherwise.
+
+    Parameters
+    ----------
+    backend : str
+        ``highs``, or ``pulp:`` followed by a solver name PuLP lists (e.g. ``pulp:PULP_CBC_CMD``).
+
+    Returns
+    -------
+    kind : str
+        ``highs`` or ``pulp``.
+    name : str or None
+        The PuLP solver's name; None for HiGHS.
+
+    Raises
+    ------
+    MethodError
+        Neither form, a solver PuLP does not know, or one not installed and licensed here.
+    """
     if backend == "highs":
         return "highs", None
     if backend.startswith("pulp:"):
@@ -247,6 +353,41 @@ def solve_milp(
     ``on_incumbent`` is called with each improving incumbent of HiGHS (its point, objective and dual
     bound), as it is found, in this process (from HiGHS's thread, or as a child process streams it);
     when it answers True the search stops there (the caller's goal is met: termination converged).
+
+    Parameters
+    ----------
+    model : SparseModel
+    backend : str
+        ``highs`` or ``pulp:NAME`` (`parse_backend`).
+    time_limit : float or None
+        Seconds; None for no limit.
+    threads : int or None
+        Threads the solver may use; None (or 0) leaves the solver's default.
+    mip_gap : float or None
+        Relative gap at which the solver may stop; None leaves the solver's default.
+    seed : int or None
+        HiGHS's random seed; None leaves HiGHS's default (PuLP's solvers are not given it).
+    start : np.ndarray or None
+        A feasible point to begin from (ignored when ``relax``).
+    relax : bool
+        Solve the LP relaxation (integrality dropped) instead of the MIP.
+    keep_incumbents : bool
+        Keep each HiGHS incumbent's point in ``incumbents`` (only their times and objectives otherwise).
+    options : dict or None
+        HiGHS options by HiGHS's names, set last (they win over the above); ignored by PuLP.
+    on_incumbent : callable or None
+        Called with each improving HiGHS incumbent; answering True stops the search. Ignored by PuLP.
+
+    Returns
+    -------
+    MilpSolution
+        With ``termination`` resource_limit and ``start`` as the answer (if any) when `extreme_range`
+        keeps the MIP from HiGHS.
+
+    Raises
+    ------
+    MethodError
+        ``backend`` is not understood or its solver is not available (`parse_backend`).
     """
     kind, name = parse_backend(backend)
     if kind == "highs":
@@ -359,7 +500,17 @@ EXTREME_RANGE = 1e10
 
 def extreme_range(model: SparseModel) -> str | None:
     """Why HiGHS should not get the MIP ``model`` (`solve_milp` then answers with its start, if any):
-    its constraint coefficients span more than `EXTREME_RANGE`; None when it may."""
+    its constraint coefficients span more than `EXTREME_RANGE`; None when it may.
+
+    Parameters
+    ----------
+    model : SparseModel
+
+    Returns
+    -------
+    str or None
+        The reason, as a clause of a sentence; None when HiGHS may get it.
+    """
     values = np.abs(model.A.data)
     values = values[values > 0]
     if not len(values) or float(values.max()) <= EXTREME_RANGE * float(values.min()):
@@ -487,6 +638,18 @@ def highs_status(status: Any, has_x: bool) -> tuple[SolutionStatus, Termination]
     the bound. kTimeLimit and kInterrupt (Ctrl-C, `run_interruptibly`) cut it short; its iteration,
     solution and memory limits are resource limits. Any other status is an error, except kUnknown
     (HiGHS does not know either).
+
+    Parameters
+    ----------
+    status : Any
+        A ``highspy.HighsModelStatus``.
+    has_x : bool
+        Whether HiGHS holds a point (then a status short of a proof is feasible, not no_solution).
+
+    Returns
+    -------
+    solution_status : SolutionStatus
+    termination : Termination
     """
     import highspy
 
@@ -572,7 +735,17 @@ def _solve_pulp(model: SparseModel, name: str, time_limit: float | None, threads
 
 
 def memory_scale(graph: Graph) -> int:
-    """The gcd of every memory quantity (1 when any is fractional)."""
+    """The gcd of every memory quantity (1 when any is fractional).
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    int
+        The gcd of the nonzero node sizes, implementation workspaces and fixed memory; 1 when none is.
+    """
     values = [graph.memory, graph.op_workspace, np.asarray([graph.fixed_memory])]
     if any(v.dtype.kind == "f" for v in values):
         return 1

@@ -35,6 +35,35 @@ def best_order(graph: Graph, budget: Number | None, deadline: Deadline, workers:
 
     ``bounds``: the run's bound cache; a bound already computed there for this graph and
     budget that proves no order fits answers at once.
+
+    Parameters
+    ----------
+    graph : Graph
+    budget : Number or None
+        In the graph's memory units: the search stops at an order whose peak fits it; None: the
+        lowest peak is sought.
+    deadline : Deadline
+        When the search ends; shares are of the time left (of 60 s when it has no limit).
+    workers : int
+        CP-SAT's workers; 0 for one per CPU.
+    seed : int
+        Seed of the randomised list schedules, the local search and CP-SAT.
+    tries : int
+        How many randomised list schedules are tried.
+    hints : list of list of int or None
+        Orders of the caller's (each a topological order of ``graph``) tried with the list schedules.
+    search_share : float
+        Fraction of the time left the local search may take.
+    probe_share : float
+        Fraction of the time left the prefix probes may take.
+    bounds : BoundSource or None
+        The run's bound cache; None: the probes always run.
+
+    Returns
+    -------
+    OrderAnswer
+        The best order found and its peak; ``proven`` when it fits the budget (or, without one, is
+        proven lowest), ``infeasible`` when it is proven that no order fits.
     """
     stats: dict[str, Any] = {}
     best, best_peak = _list_schedules(graph, seed, tries, hints, stats)
