@@ -85,6 +85,19 @@ class Status(StrEnum):
         model the method measured as too large), ``oom`` (a MemoryError, the sweep's memory cap),
         ``timeout`` (the sweep killed it). Without one: a method that found no schedule and failed is
         ``error``, one that does not apply ``unsupported``; otherwise what it found.
+
+        Parameters
+        ----------
+        solution : SolutionStatus
+            What the method found.
+        termination : Termination
+            Why it stopped.
+        verdict : Status or None
+            The judge's verdict, one of `VERDICTS`; None when the judge has none.
+
+        Returns
+        -------
+        Status
         """
         if verdict is not None:
             if verdict not in VERDICTS:
@@ -103,13 +116,30 @@ VERDICTS = (Status.OVER_BUDGET, Status.ERROR, Status.UNSUPPORTED, Status.OOM, St
 
 
 def cut_short() -> Termination:
-    """Why a search stopped before its end: Ctrl-C (which also ends every `Deadline`), else its time limit."""
+    """Why a search stopped before its end: Ctrl-C (which also ends every `Deadline`), else its time limit.
+
+    Returns
+    -------
+    Termination
+        interrupted after Ctrl-C, time_limit otherwise.
+    """
     return Termination.INTERRUPTED if interrupted() else Termination.TIME_LIMIT
 
 
 def search_ended(deadline: Deadline) -> Termination:
     """Why a search that polls ``deadline`` stopped: cut short when a poll found the deadline passed
-    (`Deadline.ran_out`: the poller stopped or skipped work there), else it ran to its end."""
+    (`Deadline.ran_out`: the poller stopped or skipped work there), else it ran to its end.
+
+    Parameters
+    ----------
+    deadline : Deadline
+        The deadline the search polled.
+
+    Returns
+    -------
+    Termination
+        `cut_short`'s answer when a poll found it passed, converged otherwise.
+    """
     return cut_short() if deadline.ran_out else Termination.CONVERGED
 
 

@@ -78,10 +78,30 @@ class ProgressSink(Protocol):
     def offer(self, schedule: Schedule | Callable[[], Schedule], bound: Number | None = None,
               source: str = "") -> bool:
         """A schedule found now (or a function building it, called only if it is scored), and the
-        method's own lower bound now; True when the run's best now meets its goal (it may stop)."""
+        method's own lower bound now; True when the run's best now meets its goal (it may stop).
+
+        Parameters
+        ----------
+        schedule : Schedule or callable
+            The schedule, or a function that builds it.
+        bound : int or float or None
+            The method's own lower bound on duration now (in its space), if its solver has one.
+        source : str
+            Who found it, when not the method itself.
+
+        Returns
+        -------
+        bool
+            True when the search may stop.
+        """
 
     def take(self, point: ProgressPoint) -> None:
-        """A point another run already scored (a portfolio member's), timed by this run's clock."""
+        """A point another run already scored (a portfolio member's), timed by this run's clock.
+
+        Parameters
+        ----------
+        point : ProgressPoint
+        """
 
 
 Scorer = Callable[[Schedule], "tuple[Number, Number] | None"]
@@ -380,7 +400,22 @@ class Relabelled:
 
     def offer(self, schedule: Schedule | Callable[[], Schedule], bound: Number | None = None,
               source: str = "") -> bool:
-        """Not used: a member's own recorder scores its schedules and passes points (`take`)."""
+        """Not used: a member's own recorder scores its schedules and passes points (`take`).
+
+        Parameters
+        ----------
+        schedule : Schedule or callable
+            The schedule, or a function that builds it.
+        bound : int or float or None
+            Dropped: it holds in the member's space, not in the receiver's.
+        source : str
+            Who found it; passed on under this sink's label.
+
+        Returns
+        -------
+        bool
+            What the sink answers: whether the run may stop.
+        """
         return self.sink.offer(schedule, None, self._name(source))
 
     def take(self, point: ProgressPoint) -> None:
