@@ -74,6 +74,29 @@ def candidate_schedules(graph: Graph, budget: Number | None, deadline: Deadline,
     keeps valid schedules above the budget too (hints for a search that minimises
     max(peak, budget) first, as Moccasin's phase 1 does). A source whose name an offered
     schedule bears is not run again (``auto`` offers its fast members' answers by name).
+
+    Parameters
+    ----------
+    graph : Graph
+    budget : Number or None
+        In the graph's memory units; None for ``min`` (every valid schedule is within it).
+    deadline : Deadline
+        The caller's; each source gets its ``share`` of the time left when it starts.
+    sources : Sequence of Source
+        Tried in this order.
+    context : SolveContext
+        The caller's: its ``hints``, its ``runner``, and its ``report`` (told of each kept candidate).
+    accept : callable or None
+        The caller's check of its own space; None accepts every schedule.
+    stats : dict or None
+        The caller's stats: what each source gave is appended under ``candidates``.
+    over_budget : bool
+        Keep valid schedules above the budget too.
+
+    Returns
+    -------
+    list of Candidate
+        Fastest first (least peak first when ``budget`` is None).
     """
     offered = context.hints
     found = offered_candidates(graph, budget, offered, accept=accept, stats=stats, over_budget=over_budget)
@@ -117,7 +140,27 @@ def offered_candidates(graph: Graph, budget: Number | None, hints: Sequence[tupl
                        accept: Callable[[Schedule], bool] | None = None, stats: dict[str, Any] | None = None,
                        over_budget: bool = False) -> list[Candidate]:
     """The schedules a caller offered (`SolveContext.hints`), checked as `candidate_schedules` checks its
-    sources' (valid, within the budget unless ``over_budget``, accepted), recorded as ``hint:<label>``."""
+    sources' (valid, within the budget unless ``over_budget``, accepted), recorded as ``hint:<label>``.
+
+    Parameters
+    ----------
+    graph : Graph
+    budget : Number or None
+        In the graph's memory units; None for ``min``.
+    hints : Sequence of tuple of (str, Schedule)
+        The offered schedules and their labels.
+    accept : callable or None
+        The caller's check of its own space; None accepts every schedule.
+    stats : dict or None
+        The caller's stats: each hint's check is appended under ``candidates``.
+    over_budget : bool
+        Keep valid schedules above the budget too.
+
+    Returns
+    -------
+    list of Candidate
+        Fastest first (least peak first when ``budget`` is None), each named ``hint:<label>``.
+    """
     found: list[Candidate] = []
     record = stats.setdefault("candidates", []) if stats is not None else []
     for label, schedule in hints:
@@ -146,6 +189,24 @@ def best_of(graph: Graph, budget: Number | None, answer: MethodResult, pool: Seq
     pipeline will score them. A candidate that wins is returned as ``feasible``: the method's own
     proof (optimal or infeasible in its space) does not cover a schedule it did not find, and the
     message says so. With ``budget`` None (the lowest peak), the answer stands.
+
+    Parameters
+    ----------
+    graph : Graph
+    budget : Number or None
+        In the graph's memory units; None for ``min``.
+    answer : MethodResult
+        The method's own search's answer.
+    pool : Sequence of Candidate
+        The candidates it was given or found on the way.
+    stats : dict or None
+        Where ``returned`` (and ``search_status`` when a candidate wins) is recorded; None:
+        ``answer.stats``.
+
+    Returns
+    -------
+    MethodResult
+        ``answer`` itself, or a ``feasible`` result with the winning candidate's schedule.
     """
     if budget is None or not pool:
         return answer
@@ -189,7 +250,15 @@ def _cleaned(graph: Graph, schedule: Schedule | None, budget: Number) -> tuple[N
 
 
 def mark_used(stats: dict[str, Any], source: str | None) -> None:
-    """Record which candidate the caller started from (None: none of them)."""
+    """Record which candidate the caller started from (None: none of them).
+
+    Parameters
+    ----------
+    stats : dict
+        The caller's stats; its ``warm_start`` is set.
+    source : str or None
+        The candidate's source.
+    """
     stats["warm_start"] = source
 
 

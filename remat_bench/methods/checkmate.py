@@ -180,6 +180,29 @@ def warm_start(cm: CheckmateModel, graph: Graph, budget: Number, deadline: Deadl
     space first (`remat_bench.toolkit.improve.staged_repair`) where it has a
     counterpart there. The candidates are returned so that the answer is never
     slower than one of them (`remat_bench.methods.candidates.best_of`).
+
+    Parameters
+    ----------
+    cm : CheckmateModel
+        The model the start must be a point of.
+    graph : Graph
+    budget : Number
+        In the graph's memory units.
+    deadline : Deadline
+        The run's; candidates take shares of the time left.
+    context : SolveContext
+        The run's (its hints, runner and progress).
+    stats : dict or None
+        The run's stats: the candidates and ``warm_start`` are recorded there.
+
+    Returns
+    -------
+    x : np.ndarray or None
+        The cheapest accepted candidate as a point of ``cm.model``; None when none is accepted.
+    source : str or None
+        Its source.
+    pool : list of Candidate
+        Every candidate within the budget, LP roundings included.
     """
     from remat_bench.toolkit.improve import drop_recomputations, staged_repair
 
@@ -225,7 +248,29 @@ def milp_result(cm: CheckmateModel, sol: Any, stats: dict[str, Any], deadline: D
     """Decode a MILP answer into a MethodResult (shared by checkmate's backends); optimal also when its
     objective meets ``goal``, a duration no schedule goes below (`SolveContext.duration_goal`). With a
     ``gap`` (duration units, `SolveContext.gap`), HiGHS's optimal may be an incumbent within that gap of
-    its bound: optimal only where the bound closes."""
+    its bound: optimal only where the bound closes.
+
+    Parameters
+    ----------
+    cm : CheckmateModel
+        The model ``sol`` solved.
+    sol : MilpSolution
+        The solver's answer (`remat_bench.toolkit.milp.solve_milp`).
+    stats : dict
+        The run's stats: the solver, its status, time, nodes, gap and incumbents are added.
+    deadline : Deadline
+        The run's, whose elapsed time is the result's solve time.
+    goal : Number or None
+        A duration no schedule goes below; None when there is none.
+    gap : Number
+        The gap the caller accepts, in duration units; 0 for none.
+
+    Returns
+    -------
+    MethodResult
+        Infeasible when the solver proved it, no_solution without a point, else the decoded schedule
+        with the dual bound (in duration units) as its lower bound.
+    """
     graph = cm.graph
     stats.update({
         "solver": sol.solver, "solver_status": sol.message, "solve_time_s": round(sol.solve_time_s, 3),

@@ -43,7 +43,20 @@ from remat_bench.toolkit.milp import model_stats, parse_backend, solve_milp
 
 
 def lp_checkpoints(cm: CheckmateModel, x: np.ndarray) -> np.ndarray:
-    """The fractional S* of an LP point as an (n+1) x n matrix (row n: outputs, kept to the end)."""
+    """The fractional S* of an LP point as an (n+1) x n matrix (row n: outputs, kept to the end).
+
+    Parameters
+    ----------
+    cm : CheckmateModel
+        The model the point is of.
+    x : np.ndarray
+        A point of its LP relaxation.
+
+    Returns
+    -------
+    np.ndarray
+        float64, values clipped to [0, 1]: S*[t, i] for i < t, zero elsewhere, and row n one at outputs.
+    """
     n = cm.n
     st, si = np.tril_indices(n, -1)
     S = np.zeros((n + 1, n))
@@ -53,7 +66,19 @@ def lp_checkpoints(cm: CheckmateModel, x: np.ndarray) -> np.ndarray:
 
 
 def complete(graph: Graph, S: np.ndarray) -> list[int]:
-    """The compute sequence of the least R that a 0/1 checkpoint matrix S allows."""
+    """The compute sequence of the least R that a 0/1 checkpoint matrix S allows.
+
+    Parameters
+    ----------
+    graph : Graph
+    S : np.ndarray
+        A 0/1 checkpoint matrix of (n+1) x n, as `lp_checkpoints` shapes it.
+
+    Returns
+    -------
+    list of int
+        The nodes computed, stage by stage, each stage's in ascending order.
+    """
     n = graph.n
     inputs = graph.inputs
     sequence: list[int] = []
@@ -73,7 +98,28 @@ def complete(graph: Graph, S: np.ndarray) -> list[int]:
 
 def round_candidates(cm: CheckmateModel, x: np.ndarray, thresholds: int, samples: int,
                      seed: int, deadline: Deadline) -> list[tuple[list[int], str]]:
-    """Compute sequences from the threshold sweep and the randomised roundings of S*."""
+    """Compute sequences from the threshold sweep and the randomised roundings of S*.
+
+    Parameters
+    ----------
+    cm : CheckmateModel
+        The model the point is of.
+    x : np.ndarray
+        A point of its LP relaxation.
+    thresholds : int
+        How many thresholds, evenly spread in (0, 1).
+    samples : int
+        How many randomised roundings.
+    seed : int
+        Seed of the randomised roundings.
+    deadline : Deadline
+        Checked after each rounding: what was rounded by then is returned.
+
+    Returns
+    -------
+    list of tuple of (list of int, str)
+        Each distinct rounding's compute sequence (`complete`) and its label.
+    """
     graph = cm.graph
     S = lp_checkpoints(cm, x)
     st, si = np.tril_indices(cm.n, -1)
@@ -101,7 +147,32 @@ def round_candidates(cm: CheckmateModel, x: np.ndarray, thresholds: int, samples
 
 def best_rounding(cm: CheckmateModel, x: np.ndarray, budget: Number, thresholds: int, samples: int,
                   seed: int, deadline: Deadline) -> tuple[Schedule | None, Number | None, str, int]:
-    """The fastest rounded schedule within budget: (schedule, its pre-clean-up duration, label, tried)."""
+    """The fastest rounded schedule within budget: (schedule, its pre-clean-up duration, label, tried).
+
+    Parameters
+    ----------
+    cm : CheckmateModel
+        The model the point is of.
+    x : np.ndarray
+        A point of its LP relaxation.
+    budget : Number
+        In the graph's memory units: the rounded schedule itself, every computation kept, must fit it.
+    thresholds, samples, seed : int
+        As in `round_candidates`.
+    deadline : Deadline
+
+    Returns
+    -------
+    schedule : Schedule or None
+        The rounding (every computation kept) fastest once its unused computations are dropped; None
+        when no rounding fits.
+    duration : Number or None
+        Its simulated duration before that clean-up.
+    label : str
+        Which rounding it is (empty when none).
+    tried : int
+        How many roundings were scored.
+    """
     graph = cm.graph
     best: tuple[tuple, Schedule, Number, str] | None = None
     candidates = round_candidates(cm, x, thresholds, samples, seed, deadline)
@@ -130,6 +201,32 @@ def lp_rounding(graph: Graph, budget: Number, *, thresholds: int, samples: int, 
     sentence on why nothing came out, why it stopped: proven where the LP proves that
     nothing fits, the LP solver's termination where it did not solve, else how the
     roundings ended). Fills ``stats``.
+
+    Parameters
+    ----------
+    graph : Graph
+    budget : Number
+        In the graph's memory units.
+    thresholds, samples, seed : int
+        As in `round_candidates`.
+    backend : str
+        The LP solver (`remat_bench.toolkit.milp.parse_backend`).
+    deadline : Deadline
+    tighten : int
+        How many re-solves at budgets stepping down to 70% of ``budget``; 0 for none.
+    stats : dict
+        The run's stats: the model's size, the LP time, the solver and the roundings are added.
+
+    Returns
+    -------
+    schedule : Schedule or None
+    duration : Number or None
+        The schedule's simulated duration before the shared clean-up.
+    lower : float or None
+        The LP bound at ``budget``, in duration units.
+    why : str
+        Why no schedule came out (empty when one did).
+    termination : Termination
     """
     from remat_bench.core.budget import memory_floor
 
