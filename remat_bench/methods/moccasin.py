@@ -88,7 +88,23 @@ Intervals = list[list[tuple[int, int]]]
 
 
 def integer_scale(values: np.ndarray, extra: list[Number]) -> tuple[int | float, bool]:
-    """(q, exact): divide memory by q to get integers; exact when every value is a multiple of q."""
+    """(q, exact): divide memory by q to get integers; exact when every value is a multiple of q.
+
+    Parameters
+    ----------
+    values : np.ndarray
+        Memory quantities (the node sizes).
+    extra : list of Number
+        More quantities the unit must divide (workspaces, fixed memory).
+
+    Returns
+    -------
+    q : int or float
+        The gcd of the nonzero values when all are integral (1 when none is nonzero); else a
+        millionth of the largest, sizes then rounding up.
+    exact : bool
+        Whether every value is a multiple of ``q``.
+    """
     arrays = [values, np.asarray(extra)]
     if all(a.dtype.kind in "iu" or np.all(np.mod(a, 1) == 0) for a in arrays):
         ints = [int(x) for a in arrays for x in np.unique(a) if x]
@@ -137,6 +153,16 @@ class StagedModel:
 
         ``schedule`` is a compute order whose values are freed at last use (unused
         computations kept), its first computations in input order.
+
+        Parameters
+        ----------
+        schedule : Schedule
+
+        Returns
+        -------
+        Intervals or None
+            Per node, its intervals sorted by start (one held to the end ends at the horizon); None
+            when the schedule is not staged or needs more intervals than the model has.
         """
         n = self.n
         kinds, nodes = schedule.kinds, schedule.nodes
@@ -183,6 +209,15 @@ class StagedModel:
 
         Compute steps take events 0, 1, 2, ... in order; a value freed after the k-th
         computation ends at event k. None if the schedule needs more events or copies.
+
+        Parameters
+        ----------
+        schedule : Schedule
+
+        Returns
+        -------
+        Intervals or None
+            Per node, its intervals sorted by start (one held to the end ends at the horizon).
         """
         out: Intervals = [[] for _ in range(self.n)]
         open_at: dict[int, int] = {}
@@ -204,7 +239,14 @@ class StagedModel:
         return out
 
     def hint(self, intervals: Intervals) -> None:
-        """A complete hint: presences, stages, ends, sizes and every precedence flag."""
+        """A complete hint: presences, stages, ends, sizes and every precedence flag.
+
+        Parameters
+        ----------
+        intervals : Intervals
+            Per node, the (start, end) events of its present intervals (`intervals_of`,
+            `free_intervals_of`); the model's earlier hints are cleared.
+        """
         m = self.model
         m.clear_hints()
         n = self.n
@@ -242,7 +284,17 @@ class StagedModel:
             m.add_hint(flag, value)
 
     def decode(self, solver: Any) -> Schedule:
-        """Compute at each present interval's start, free at its end (frees first within an event)."""
+        """Compute at each present interval's start, free at its end (frees first within an event).
+
+        Parameters
+        ----------
+        solver : Any
+            A ``cp_model.CpSolver`` (or a solution callback) holding a solution of this model.
+
+        Returns
+        -------
+        Schedule
+        """
         events: list[tuple[int, int, int]] = []  # (event, 0 free / 1 compute, node)
         for v in range(self.n):
             for c in self.copies[v]:
@@ -312,6 +364,33 @@ def build_staged(graph: Graph, budget: Number | None, max_intervals: int,
     starts at any of ``events`` events, compute events pairwise distinct.
     ``precedence``: "flags" (this implementation's encoding of (5)) or "reservoir" (the paper's (10)).
     The blocks below follow the paper's problem (1)-(8); each function cites its equations.
+
+    Parameters
+    ----------
+    graph : Graph
+    budget : Number or None
+        In the graph's memory units; None: the capacity is a variable (phase 1).
+    max_intervals : int
+        Retention intervals per node, C.
+    feeds_consumer : bool
+        Add the redundant constraint that every recomputation feeds some consumer (flags only).
+    precedence : str
+        ``flags`` or ``reservoir``.
+    order : str
+        ``staged`` or ``free``.
+    events : int
+        Events of the order-free model (at least n are used); not read when staged.
+    bounds : BoundSource or None
+        The run's bound cache, for the any-order bound on the duration; None: a short bound of its own.
+
+    Returns
+    -------
+    StagedModel
+
+    Raises
+    ------
+    ModelTooLargeError
+        The model would have more than `MAX_MODEL_OBJECTS` variables and constraints.
     """
     from ortools.sat.python import cp_model
 
@@ -644,6 +723,25 @@ def staged_hint_candidates(graph: Graph, budget: Number | None, deadline: Deadli
     Kusumoto's lower-set DP (training graphs only) is often close to the best schedule known on
     transformers, where phase 2 from chen's schedule stays far above it; it gets at most 15% of
     the time (docs/benchmarks.md, "Moccasin" and "auto: the portfolio beside its members").
+
+    Parameters
+    ----------
+    graph : Graph
+    budget : Number or None
+        In the graph's memory units; None: the baseline alone.
+    deadline : Deadline
+        The run's; each source gets a share of the time left.
+    context : SolveContext
+        The run's (its hints, runner and progress).
+    max_copies : int or None
+        The most computations of one value in the shaved order; None: no cap.
+    stats : dict or None
+        The run's stats: what each source gave is recorded under ``candidates``.
+
+    Returns
+    -------
+    list of Candidate
+        The baseline first, then the others fastest first.
     """
     base = baseline_schedule(graph)
     sim = simulate(graph, base)

@@ -150,7 +150,18 @@ class Stages:
         return len(self.bwd)
 
     def alive(self, t: int) -> np.ndarray:
-        """Forward positions with columns in stage t (every one in the forward pass)."""
+        """Forward positions with columns in stage t (every one in the forward pass).
+
+        Parameters
+        ----------
+        t : int
+            The stage, 0 (the forward pass) to K.
+
+        Returns
+        -------
+        np.ndarray
+            int64: the positions, ascending.
+        """
         cache = self.__dict__.setdefault("_alive", {})
         if t not in cache:
             cache[t] = np.arange(self.F) if t == 0 else np.flatnonzero(self.last >= t)
@@ -158,6 +169,17 @@ class Stages:
 
     @classmethod
     def of(cls, graph: Graph) -> Stages:
+        """The stages of a training graph: its forward nodes in file order, one stage per backward node.
+
+        Parameters
+        ----------
+        graph : Graph
+            A training graph (forward and backward nodes).
+
+        Returns
+        -------
+        Stages
+        """
         fwd = np.asarray(graph.forward_indices, dtype=np.int64)
         bwd = np.asarray(graph.backward_indices, dtype=np.int64)
         F, K = len(fwd), len(bwd)
@@ -220,6 +242,17 @@ def model_size(st: Stages, exact: bool = True) -> dict[str, int]:
     ``exact=False`` leaves out the terms that need a pass over every (stage,
     value) pair (quadratic in a long chain), which makes it a lower bound in
     constant time: enough to refuse a model that is far too large at once.
+
+    Parameters
+    ----------
+    st : Stages
+    exact : bool
+        Count every term; False for the quick lower bound.
+
+    Returns
+    -------
+    dict
+        ``est_columns``, ``est_rows`` and ``est_nonzeros``.
     """
     pairs = int(st.last.sum())
     z = 0
@@ -242,7 +275,23 @@ def model_size(st: Stages, exact: bool = True) -> dict[str, int]:
 
 
 def check_fits(st: Stages) -> dict[str, Any]:
-    """Refuse a model that would not fit in memory, naming the estimate."""
+    """Refuse a model that would not fit in memory, naming the estimate.
+
+    Parameters
+    ----------
+    st : Stages
+
+    Returns
+    -------
+    dict
+        The estimate (`model_size`, exact unless the lower bound alone is too large) and ``est_bytes``,
+        the memory it needs in bytes.
+
+    Raises
+    ------
+    ModelTooLargeError
+        It would take more than 60% of the memory available (`remat_bench.toolkit.milp.refuse_too_large`).
+    """
     avail = available_memory_bytes()
 
     def need_of(size: dict[str, int]) -> int:
@@ -772,7 +821,21 @@ class MonetModel:
     # ------------------------------------------------------------------ decode / encode
 
     def choices(self, x: np.ndarray) -> tuple[list[list[tuple[int, int]]], list[int]]:
-        """Per stage, the forward (position, implementation) pairs computed; per stage, the backward op."""
+        """Per stage, the forward (position, implementation) pairs computed; per stage, the backward op.
+
+        Parameters
+        ----------
+        x : np.ndarray
+            A point of the model.
+
+        Returns
+        -------
+        stages : list of list of tuple of (int, int)
+            Per stage 0..K, the forward positions computed there, in order, with their implementation's
+            index among the node's.
+        backward : list of int
+            Per stage, the index of the backward node's implementation (0 at stage 0).
+        """
         st = self.st
         xr = np.round(x) > 0.5
         stages: list[list[tuple[int, int]]] = []
@@ -798,7 +861,20 @@ class MonetModel:
         return stages, backward
 
     def sequence(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The compute sequence (nodes, implementation positions) of a solution."""
+        """The compute sequence (nodes, implementation positions) of a solution.
+
+        Parameters
+        ----------
+        x : np.ndarray
+            A point of the model.
+
+        Returns
+        -------
+        nodes : np.ndarray
+            int64: the nodes computed, in order.
+        impls : np.ndarray
+            int64: each computation's implementation, as an index among its node's.
+        """
         st = self.st
         stages, backward = self.choices(x)
         nodes: list[int] = []
@@ -813,12 +889,32 @@ class MonetModel:
         return np.asarray(nodes, dtype=np.int64), np.asarray(impls, dtype=np.int64)
 
     def decode(self, x: np.ndarray) -> Schedule:
-        """The schedule of a solution: its compute sequence, each value freed after its last use."""
+        """The schedule of a solution: its compute sequence, each value freed after its last use.
+
+        Parameters
+        ----------
+        x : np.ndarray
+            A point of the model.
+
+        Returns
+        -------
+        Schedule
+        """
         nodes, impls = self.sequence(x)
         return place_frees(self.st.graph, nodes, impls, drop_unused=False)
 
     def duration(self, x: np.ndarray) -> Number:
-        """Duration of the decoded schedule, in the graph's units."""
+        """Duration of the decoded schedule, in the graph's units.
+
+        Parameters
+        ----------
+        x : np.ndarray
+            A point of the model.
+
+        Returns
+        -------
+        Number
+        """
         nodes, impls = self.sequence(x)
         graph = self.st.graph
         return graph.op_duration[graph.op_start[nodes] + impls].sum().item()
@@ -830,6 +926,19 @@ class MonetModel:
         the backward nodes in file order, each after forward recomputations
         (sorted here into file order). Recomputations that nothing reads are
         dropped, as the model forbids them.
+
+        Parameters
+        ----------
+        nodes : np.ndarray
+            The nodes computed, in order.
+        impls : np.ndarray
+            Each computation's implementation, as an index among its node's.
+
+        Returns
+        -------
+        np.ndarray or None
+            A value per column (for the least peak, the budget column at the least the point needs);
+            None for a sequence of another shape, or one that holds a value where the model has no column.
         """
         st = self.st
         stages = self._read_sequence(nodes, impls)
@@ -967,6 +1076,25 @@ def monet_candidates(graph: Graph, st: Stages, budget: Number | None, deadline: 
     with the fastest ones that fit (`remat_bench.toolkit.fastest_fit.fastest_fit`).
     They start the solver when `MonetModel.encode` accepts them, and are the
     answer when the time limit ends before the solver has one.
+
+    Parameters
+    ----------
+    graph : Graph
+    st : Stages
+        The stages of ``graph``.
+    budget : Number or None
+        In the graph's memory units; None for ``min`` (every valid schedule is kept).
+    deadline : Deadline
+        The run's; each source gets a share of the time left.
+    context : SolveContext
+        The run's (its hints, runner and progress).
+    stats : dict or None
+        The run's stats: what each source gave is recorded under ``candidates``.
+
+    Returns
+    -------
+    list of tuple of (str, Schedule, Number, Number)
+        Fastest first (least peak first when ``budget`` is None).
     """
     from remat_bench.toolkit.fastest_fit import fastest_fit
     from remat_bench.toolkit.improve import drop_recomputations
@@ -999,7 +1127,18 @@ def monet_candidates(graph: Graph, st: Stages, budget: Number | None, deadline: 
 
 def monet_shaped(st: Stages, nodes: np.ndarray) -> bool:
     """Whether a compute sequence has MONeT's shape: the forward nodes once each in file order,
-    then each backward node in file order, after forward recomputations at most once each."""
+    then each backward node in file order, after forward recomputations at most once each.
+
+    Parameters
+    ----------
+    st : Stages
+    nodes : np.ndarray
+        The nodes computed, in order.
+
+    Returns
+    -------
+    bool
+    """
     F = st.F
     if len(nodes) < F or not np.array_equal(nodes[:F], st.fwd):
         return False
@@ -1022,7 +1161,21 @@ def monet_shaped(st: Stages, nodes: np.ndarray) -> bool:
 
 def warm_start(mm: MonetModel, candidates: list[tuple[str, Schedule, Number, Number]]
                ) -> tuple[np.ndarray | None, str | None]:
-    """The cheapest model point among the candidates the model accepts."""
+    """The cheapest model point among the candidates the model accepts.
+
+    Parameters
+    ----------
+    mm : MonetModel
+    candidates : list of tuple of (str, Schedule, Number, Number)
+        (label, schedule, peak, duration), as `monet_candidates` gives them.
+
+    Returns
+    -------
+    x : np.ndarray or None
+        The point; None when the model accepts no candidate.
+    source : str or None
+        Its candidate's label.
+    """
     best: tuple[float, np.ndarray, str] | None = None
     for name, schedule, _peak, _duration in candidates:
         computes = schedule.kinds == COMPUTE
@@ -1038,7 +1191,26 @@ def warm_start(mm: MonetModel, candidates: list[tuple[str, Schedule, Number, Num
 def fallback(candidates: list[tuple[str, Schedule, Number, Number]], why: str, deadline: Deadline,
              stats: dict[str, Any], termination: Termination | None = None) -> MethodResult:
     """The best candidate schedule when the solver had no time (or, ``termination``, stopped without a
-    solution for that reason), or ``no_solution`` without one."""
+    solution for that reason), or ``no_solution`` without one.
+
+    Parameters
+    ----------
+    candidates : list of tuple of (str, Schedule, Number, Number)
+        (label, schedule, peak, duration), best first (`monet_candidates`).
+    why : str
+        Why the solver gave nothing, the start of the result's message.
+    deadline : Deadline
+        The run's, whose elapsed time is the result's solve time.
+    stats : dict
+        The run's stats; ``returned`` names the candidate returned.
+    termination : Termination or None
+        Why the solver stopped; None: `cut_short`'s answer.
+
+    Returns
+    -------
+    MethodResult
+        ``feasible`` with the first candidate, or ``no_solution``.
+    """
     termination = termination if termination is not None else cut_short()
     if not candidates:
         return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=deadline.elapsed(), stats=stats,
