@@ -258,8 +258,8 @@ def min_degree_decomposition(n: int, edges: list[tuple[int, int]],
             adjacency[v].add(u)
     # Ties go to the entry queued first (nodes in index order, then the neighbours of each
     # eliminated node, re-queued with their new degrees), as networkx's heuristic breaks them:
-    # its trees recursed better on ResNets than lowest-index ties did (resnet50 peak 0.203 of
-    # none against 0.219).
+    # its trees recursed better on ResNets than lowest-index ties did (docs/benchmarks.md,
+    # "Figures that used to live in the code").
     heap = [(len(adj), v, v) for v, adj in enumerate(adjacency)]
     heapq.heapify(heap)
     queued = n
