@@ -111,7 +111,18 @@ class ChartError(RematBenchError):
 
 
 def method_style(method: str) -> dict[str, str]:
-    """The colour and marker of ``method``, the same in every chart."""
+    """The colour and marker of ``method``, the same in every chart.
+
+    Parameters
+    ----------
+    method : str
+        A method name, registered or not (a method of old results keeps a stable place too).
+
+    Returns
+    -------
+    dict
+        ``color`` and ``marker``, as matplotlib's keywords.
+    """
     from remat_bench.app.catalog import solver_names
 
     order = list(DESIGN_METHODS) + [m for m in solver_names() if m not in DESIGN_METHODS]
@@ -126,7 +137,23 @@ def method_style(method: str) -> dict[str, str]:
 
 
 def image_format(path: str | Path) -> str:
-    """The format ``path``'s suffix names, or a ChartError saying what is wrong with it as an image path."""
+    """The format ``path``'s suffix names, or a ChartError saying what is wrong with it as an image path.
+
+    Parameters
+    ----------
+    path : str or Path
+        Where a chart is to be written.
+
+    Returns
+    -------
+    str
+        ``png``, ``svg`` or ``pdf``.
+
+    Raises
+    ------
+    ChartError
+        ``path`` is a folder, or its suffix is none of `FORMATS`.
+    """
     path = Path(path)
     if path.is_dir():
         raise ChartError(f"{path} is a folder; give an image file ending in {', '.join(FORMATS)}")
@@ -137,7 +164,26 @@ def image_format(path: str | Path) -> str:
 
 
 def save(fig: Figure, path: str | Path) -> Path:
-    """Write ``fig`` atomically in the format its suffix names."""
+    """Write ``fig`` atomically in the format its suffix names.
+
+    Parameters
+    ----------
+    fig : Figure
+    path : str or Path
+        The image file; its suffix (``.png``, ``.svg``, ``.pdf``) names the format.
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    ChartError
+        ``path`` is a folder or has another suffix.
+    OutputError
+        ``path`` cannot be written.
+    """
     path = Path(path)
     fmt = image_format(path)
     buffer = io.BytesIO()
@@ -230,6 +276,29 @@ def select_runs(frame: pd.DataFrame, folder: str | Path, graph: str | None = Non
     (a typo is the usual cause) and the list of what is there. With
     ``need_schedule`` (timeline, intervals), also refuse a choice none of whose
     runs saved a schedule, saying how those runs ended.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A results table (`remat_bench.app.sweep.results.load_table`).
+    folder : str or Path
+        The results folder, as messages name it.
+    graph : str or None
+        A graph as `graph_in_results` takes it; None for every graph.
+    methods : Sequence[str]
+        Method names or labels (``moccasin (order=free)``); empty for every method.
+    need_schedule : bool
+        Refuse a choice none of whose runs saved a schedule within its budget.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The rows chosen.
+
+    Raises
+    ------
+    ChartError
+        An unknown graph or method, or (with ``need_schedule``) no schedule to draw.
     """
     from remat_bench.app.sweep.results import labels, succeeded
 
@@ -265,6 +334,25 @@ def graph_in_results(frame: pd.DataFrame, folder: str | Path, text: str) -> str:
     read, or anything else that names a graph (`remat_bench.app.graphs.find_graph`:
     a file, a shipped graph's file or declared name, ``paper:<name>``) whose hash
     is in the results.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A results table (`remat_bench.app.sweep.results.load_table`).
+    folder : str or Path
+        The results folder, as messages name it.
+    text : str
+        What the user gave.
+
+    Returns
+    -------
+    str
+        The graph's name as the ``graph`` column has it.
+
+    Raises
+    ------
+    ChartError
+        No graph of the results is the one ``text`` names.
     """
     graphs = list(dict.fromkeys(frame["graph"]))
     if text in graphs:
@@ -302,7 +390,29 @@ def _did_you_mean(name: str, known: Sequence[str]) -> str:
 
 
 def tradeoff(frame: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
-    """Write `tradeoff_figure` to ``path``."""
+    """Write `tradeoff_figure` to ``path``.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A results table (`remat_bench.app.sweep.results.load_table`).
+    path : str or Path
+        The image file; its suffix (``.png``, ``.svg``, ``.pdf``) names the format.
+    title : str or None
+        The figure's title; None for the chart's own.
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    ChartError
+        Nothing to draw (as `tradeoff_figure` says), or ``path`` is a folder or has another suffix.
+    OutputError
+        ``path`` cannot be written.
+    """
     return save(tradeoff_figure(frame, title), path)
 
 
@@ -314,6 +424,22 @@ def tradeoff_figure(frame: pd.DataFrame, title: str | None = None) -> Figure:
     series that are identical throughout share one line in alternating colours
     and are named under the panel's title ("greedy = checkmate"), and a panel
     where no run found a schedule says so and how each method's runs ended.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A results table (`remat_bench.app.sweep.results.load_table`).
+    title : str or None
+        The figure's title; None for the chart's own.
+
+    Returns
+    -------
+    Figure
+
+    Raises
+    ------
+    ChartError
+        No run found a schedule at a fractional budget.
     """
     frame = _labelled(frame)
     usable = frame[frame["ok"] & frame["budget_fraction"].notna() & frame["overhead_pct"].notna()]
@@ -411,7 +537,19 @@ def _bound_band(ax: Axes, runs: pd.DataFrame) -> bool:
 
 
 def panel_title(name: str, note: str | None = None) -> str:
-    """A panel's title: its name, then ``note`` wrapped to `TITLE_CHARS` so that it stays over its own panel."""
+    """A panel's title: its name, then ``note`` wrapped to `TITLE_CHARS` so that it stays over its own panel.
+
+    Parameters
+    ----------
+    name : str
+        The panel's name, on the first line.
+    note : str or None
+        Said under it; None or empty for none.
+
+    Returns
+    -------
+    str
+    """
     if not note:
         return name
     return name + "\n" + textwrap.fill(note, TITLE_CHARS, break_on_hyphens=False)
@@ -423,6 +561,16 @@ def outlier_cap(values: np.ndarray) -> float | None:
     Sorted, the values are cut at the largest jump (ratio to the value below it, at least `FLOOR_PCT`) among
     the top `OUTLIER_SHARE` of them, if it exceeds `FAR`; the axis then ends a margin above the largest value
     kept, so those keep the height of the panel.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        The panel's values (overheads, %); values that are not finite are left out.
+
+    Returns
+    -------
+    float or None
+        The top of the axis; None with fewer than three values, or no jump that large.
     """
     v = np.sort(np.asarray(values, dtype=float)[np.isfinite(values)])
     if len(v) < 3:
@@ -526,6 +674,19 @@ class PlainLogLocator(ticker.Locator):
         return self.tick_values(vmin, vmax)
 
     def tick_values(self, vmin: float, vmax: float) -> Sequence[float]:
+        """The ticks between ``vmin`` and ``vmax``.
+
+        Parameters
+        ----------
+        vmin, vmax : float
+            The axis' view interval, in either order.
+
+        Returns
+        -------
+        Sequence[float]
+            At most ``most`` ticks within the interval (a few plain linear steps where it is within
+            one step of 1..9); empty when the interval has no positive, finite top.
+        """
         vmin, vmax = sorted((float(vmin), float(vmax)))
         if not (vmax > 0 and math.isfinite(vmax)):
             return []
@@ -545,7 +706,19 @@ class PlainLogLocator(ticker.Locator):
 
 
 def plain_number(value: float, pos: int | None = None) -> str:
-    """``1000``, ``50``, ``0.002``: no exponent, no trailing zeros."""
+    """``1000``, ``50``, ``0.002``: no exponent, no trailing zeros.
+
+    Parameters
+    ----------
+    value : float
+        A tick's value (six significant digits are kept).
+    pos : int or None
+        The tick's position, as matplotlib's `FuncFormatter` passes it; not used.
+
+    Returns
+    -------
+    str
+    """
     return np.format_float_positional(float(f"{value:.6g}"), trim="-")
 
 
@@ -556,12 +729,45 @@ def _plain_log_axis(axis: Any) -> None:
 
 
 def scaling(frame: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
-    """Write `scaling_figure` to ``path``."""
+    """Write `scaling_figure` to ``path``.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A results table (`remat_bench.app.sweep.results.load_table`).
+    path : str or Path
+        The image file; its suffix (``.png``, ``.svg``, ``.pdf``) names the format.
+    title : str or None
+        The figure's title; None for the chart's own.
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    ChartError
+        Nothing to draw (as `scaling_figure` says), or ``path`` is a folder or has another suffix.
+    OutputError
+        ``path`` cannot be written.
+    """
     return save(scaling_figure(frame, title), path)
 
 
 def graph_family(name: str) -> str:
-    """What a graph's name says of its kind, its numbers left out: ``chain-16`` and ``chain-64`` are ``chain-#``."""
+    """What a graph's name says of its kind, its numbers left out: ``chain-16`` and ``chain-64`` are ``chain-#``.
+
+    Parameters
+    ----------
+    name : str
+        A graph's name.
+
+    Returns
+    -------
+    str
+        ``name`` with every number (``16``, ``0.5``) replaced by ``#``.
+    """
     return re.sub(r"\d+(?:\.\d+)?", "#", name)
 
 
@@ -571,6 +777,22 @@ def scaling_figure(frame: pd.DataFrame, title: str | None = None) -> Figure:
     A line joins a method's medians over the graphs of one family (`graph_family`: names alike but for
     their numbers), never across families, whose times need not follow one trend. Coinciding points
     and identical series are drawn as in `tradeoff_figure`.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A results table (`remat_bench.app.sweep.results.load_table`).
+    title : str or None
+        The figure's title; None for the chart's own.
+
+    Returns
+    -------
+    Figure
+
+    Raises
+    ------
+    ChartError
+        No run applied (every run ``unsupported``).
     """
     frame = _labelled(frame)
     frame = frame[frame["status"] != "unsupported"]
@@ -663,7 +885,30 @@ def _amount(value: float) -> str:
 def timeline(graph: Graph, schedules: Sequence[tuple[str, Schedule]], path: str | Path,
              budget: Number | None = None, title: str | None = None, *,
              budgets: Sequence[Number | None] | None = None, colour_each: bool = False) -> Path:
-    """Write `timeline_figure` to ``path``."""
+    """Write `timeline_figure` to ``path``.
+
+    Parameters
+    ----------
+    graph : Graph
+    schedules : Sequence[tuple[str, Schedule]]
+        Each schedule of ``graph`` with its label.
+    path : str or Path
+        The image file; its suffix (``.png``, ``.svg``, ``.pdf``) names the format.
+    budget, title, budgets, colour_each
+        As `timeline_figure` takes them.
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    ChartError
+        Nothing to draw (as `timeline_figure` says), or ``path`` is a folder or has another suffix.
+    OutputError
+        ``path`` cannot be written.
+    """
     return save(timeline_figure(graph, schedules, budget, title, budgets=budgets, colour_each=colour_each), path)
 
 
@@ -687,6 +932,29 @@ def timeline_figure(graph: Graph, schedules: Sequence[tuple[str, Schedule]], bud
     colour of its own (files of one method) instead of its method's. Schedules
     whose lengths differ more than `STEPS_RATIO` times are drawn against their
     progress (% of their own steps), so that a short one spans the axis too.
+
+    Parameters
+    ----------
+    graph : Graph
+    schedules : Sequence[tuple[str, Schedule]]
+        Each schedule of ``graph`` with its label (its method's name when the schedule names none).
+    budget : Number or None
+        One budget for every schedule, in ``graph``'s memory units; None for no budget line.
+    title : str or None
+        The figure's title; None for the chart's own.
+    budgets : Sequence[Number or None] or None
+        One budget per schedule, instead of ``budget``.
+    colour_each : bool
+        Give every schedule a colour of its own rather than its method's.
+
+    Returns
+    -------
+    Figure
+
+    Raises
+    ------
+    ChartError
+        No schedule, or a schedule that is not valid on ``graph``.
     """
     if not schedules:
         raise ChartError(f"no schedule of graph '{graph.name}' to draw")
@@ -796,6 +1064,18 @@ def retention_intervals(graph: Graph, schedule: Schedule) -> tuple[np.ndarray, n
     free) or at the end of the schedule; in a valid schedule a node's events
     alternate compute, free, compute, ... so sorting the steps by node pairs
     them up without a walk over the schedule.
+
+    Parameters
+    ----------
+    graph : Graph
+    schedule : Schedule
+        A valid schedule of ``graph``.
+
+    Returns
+    -------
+    tuple of four numpy.ndarray
+        Per stay, by node then step: the node's index, the step that computed it, the step that
+        freed it (or the schedule's length), and whether the compute was a recomputation.
     """
     steps = np.arange(len(schedule))
     order = np.lexsort((steps, schedule.nodes))
@@ -808,12 +1088,53 @@ def retention_intervals(graph: Graph, schedule: Schedule) -> tuple[np.ndarray, n
 
 
 def intervals(graph: Graph, schedule: Schedule, path: str | Path, title: str | None = None) -> Path:
-    """Write `intervals_figure` to ``path``."""
+    """Write `intervals_figure` to ``path``.
+
+    Parameters
+    ----------
+    graph : Graph
+    schedule : Schedule
+        A schedule of ``graph``.
+    path : str or Path
+        The image file; its suffix (``.png``, ``.svg``, ``.pdf``) names the format.
+    title : str or None
+        The figure's title; None for the chart's own.
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    ChartError
+        Nothing to draw (as `intervals_figure` says), or ``path`` is a folder or has another suffix.
+    OutputError
+        ``path`` cannot be written.
+    """
     return save(intervals_figure(graph, schedule, title), path)
 
 
 def intervals_figure(graph: Graph, schedule: Schedule, title: str | None = None) -> Figure:
-    """One row per node, one bar per stay in memory over the steps of ``schedule``."""
+    """One row per node, one bar per stay in memory over the steps of ``schedule``.
+
+    Parameters
+    ----------
+    graph : Graph
+    schedule : Schedule
+        A schedule of ``graph``.
+    title : str or None
+        The figure's title; None for the chart's own.
+
+    Returns
+    -------
+    Figure
+
+    Raises
+    ------
+    ChartError
+        ``schedule`` is not valid on ``graph``.
+    """
     sim = simulate(graph, schedule)
     if not sim.valid:
         raise ChartError(f"the schedule is not valid on graph '{graph.name}': {sim.violation}")
@@ -845,7 +1166,31 @@ def intervals_figure(graph: Graph, schedule: Schedule, title: str | None = None)
 # ---------------------------------------------------------------------- progress over time
 
 def progress(results: pd.DataFrame, points: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
-    """Write `progress_figure` to ``path``."""
+    """Write `progress_figure` to ``path``.
+
+    Parameters
+    ----------
+    results : pandas.DataFrame
+        A results table (`remat_bench.app.sweep.results.load_table`).
+    points : pandas.DataFrame
+        A progress table (`remat_bench.app.sweep.profiles.PROGRESS_COLUMNS`).
+    path : str or Path
+        The image file; its suffix (``.png``, ``.svg``, ``.pdf``) names the format.
+    title : str or None
+        The figure's title; None for the chart's own.
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    ChartError
+        Nothing to draw (as `progress_figure` says), or ``path`` is a folder or has another suffix.
+    OutputError
+        ``path`` cannot be written.
+    """
     return save(progress_figure(results, points, title), path)
 
 
@@ -859,6 +1204,24 @@ def progress_figure(results: pd.DataFrame, points: pd.DataFrame, title: str | No
     time, here it is in them). Each line ends at its run's end; the any-order bound of the instance
     is dashed, grey; a method's own bound over time (CP-SAT's, HiGHS's: in its space, on its model's
     objective before the clean-up) is dotted, in its colour.
+
+    Parameters
+    ----------
+    results : pandas.DataFrame
+        A results table (`remat_bench.app.sweep.results.load_table`).
+    points : pandas.DataFrame
+        A progress table (`remat_bench.app.sweep.profiles.PROGRESS_COLUMNS`).
+    title : str or None
+        The figure's title; None for the chart's own.
+
+    Returns
+    -------
+    Figure
+
+    Raises
+    ------
+    ChartError
+        No run of ``results`` has points in ``points``.
     """
     frame = _labelled(results)
     runs = frame[frame["run_id"].isin(set(points["run_id"]))]
@@ -970,7 +1333,33 @@ def _bound_overhead(runs: pd.DataFrame) -> float | None:
 
 def profile(results: pd.DataFrame, points: pd.DataFrame, path: str | Path, within_pct: float = 1.0,
             title: str | None = None) -> Path:
-    """Write `profile_figure` to ``path``."""
+    """Write `profile_figure` to ``path``.
+
+    Parameters
+    ----------
+    results : pandas.DataFrame
+        A results table (`remat_bench.app.sweep.results.load_table`).
+    points : pandas.DataFrame
+        A progress table (`remat_bench.app.sweep.profiles.PROGRESS_COLUMNS`).
+    path : str or Path
+        The image file; its suffix (``.png``, ``.svg``, ``.pdf``) names the format.
+    within_pct : float
+        The target: within this many percent of the instance's best duration.
+    title : str or None
+        The figure's title; None for the chart's own.
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    ChartError
+        Nothing to draw (as `profile_figure` says), or ``path`` is a folder or has another suffix.
+    OutputError
+        ``path`` cannot be written.
+    """
     return save(profile_figure(results, points, within_pct, title), path)
 
 
@@ -979,7 +1368,28 @@ def profile_figure(results: pd.DataFrame, points: pd.DataFrame, within_pct: floa
     """How fast each method gets within ``within_pct`` percent of the best schedule any run found on an
     instance (a graph at a budget). Left, the Dolan-Moré performance profile: the share of instances
     a method reaches that within tau times the fastest method's time. Right, the share of instances
-    it has reached it by each time (`remat_bench.app.sweep.profiles`)."""
+    it has reached it by each time (`remat_bench.app.sweep.profiles`).
+
+    Parameters
+    ----------
+    results : pandas.DataFrame
+        A results table (`remat_bench.app.sweep.results.load_table`).
+    points : pandas.DataFrame
+        A progress table (`remat_bench.app.sweep.profiles.PROGRESS_COLUMNS`).
+    within_pct : float
+        The target: within this many percent of the instance's best duration.
+    title : str or None
+        The figure's title; None for the chart's own.
+
+    Returns
+    -------
+    Figure
+
+    Raises
+    ------
+    ChartError
+        No run reached the target.
+    """
     from remat_bench.app.sweep.profiles import performance_profile, times_to_target
 
     frame = _labelled(results)
@@ -1020,14 +1430,57 @@ def profile_figure(results: pd.DataFrame, points: pd.DataFrame, within_pct: floa
 
 
 def time_to_best(results: pd.DataFrame, points: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
-    """Write `time_to_best_figure` to ``path``."""
+    """Write `time_to_best_figure` to ``path``.
+
+    Parameters
+    ----------
+    results : pandas.DataFrame
+        A results table (`remat_bench.app.sweep.results.load_table`).
+    points : pandas.DataFrame
+        A progress table (`remat_bench.app.sweep.profiles.PROGRESS_COLUMNS`).
+    path : str or Path
+        The image file; its suffix (``.png``, ``.svg``, ``.pdf``) names the format.
+    title : str or None
+        The figure's title; None for the chart's own.
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    ChartError
+        Nothing to draw (as `time_to_best_figure` says), or ``path`` is a folder or has another suffix.
+    OutputError
+        ``path`` cannot be written.
+    """
     return save(time_to_best_figure(results, points, title), path)
 
 
 def time_to_best_figure(results: pd.DataFrame, points: pd.DataFrame, title: str | None = None) -> Figure:
     """The time until each run held its best schedule against the graph's number of nodes, log-log, one
     line per method through the median over the budgets (the Moccasin paper's Figure 6). A run that
-    found no schedule has no point; its method's line stops there."""
+    found no schedule has no point; its method's line stops there.
+
+    Parameters
+    ----------
+    results : pandas.DataFrame
+        A results table (`remat_bench.app.sweep.results.load_table`).
+    points : pandas.DataFrame
+        A progress table (`remat_bench.app.sweep.profiles.PROGRESS_COLUMNS`).
+    title : str or None
+        The figure's title; None for the chart's own.
+
+    Returns
+    -------
+    Figure
+
+    Raises
+    ------
+    ChartError
+        No run with points found a schedule within its budget.
+    """
     frame = _labelled(results)
     last = best_held_at(points)
     runs = frame[frame["ok"] & frame["run_id"].isin(last.index)].assign(

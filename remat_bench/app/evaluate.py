@@ -95,6 +95,14 @@ class RunResult:
         return 0 if self.status.found_schedule else 1
 
     def to_json(self) -> dict[str, Any]:
+        """The run as ``solve --json`` prints it.
+
+        Returns
+        -------
+        dict
+            JSON-ready fields: enums as their values, progress points as dicts; the schedules, the
+            simulation and the `Bound` object are left out.
+        """
         return {
             "graph": self.graph,
             "method": self.method,
@@ -138,7 +146,25 @@ PIPELINE_PARAMS = {
 
 def parse_method_params(cls: type[Method], params: Mapping[str, Any]) -> dict[str, Any]:
     """The method's declared parameters (typed, defaults filled) plus the evaluation's own (``impl``),
-    if given; raises MethodError for an unknown or mistyped one."""
+    if given; raises MethodError for an unknown or mistyped one.
+
+    Parameters
+    ----------
+    cls : type[Method]
+        The method whose declared parameters are parsed.
+    params : Mapping[str, Any]
+        The parameters as given (text or values), ``impl`` among them or not.
+
+    Returns
+    -------
+    dict
+        Every declared parameter by its name, typed, and ``impl`` when it was given.
+
+    Raises
+    ------
+    MethodError
+        An undeclared parameter, a value its type refuses, or an ``impl`` mode that does not exist.
+    """
     from remat_bench.toolkit.fastest_fit import MODES
 
     own = {k: v for k, v in params.items() if k not in PIPELINE_PARAMS}
@@ -152,12 +178,36 @@ def parse_method_params(cls: type[Method], params: Mapping[str, Any]) -> dict[st
 
 
 def bound_effort(time_limit: float | None) -> float:
-    """Seconds the any-order bound may take: a tenth of the limit, between 0.5 and 30 s (30 s with no limit)."""
+    """Seconds the any-order bound may take: a tenth of the limit, between 0.5 and 30 s (30 s with no limit).
+
+    Parameters
+    ----------
+    time_limit : float or None
+        The run's time limit in s; None for no limit.
+
+    Returns
+    -------
+    float
+        The bound's effort in s.
+    """
     return 30.0 if time_limit is None else max(0.5, min(30.0, time_limit / 10))
 
 
 def gap_pct(duration: Number, bound: Number | None) -> float | None:
-    """How far ``duration`` is above ``bound``, in percent of the bound."""
+    """How far ``duration`` is above ``bound``, in percent of the bound.
+
+    Parameters
+    ----------
+    duration : Number
+        A schedule's simulated duration.
+    bound : Number or None
+        A lower bound on the duration, in the same units; None when there is none.
+
+    Returns
+    -------
+    float or None
+        The gap, never below 0; None without a bound, or with a bound of 0 and a duration above it.
+    """
     if bound is None:
         return None
     if bound == 0:
@@ -295,6 +345,24 @@ def evaluate_in_child(graph: Graph, solver: type[Method], budget: Budget, time_l
     ``error`` result saying so. ``solver`` crosses to the child by its place (a module-level
     class). Where no child can start, the evaluation runs here. The child's progress points
     stream back to ``context.progress`` as they are kept.
+
+    Parameters
+    ----------
+    graph, solver, budget, time_limit, params, bound, context, peak_only, gap
+        As for `evaluate`; the child gets only this graph's bounds from ``context.bounds``.
+    stop : Callable[[], str] or None
+        Asked while the child runs: a non-empty reason it returns stops the child, and becomes
+        the result's message. None: stopped only past its limit or on Ctrl-C.
+
+    Returns
+    -------
+    RunResult
+        The child's result; an ``error`` result saying why when the child was stopped or failed.
+
+    Raises
+    ------
+    MethodError
+        A parameter the method does not declare, or a value it refuses (exit status 2).
     """
     from remat_bench.toolkit.child import run_in_child
 
@@ -366,7 +434,29 @@ class _Sent:
 def run_source(name: str, graph: Graph, budget: Number | None, time_limit: float | None,
                params: Mapping[str, Any]) -> RunResult:
     """The runner `SolveContext` hands to methods for candidate schedules: a registered method by
-    name, evaluated without the any-order bound (a warm start is not judged by it)."""
+    name, evaluated without the any-order bound (a warm start is not judged by it).
+
+    Parameters
+    ----------
+    name : str
+        A registered method's name.
+    graph : Graph
+    budget : Number or None
+        Already resolved, in ``graph``'s memory units; None for ``min``.
+    time_limit : float or None
+        In s; None for no limit.
+    params : Mapping[str, Any]
+        The method's parameters as given (text or values).
+
+    Returns
+    -------
+    RunResult
+
+    Raises
+    ------
+    MethodError
+        An unknown method name, or a parameter the method refuses.
+    """
     return evaluate(graph, get_method(name), budget_of(budget, graph), time_limit, params, bound=False)
 
 
@@ -383,7 +473,24 @@ class Judged:
 def judge_schedule(graph: Graph, schedule: Schedule, impl: str = "first",
                    budget: Number | None = None) -> Judged | str:
     """``schedule`` after the shared clean-up (and, with ``impl`` fastest-fit, MONeT's Checkmate-O
-    pass at ``budget``), simulated; or why it is invalid (one sentence)."""
+    pass at ``budget``), simulated; or why it is invalid (one sentence).
+
+    Parameters
+    ----------
+    graph : Graph
+    schedule : Schedule
+        As a method returned it.
+    impl : str
+        ``first`` (the implementations as the schedule chose them) or ``fastest-fit``.
+    budget : Number or None
+        The budget the fastest-fit pass keeps to, in ``graph``'s memory units; None for ``min``.
+
+    Returns
+    -------
+    Judged or str
+        The cleaned schedule, its simulation and the clean-up's record; or the sentence saying why
+        ``schedule`` is invalid.
+    """
     raw = simulate(graph, schedule)
     if not raw.valid:
         return f"an invalid schedule: {raw.violation}"
@@ -429,7 +536,20 @@ def _refusal(graph: Graph, solver: type[Method], budget: Budget, result: RunResu
 
 def applicable(graph: Graph, solver: type[Method], budget: Number | None) -> str | None:
     """Why ``solver`` does not run on ``graph`` at ``budget`` (its requirements are missing here, or
-    its declared applicability, `Method.skip`, excludes it), or None when it runs."""
+    its declared applicability, `Method.skip`, excludes it), or None when it runs.
+
+    Parameters
+    ----------
+    graph : Graph
+    solver : type[Method]
+    budget : Number or None
+        In ``graph``'s memory units; None for ``min``.
+
+    Returns
+    -------
+    str or None
+        One sentence, or None when the method runs.
+    """
     ok, why = solver.available()
     return why if not ok else solver.skip(graph, budget)
 
@@ -559,6 +679,20 @@ def contradiction(bound: Bound, duration: Number, peak: Number, budget: Number |
     A schedule whose peak is within ``budget`` cannot be shorter than a valid lower bound at
     that budget, and cannot exist at all where the bound says no schedule fits. Durations are
     compared exactly when both are integers, else to a relative 1e-9 (rounding in sums of floats).
+
+    Parameters
+    ----------
+    bound : Bound
+        The any-order bound at ``budget``.
+    duration, peak : Number
+        The schedule's simulated duration and peak.
+    budget : Number or None
+        In the graph's memory units; None for ``min``.
+
+    Returns
+    -------
+    str or None
+        One sentence saying what contradicts the bound, or None.
     """
     if budget is not None and peak > budget:
         return None

@@ -49,13 +49,38 @@ def bound_cache_folder() -> str | None:
 
 
 def user_bound_cache() -> BoundCache:
-    """The user's bound cache, on `bound_cache_folder` (a new object on each call; the folder is shared)."""
+    """The user's bound cache, on `bound_cache_folder` (a new object on each call; the folder is shared).
+
+    Returns
+    -------
+    BoundCache
+        In memory only when the setting turns the folder off.
+    """
     return BoundCache(bound_cache_folder())
 
 
 def resolve_method(name: str, params: dict[str, Any]) -> tuple[type[Method], dict[str, Any]]:
     """The solver class and its full parameter set; raises MethodError for anything unknown, mistyped or
-    missing here (exit status 2 before any work)."""
+    missing here (exit status 2 before any work).
+
+    Parameters
+    ----------
+    name : str
+        A registered method's name, or ``auto``.
+    params : dict
+        The method's parameters as given (text or values).
+
+    Returns
+    -------
+    tuple of (type[Method], dict)
+        The solver class, and every declared parameter typed (with ``impl`` when given).
+
+    Raises
+    ------
+    MethodError
+        An unknown name, an undeclared or mistyped parameter, or a method whose requirements are
+        not installed here.
+    """
     cls = get_solver(name)
     parsed = parse_method_params(cls, params)
     ok, why = cls.available()
@@ -121,6 +146,38 @@ def run_many(graph: Graph, methods: list[str], budget: Budget, time_limit: float
 
     ``gap`` (points of overhead) stops each run once it is that close to a valid bound (`evaluate`);
     ``watch`` sees each run's progress points as they come, under the run's method name.
+
+    Parameters
+    ----------
+    graph : Graph
+    methods : list of str
+        Registered method names, or ``auto``.
+    budget : Budget
+        Parsed (`remat_bench.core.budget.parse_budget`).
+    time_limit : float or None
+        Seconds for each run, the any-order bound included; None for no limit.
+    params : dict
+        Each method's parameters as given, by method name (a method not named gets its defaults).
+    bound : bool
+        As `evaluate` takes it.
+    jobs : int
+        How many runs at a time; 1 runs them one after another in this process.
+    bounds : BoundSource or None
+        The bound cache to share (default: the user's on-disk cache).
+    gap : float or None
+        In points of overhead; None or 0: each run stops only where its answer is proven.
+    watch : ProgressSink or None
+        Sees every run's progress points.
+
+    Returns
+    -------
+    list of RunResult
+        One per method, in ``methods``' order.
+
+    Raises
+    ------
+    MethodError
+        An unknown method name, or a parameter a method refuses.
     """
     bounds = bounds if bounds is not None else user_bound_cache()
     solvers = {m: get_solver(m) for m in methods}

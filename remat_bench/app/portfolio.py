@@ -111,7 +111,21 @@ class Member:
     @classmethod
     def of_run(cls, run: RunResult, role: str, seconds: float) -> Member:
         """A member from its evaluated run: its status, its cleaned schedule when it found one within
-        the budget (`remat_bench.app.evaluate` judged it), and what its search proved, where."""
+        the budget (`remat_bench.app.evaluate` judged it), and what its search proved, where.
+
+        Parameters
+        ----------
+        run : RunResult
+            The member's judged run.
+        role : str
+            ``fast``, ``exact`` or ``polish``.
+        seconds : float
+            The time the member took, in s (kept to the millisecond).
+
+        Returns
+        -------
+        Member
+        """
         member = cls(run.method, role, run.status, round(seconds, 3), run.overhead_pct, run.peak, run.duration,
                      run.lower_bound, run.space, run.stats.get("returned"), run.message, run.termination)
         if run.status.found_schedule:
@@ -119,11 +133,26 @@ class Member:
         return member
 
     def simulated(self, graph: Graph, sim: Simulation) -> None:
-        """Peak, duration and overhead from the simulation of its schedule (after clean-up)."""
+        """Peak, duration and overhead from the simulation of its schedule (after clean-up).
+
+        Parameters
+        ----------
+        graph : Graph
+            The graph the schedule runs on (its baseline duration gives the overhead).
+        sim : Simulation
+            The simulation of the member's cleaned schedule.
+        """
         self.peak, self.duration = sim.peak, sim.duration
         self.overhead_pct = sim.overhead_pct(baseline(graph).duration)
 
     def as_dict(self) -> dict[str, Any]:
+        """The member as ``stats["members"]`` records it.
+
+        Returns
+        -------
+        dict
+            Its fields without the schedule or empty ones; ``status`` as its value, ``not_run`` when it did not run.
+        """
         record = {**self.__dict__, "status": "not_run" if self.status is None else self.status.value}
         return {k: v for k, v in record.items() if k != "schedule" and v not in (None, "")}
 
