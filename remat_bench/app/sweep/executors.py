@@ -67,12 +67,42 @@ def schedule_path(output: Path, spec: dict[str, Any]) -> Path:
 
     The graph's name comes from its file: made one safe file name (a graph named ``..`` must not put
     its schedules beside the results folder).
+
+    Parameters
+    ----------
+    output : Path
+        The results folder.
+    spec : dict
+        The run spec (its ``graph`` and ``run_id``).
+
+    Returns
+    -------
+    Path
     """
     return output / "schedules" / safe_name(spec["graph"]) / f"{safe_name(spec['run_id'], 'run')}.json"
 
 
 def supervise(spec: dict[str, Any], output: str) -> dict[str, Any]:
-    """Run one spec in its own worker process under the hard limits; return its full results row."""
+    """Run one spec in its own worker process under the hard limits; return its full results row.
+
+    Parameters
+    ----------
+    spec : dict
+        A run spec (`remat_bench.app.sweep.config.RunSpec.to_json`), with its ``time_limit`` and ``grace`` in s.
+    output : str
+        The results folder (schedules and logs go there).
+
+    Returns
+    -------
+    dict
+        The row (`remat_bench.app.sweep.results.make_row`), with ``progress`` and `SWEEP_FAULT` when
+        the run has them.
+
+    Raises
+    ------
+    RunInterrupted
+        The sweep is stopping (`stop_all`): the run was not started, or was killed by it.
+    """
     out_dir = Path(output)
     payload = dict(spec, schedule_path=str(schedule_path(out_dir, spec)))
     limit = float(spec["time_limit"]) + float(spec["grace"])
@@ -230,7 +260,28 @@ def stop_all() -> None:
 @contextlib.contextmanager
 def open_executor(kind: str = "local", workers: int | None = None,
                   address: str | None = None) -> Iterator[Executor]:
-    """A `concurrent.futures` executor that runs `supervise` calls: ``local`` threads or ``dask``."""
+    """A `concurrent.futures` executor that runs `supervise` calls: ``local`` threads or ``dask``.
+
+    Parameters
+    ----------
+    kind : str
+        ``local`` or ``dask``.
+    workers : int or None
+        Runs at a time (local threads, or the processes of a Dask LocalCluster); None for one per core.
+    address : str or None
+        A Dask scheduler to connect to (``dask`` only); None starts a LocalCluster.
+
+    Yields
+    ------
+    Executor
+        Shut down when the block ends.
+
+    Raises
+    ------
+    ConfigError
+        An unknown kind, an address with ``local``, dask.distributed missing, or a scheduler that
+        cannot be reached.
+    """
     _stopping.clear()
     workers = workers or os.cpu_count() or 1
     if kind == "local":
@@ -274,6 +325,16 @@ def live_workers(pool: Executor) -> int | None:
 
     A Dask scheduler whose workers all died keeps the runs queued forever, without a word: the runner
     asks this while runs are pending, to say so and stop.
+
+    Parameters
+    ----------
+    pool : Executor
+        An executor `open_executor` gave.
+
+    Returns
+    -------
+    int or None
+        The Dask workers the scheduler knows (0 when it cannot be asked); None for the local pool.
     """
     client = _clients.get(pool)
     if client is None:

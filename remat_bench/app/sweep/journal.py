@@ -34,7 +34,17 @@ NAMING_COLUMNS = ("graph", "graph_sha256", "method", "budget_text", "status")
 
 def readable(row: Any) -> bool:
     """Whether ``row`` is a result row a run can be told by: an object whose run key can be built
-    (what ``--resume`` compares)."""
+    (what ``--resume`` compares).
+
+    Parameters
+    ----------
+    row : Any
+        A line of the journal, parsed.
+
+    Returns
+    -------
+    bool
+    """
     if not isinstance(row, dict):
         return False
     try:
@@ -45,7 +55,18 @@ def readable(row: Any) -> bool:
 
 
 def named(row: dict[str, Any]) -> bool:
-    """Whether a readable ``row`` can be placed in a table and drawn: its naming columns are text."""
+    """Whether a readable ``row`` can be placed in a table and drawn: its naming columns are text.
+
+    Parameters
+    ----------
+    row : dict
+        A row `readable` accepts.
+
+    Returns
+    -------
+    bool
+        True when every one of `NAMING_COLUMNS` is a string.
+    """
     return all(isinstance(row.get(column), str) for column in NAMING_COLUMNS)
 
 
@@ -57,12 +78,24 @@ class Journal:
         self.skipped_lines = 0
 
     def exists(self) -> bool:
+        """Whether the journal holds anything (a file that is missing or empty holds nothing).
+
+        Returns
+        -------
+        bool
+        """
         return self.path.exists() and self.path.stat().st_size > 0
 
     def rows(self) -> Iterator[dict[str, Any]]:
         """Every complete row, in the order written; rows that cannot be read (a line cut short by a
         kill, a row edited by hand without the columns that name its run) are counted in
-        ``skipped_lines`` and left out (`readable`)."""
+        ``skipped_lines`` and left out (`readable`).
+
+        Yields
+        ------
+        dict
+            One result row; none when the file is missing.
+        """
         self.skipped_lines = 0
         if not self.path.exists():
             return
@@ -85,11 +118,22 @@ class Journal:
 
         A row marked `SWEEP_FAULT` (the run failed for reasons of the sweep itself, e.g. its schedule
         could not be saved) does not count: resuming runs it again, and its new row wins in the table.
+
+        Returns
+        -------
+        set of tuple
+            Run keys (`remat_bench.app.sweep.config.row_key`).
         """
         return {row_key(row) for row in self.rows() if not row.get(SWEEP_FAULT)}
 
     def append(self, row: dict[str, Any]) -> None:
-        """Write ``row`` as one line and force it to disk before returning."""
+        """Write ``row`` as one line and force it to disk before returning.
+
+        Parameters
+        ----------
+        row : dict
+            A result row; NaN is written as null, values JSON does not know as their ``item()`` or text.
+        """
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # A missing value is null, never NaN (infinity stays: Python's json reads it back).
         clean = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}

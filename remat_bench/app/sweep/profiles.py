@@ -37,7 +37,20 @@ Point = tuple[float, float]  # (seconds since the run started, simulated duratio
 
 
 def time_to_target(points: Sequence[Point], target: float) -> float:
-    """The first time a schedule of duration at most ``target`` is held; ``inf`` when never."""
+    """The first time a schedule of duration at most ``target`` is held; ``inf`` when never.
+
+    Parameters
+    ----------
+    points : Sequence[Point]
+        A run's ``(time_s, duration)`` points, in time order.
+    target : float
+        A duration.
+
+    Returns
+    -------
+    float
+        Seconds since the run started.
+    """
     for t, duration in points:
         if duration <= target:
             return float(t)
@@ -45,7 +58,20 @@ def time_to_target(points: Sequence[Point], target: float) -> float:
 
 
 def primal_gap(duration: float | None, best: float) -> float:
-    """Berthold's primal gap of a schedule against the best known: 1 without a schedule, 0 at the best."""
+    """Berthold's primal gap of a schedule against the best known: 1 without a schedule, 0 at the best.
+
+    Parameters
+    ----------
+    duration : float or None
+        The schedule's duration; None without a schedule.
+    best : float
+        The best duration known on the instance.
+
+    Returns
+    -------
+    float
+        ``|duration - best| / max(|duration|, |best|)``, between 0 and 1.
+    """
     if duration is None:
         return 1.0
     if duration == best == 0:
@@ -55,7 +81,22 @@ def primal_gap(duration: float | None, best: float) -> float:
 
 def primal_integral(points: Sequence[Point], best: float, limit: float) -> float:
     """The integral of the primal gap over [0, ``limit``] seconds (a step function: each schedule's gap
-    holds until the next); ``limit`` when no schedule was ever found."""
+    holds until the next); ``limit`` when no schedule was ever found.
+
+    Parameters
+    ----------
+    points : Sequence[Point]
+        A run's ``(time_s, duration)`` points, in time order (times are clipped to [0, ``limit``]).
+    best : float
+        The best duration known on the instance.
+    limit : float
+        The time limit, in s.
+
+    Returns
+    -------
+    float
+        In s; divided by ``limit``, a share between 0 and 1.
+    """
     total, held, since = 0.0, None, 0.0
     for t, duration in points:
         t = min(max(float(t), 0.0), limit)
@@ -68,7 +109,20 @@ def performance_profile(times: pd.DataFrame, taus: Iterable[float]) -> pd.DataFr
     """Dolan-Moré profiles: ``times`` has one row per instance and one column per method (``inf`` where
     the method failed); the result one row per tau and one column per method: the share of instances
     on which the method's time is at most tau times the fastest method's. Instances no method solved
-    count for none."""
+    count for none.
+
+    Parameters
+    ----------
+    times : pandas.DataFrame
+        Seconds, one row per instance, one column per method (`times_to_target`).
+    taus : Iterable[float]
+        The ratios to the fastest time at which the shares are taken.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Shares between 0 and 1, indexed by ``tau``, with the columns of ``times``.
+    """
     values = times.to_numpy(dtype=float)
     fastest = np.min(values, axis=1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -83,7 +137,22 @@ def performance_profile(times: pd.DataFrame, taus: Iterable[float]) -> pd.DataFr
 def scaled_shifted_geometric_means(times: pd.DataFrame, limit: float | Mapping[str, float],
                                    shift: float = 10.0) -> pd.Series:
     """Per method (column), the shifted geometric mean of its times over the instances (rows), a failure
-    (``inf``) charged the time limit, divided by the best method's: the best is 1."""
+    (``inf``) charged the time limit, divided by the best method's: the best is 1.
+
+    Parameters
+    ----------
+    times : pandas.DataFrame
+        Seconds, one row per instance, one column per method (`times_to_target`).
+    limit : float or Mapping[str, float]
+        The time limit in s a failure is charged: one for all, or per method.
+    shift : float
+        The shift, in s.
+
+    Returns
+    -------
+    pandas.Series
+        Per method; unscaled when the best mean is not above 0.
+    """
     out = {}
     for method in times.columns:
         cap = limit[method] if isinstance(limit, Mapping) else limit
@@ -105,7 +174,18 @@ SIZE_CLASSES = ((0, 300, "under 300 nodes"), (300, 1000, "300 to 999 nodes"), (1
 
 def instances(results: pd.DataFrame) -> pd.DataFrame:
     """One row per instance (graph and budget) of a results table: its best simulated duration over every
-    run that found a schedule within the budget (NaN when none did), nodes, and baseline duration."""
+    run that found a schedule within the budget (NaN when none did), nodes, and baseline duration.
+
+    Parameters
+    ----------
+    results : pandas.DataFrame
+        A results table (`remat_bench.app.sweep.results.load_table`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by ``graph`` and ``budget_text``; columns ``nodes``, ``baseline_duration`` and ``best``.
+    """
     found = results[results["status"].isin(("optimal", "feasible"))]
     best = found.groupby(["graph", "budget_text"], sort=False)["duration"].min().rename("best")
     keys = results.groupby(["graph", "budget_text"], sort=False).agg(nodes=("nodes", "first"),
@@ -132,7 +212,25 @@ def times_to_target(results: pd.DataFrame, progress: pd.DataFrame, within_pct: f
                     label: pd.Series | None = None) -> pd.DataFrame:
     """Seconds each method (a column, by ``label``: default the method) took to hold a schedule within
     ``within_pct`` percent of the instance's best duration (a row per instance); ``inf`` for a run that
-    never did. With several runs of one method on an instance (seeds, repeats), their median."""
+    never did. With several runs of one method on an instance (seeds, repeats), their median.
+
+    Parameters
+    ----------
+    results : pandas.DataFrame
+        A results table (`remat_bench.app.sweep.results.load_table`).
+    progress : pandas.DataFrame
+        A progress table (`PROGRESS_COLUMNS`).
+    within_pct : float
+        The target: within this many percent of the instance's best duration.
+    label : pandas.Series or None
+        A column name per row of ``results``; None for `remat_bench.app.sweep.results.labels`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Seconds, indexed by ``graph`` and ``budget_text``, one column per label; ``inf`` where a
+        method has no run on an instance. A run without progress points counts at its solve time.
+    """
     from remat_bench.app.sweep.results import labels
 
     names = label if label is not None else labels(results)
@@ -161,7 +259,25 @@ def speed_summary(results: pd.DataFrame, progress: pd.DataFrame, within_pct: flo
     applied), the shifted geometric mean of the time to within ``within_pct`` percent of the instance's
     best (failures charged the run's time limit; the best method is 1), the mean primal integral over
     the time limit as a share of it (0: the best schedule at once; 1: nothing all along), and the median
-    time to a first schedule."""
+    time to a first schedule.
+
+    Parameters
+    ----------
+    results : pandas.DataFrame
+        A results table (`remat_bench.app.sweep.results.load_table`).
+    progress : pandas.DataFrame
+        A progress table (`PROGRESS_COLUMNS`).
+    within_pct : float
+        The target: within this many percent of the instance's best duration.
+    shift_s : float
+        The shift of the geometric mean, in s.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by ``method`` (its label); columns ``runs``, ``success_rate``, ``time_to_target_sgm``,
+        ``primal_integral`` and ``first_schedule_s`` (NaN where there is nothing to take it over).
+    """
     from remat_bench.app.sweep.results import labels
 
     names = labels(results)
@@ -198,7 +314,18 @@ def speed_summary(results: pd.DataFrame, progress: pd.DataFrame, within_pct: flo
 
 
 def size_class(nodes: float) -> str:
-    """The `SIZE_CLASSES` name a graph of ``nodes`` nodes falls in."""
+    """The `SIZE_CLASSES` name a graph of ``nodes`` nodes falls in.
+
+    Parameters
+    ----------
+    nodes : float
+        The graph's number of nodes.
+
+    Returns
+    -------
+    str
+        Such as ``under 300 nodes``.
+    """
     return next(name for low, high, name in SIZE_CLASSES if low <= nodes < high)
 
 

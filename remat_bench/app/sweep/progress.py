@@ -66,7 +66,7 @@ def status_label(row: dict[str, Any]) -> str:
 
 
 def describe(row: dict[str, Any]) -> str:
-    """``chen (variant=greedy) on chain-16 at 0.8: feasible, +16.3 %, 0.02 s``.
+    """``chen (variant=greedy) on chain-16 at 0.8: feasible, +16.30 %, 0.02 s``.
 
     Parameters
     ----------

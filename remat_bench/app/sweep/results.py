@@ -92,7 +92,23 @@ OVERHEAD_SHIFT_PCT = 1.0
 
 
 def make_row(spec: dict[str, Any], outcome: dict[str, Any], output: Path | None = None) -> dict[str, Any]:
-    """A full row from a run spec and what the run reported; the schedule path relative to ``output``."""
+    """A full row from a run spec and what the run reported; the schedule path relative to ``output``.
+
+    Parameters
+    ----------
+    spec : dict
+        The run's spec (graph, method, parameters, budget, seed, repeat, limits).
+    outcome : dict
+        What the worker reported (status, peak, duration, times, ...); its ``params`` is ignored.
+    output : Path or None
+        The results folder: the schedule and graph paths inside it are stored relative to it; None
+        leaves them as given.
+
+    Returns
+    -------
+    dict
+        Every column of `COLUMNS` (None where neither gave a value), ``params`` and ``stats`` as JSON text.
+    """
     row = dict.fromkeys(COLUMNS)
     row.update({k: v for k, v in spec.items() if k in COLUMNS})
     row["params"] = params_text(spec.get("params"))
@@ -116,7 +132,19 @@ def _relative(path: Path, base: Path) -> str:
 
 
 def build_table(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
-    """The table of ``rows``, one row per key (the last one wins), in a readable order."""
+    """The table of ``rows``, one row per key (the last one wins), in a readable order.
+
+    Parameters
+    ----------
+    rows : Iterable[dict]
+        Result rows (`make_row`, the journal's).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The columns of `COLUMNS` with their dtypes, sorted by graph size, graph, budget (largest
+        fraction first), method, parameters, seed and repeat.
+    """
     unique: dict[tuple, dict[str, Any]] = {}
     for row in rows:
         unique.pop(row_key(row), None)  # keep the latest occurrence, in its own position
@@ -146,7 +174,22 @@ def _typed(column: pd.Series, kind: str) -> pd.Series:
 
 
 def write_table(frame: pd.DataFrame, output: Path, csv: bool = False) -> list[Path]:
-    """Write ``results.parquet`` (and ``results.csv``) atomically; returns the paths written."""
+    """Write ``results.parquet`` (and ``results.csv``) atomically; returns the paths written.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A results table (`build_table`).
+    output : Path
+        The results folder.
+    csv : bool
+        Write ``results.csv`` too.
+
+    Returns
+    -------
+    list of Path
+        The Parquet file, then the CSV file when written.
+    """
     buffer = io.BytesIO()
     frame.to_parquet(buffer, index=False)
     atomic_write_bytes(output / TABLE, buffer.getvalue())
@@ -163,6 +206,21 @@ def load_table(folder: str | Path) -> pd.DataFrame:
     Rows that cannot be read (a line cut short by a kill, a row edited by hand without the
     columns that name its run) are left out, and counted in ``frame.attrs["skipped_rows"]``
     (`skipped_note` words it), so that one bad line does not stop a report or a chart.
+
+    Parameters
+    ----------
+    folder : str or Path
+        The results folder.
+
+    Returns
+    -------
+    pandas.DataFrame
+        As `build_table` makes it; ``attrs`` has ``skipped_rows`` and ``source`` (the file read).
+
+    Raises
+    ------
+    RematBenchError
+        The folder holds neither a journal nor a results table.
     """
     from remat_bench.app.sweep.journal import JOURNAL, Journal, named, readable
     from remat_bench.core.errors import RematBenchError
@@ -185,7 +243,17 @@ def load_table(folder: str | Path) -> pd.DataFrame:
 
 
 def skipped_note(frame: pd.DataFrame) -> str | None:
-    """One sentence on the rows `load_table` left out, or None when it read every row."""
+    """One sentence on the rows `load_table` left out, or None when it read every row.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A table `load_table` returned.
+
+    Returns
+    -------
+    str or None
+    """
     n = frame.attrs.get("skipped_rows", 0)
     if not n:
         return None
@@ -198,7 +266,20 @@ def skipped_note(frame: pd.DataFrame) -> str | None:
 
 
 def shifted_geometric_mean(values: Iterable[float], shift: float) -> float:
-    """``exp(mean(log(x + shift))) - shift``; NaN for no values (or a value at or below ``-shift``)."""
+    """``exp(mean(log(x + shift))) - shift``; NaN for no values (or a value at or below ``-shift``).
+
+    Parameters
+    ----------
+    values : Iterable[float]
+        The values (times in s, overheads in %).
+    shift : float
+        In the values' unit.
+
+    Returns
+    -------
+    float
+        NaN too when a value is not finite.
+    """
     x = np.asarray([float(v) for v in values], dtype=float)
     if not len(x) or np.any(x + shift <= 0) or not np.all(np.isfinite(x)):
         return math.nan
@@ -206,7 +287,18 @@ def shifted_geometric_mean(values: Iterable[float], shift: float) -> float:
 
 
 def labels(frame: pd.DataFrame) -> pd.Series:
-    """A name per row: the method, plus the parameters that vary among that method's rows (seeds aside)."""
+    """A name per row: the method, plus the parameters that vary among that method's rows (seeds aside).
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A results table (`load_table`, `build_table`).
+
+    Returns
+    -------
+    pandas.Series
+        Strings such as ``moccasin (order=free)``, indexed as ``frame``.
+    """
     out = frame["method"].astype(str).copy()
     for method, group in frame.groupby("method", sort=False):
         params = [json.loads(p) if isinstance(p, str) and p else {} for p in group["params"]]
@@ -219,6 +311,18 @@ def labels(frame: pd.DataFrame) -> pd.Series:
 
 
 def succeeded(frame: pd.DataFrame) -> pd.Series:
+    """Which rows found a schedule within their budget (status ``optimal`` or ``feasible``).
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A results table (`load_table`, `build_table`).
+
+    Returns
+    -------
+    pandas.Series
+        Booleans, indexed as ``frame``; False where the status is missing.
+    """
     return frame["status"].isin(SUCCESS).fillna(False).astype(bool)
 
 
@@ -245,6 +349,16 @@ def summarize(frame: pd.DataFrame) -> list[MethodSummary]:
     its own solve time, and every other run (timeout, crash, out of memory,
     error, gave up without a schedule) at its time limit (as qpbenchmark
     does), so that failing fast does not look fast, and proving fast does.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A results table (`load_table`, `build_table`).
+
+    Returns
+    -------
+    list of MethodSummary
+        One per label, in registry order of the methods; empty for an empty table.
     """
     if not len(frame):
         return []
@@ -298,6 +412,30 @@ def schedules_at(folder: str | Path, frame: pd.DataFrame, graph: str | None = No
     Without ``graph``, the first graph of the table; without ``budget``, the
     tightest budget at which the most methods found a schedule. ``methods``
     keeps only those methods (or labels).
+
+    Parameters
+    ----------
+    folder : str or Path
+        The results folder (schedule and graph paths in the table are relative to it).
+    frame : pandas.DataFrame
+        Its results table (`load_table`).
+    graph : str or None
+        A graph's name in the table.
+    budget : str or None
+        A budget as the ``budget_text`` column has it (``0.8``, ``min``).
+    methods : Sequence[str] or None
+        Method names or labels; None or empty for every method.
+
+    Returns
+    -------
+    ScheduleSet
+        The graph (loaded), the budget, and per label the fastest schedule, in registry order.
+
+    Raises
+    ------
+    RematBenchError
+        An unknown graph or budget, or no run that saved a schedule there; a graph or schedule file
+        that cannot be read (its own error).
     """
     from remat_bench.core.errors import RematBenchError
     from remat_bench.core.graph import load_graph

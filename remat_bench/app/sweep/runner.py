@@ -62,11 +62,55 @@ POLL_S = 1.0
 class Reporter(Protocol):
     """What the runner tells about progress (the CLI shows a progress bar; tests pass nothing)."""
 
-    def start(self, total: int, skipped: int, pending: int) -> None: ...
-    def finished(self, row: dict[str, Any]) -> None: ...
-    def lost(self, spec: RunSpec, error: str) -> None: ...
-    def note(self, text: str) -> None: ...
-    def close(self) -> None: ...
+    def start(self, total: int, skipped: int, pending: int) -> None:
+        """The sweep begins.
+
+        Parameters
+        ----------
+        total : int
+            The runs of the config.
+        skipped : int
+            Those the journal already holds (``--resume``).
+        pending : int
+            Those to run now.
+        """
+        ...
+
+    def finished(self, row: dict[str, Any]) -> None:
+        """A run ended and its row is journalled.
+
+        Parameters
+        ----------
+        row : dict
+            The run's results row.
+        """
+        ...
+
+    def lost(self, spec: RunSpec, error: str) -> None:
+        """The executor lost a run (not recorded: ``--resume`` runs it again).
+
+        Parameters
+        ----------
+        spec : RunSpec
+            The run lost.
+        error : str
+            What the executor said.
+        """
+        ...
+
+    def note(self, text: str) -> None:
+        """Something to tell the user that is no run's end.
+
+        Parameters
+        ----------
+        text : str
+            One line.
+        """
+        ...
+
+    def close(self) -> None:
+        """The sweep's runs are over (or interrupted): nothing more is told."""
+        ...
 
 
 class _Silent:
@@ -107,7 +151,25 @@ class SweepOutcome:
 
 
 def plan(config: SweepConfig, resume: bool) -> tuple[list[RunSpec], int]:
-    """The runs still to do and how many the journal already holds; refuses to mix into an old sweep."""
+    """The runs still to do and how many the journal already holds; refuses to mix into an old sweep.
+
+    Parameters
+    ----------
+    config : SweepConfig
+        A checked config.
+    resume : bool
+        Continue the sweep the results folder's journal holds, skipping its runs.
+
+    Returns
+    -------
+    tuple of (list of RunSpec, int)
+        The pending runs in the config's order, and how many were skipped.
+
+    Raises
+    ------
+    ConfigError
+        The results folder already holds a sweep and ``resume`` is False.
+    """
     journal = Journal(config.output / JOURNAL)
     if journal.exists() and not resume:
         raise ConfigError(
@@ -128,6 +190,20 @@ def check_output(out: Path, csv: bool = False, create: bool = True) -> None:
     while an immutable folder (``chattr +i``), a read-only mount or a file where a folder belongs do.
     With ``create=False`` (``--dry-run``) nothing is made: a folder that does not exist yet is tried in
     the nearest folder above it that does, where the sweep would make it.
+
+    Parameters
+    ----------
+    out : Path
+        The results folder.
+    csv : bool
+        The sweep writes ``results.csv`` too: check it as well.
+    create : bool
+        Make the folder if needed; False tries the nearest folder above it instead.
+
+    Raises
+    ------
+    ConfigError
+        A folder or file the sweep needs that cannot be made or written, or a file where a folder belongs.
     """
     def refuse(path: Path, exc: OSError) -> ConfigError:
         detail = ("" if path == out else f"{path}: ") + (exc.strerror or str(exc))
@@ -249,6 +325,35 @@ def run_sweep(
 
     Raises `ConfigError` before any run for a results folder that cannot be written or that another
     sweep holds, and for an old sweep without ``resume``.
+
+    Parameters
+    ----------
+    config : SweepConfig
+        A checked config (its ``torch:`` graphs are traced here).
+    workers : int or None
+        Runs at a time; None for the config's (``workers``, else one per core).
+    executor : str or None
+        ``local`` or ``dask``; None for ``dask`` with an ``address``, else the config's.
+    address : str or None
+        A Dask scheduler; None for the config's (none: a local cluster, with ``dask``).
+    resume : bool
+        Continue the sweep the results folder holds, skipping the runs its journal has.
+    csv : bool
+        Write ``results.csv`` beside ``results.parquet``.
+    reporter : Reporter or None
+        Told of the sweep's progress; None tells nothing.
+
+    Returns
+    -------
+    SweepOutcome
+        The table of every run in the folder, and what happened this time (interrupted, lost runs,
+        the sweep's own faults, a failure that stopped it).
+
+    Raises
+    ------
+    ConfigError
+        Before any run: the folder cannot be written or is held by another sweep, an old sweep without
+        ``resume``, a torch model that cannot be traced, or an unknown executor.
     """
     reporter = reporter or _Silent()
     config = trace_torch_graphs(config, reporter.note)  # runs the models' code: only when the sweep runs

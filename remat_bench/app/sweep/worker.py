@@ -61,7 +61,13 @@ SWEEP_FAULT = "sweep_fault"
 
 
 def provenance() -> dict[str, Any]:
-    """Versions of the package, the solvers (read from metadata, nothing imported) and Python; the host."""
+    """Versions of the package, the solvers (read from metadata, nothing imported) and Python; the host.
+
+    Returns
+    -------
+    dict
+        The ``*_version`` columns of the results table (None for a solver not installed) and ``host``.
+    """
     def package_version(name: str) -> str | None:
         try:
             return version(name)
@@ -79,14 +85,26 @@ def provenance() -> dict[str, Any]:
 
 
 def peak_rss_bytes() -> int:
-    """Largest resident set of this process or any of its finished children (Linux reports KiB)."""
+    """Largest resident set of this process or any of its finished children (Linux reports KiB).
+
+    Returns
+    -------
+    int
+        In bytes.
+    """
     scale = 1 if sys.platform == "darwin" else 1024
     return max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) * scale
 
 
 def address_space_peak() -> int | None:
-    """The largest address space this process has held (VmPeak, Linux), in bytes; None elsewhere."""
+    """The largest address space this process has held (VmPeak, Linux), in bytes; None elsewhere.
+
+    Returns
+    -------
+    int or None
+        None too when ``/proc/self/status`` cannot be read.
+    """
     try:
         with open("/proc/self/status", encoding="ascii") as fh:
             for line in fh:
@@ -136,6 +154,24 @@ def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
 
     A failing method is a status, never an exception; MemoryError propagates (the caller records
     ``oom``), and so does a failure of this worker outside the method, which `main` records.
+
+    Parameters
+    ----------
+    spec : dict
+        The run spec: ``method``, ``graph_path``, ``graph_sha256``, ``budget_text``, ``time_limit``,
+        ``params``, and ``schedule_path`` where the cleaned schedule is to be saved (none: not saved).
+
+    Returns
+    -------
+    dict
+        `RunResult.to_json`'s fields but ``cleanup``, ``graph``, ``method`` and ``params``, with
+        ``schedule`` (the path saved to); a status ``error`` with its message when the graph file
+        changed, the run could not start, or the schedule could not be saved (then marked `SWEEP_FAULT`).
+
+    Raises
+    ------
+    MemoryError
+        The worker ran out of memory outside the method.
     """
     method = spec["method"]
     try:
@@ -187,6 +223,7 @@ def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
+    """The worker process: read a spec on stdin, run it under its memory cap, print its outcome line, exit."""
     row_fd = os.dup(1)
     os.dup2(2, 1)  # solvers that print on stdout now print into the run's log
     # Line by line, not in blocks: a run killed by a signal (its time limit, the kernel) loses what sits
