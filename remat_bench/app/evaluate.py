@@ -101,7 +101,7 @@ class RunResult:
         -------
         dict
             JSON-ready fields: enums as their values, progress points as dicts; the schedules, the
-            simulation and the `Bound` object are left out.
+            simulation, the `Bound` object (``stats`` holds its record) and ``below_floor`` are left out.
         """
         return {
             "graph": self.graph,

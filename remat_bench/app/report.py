@@ -67,6 +67,19 @@ def _link(target: Path, report: Path) -> str:
 
 
 def summary_section(summaries: list[MethodSummary]) -> str:
+    """Per method: runs, success rate, timeouts, failures, and the shifted geometric means of overhead and
+    solve time, with a note on what they mean.
+
+    Parameters
+    ----------
+    summaries : list of MethodSummary
+        As `summarize` gives them.
+
+    Returns
+    -------
+    str
+        Markdown.
+    """
     rows = []
     for s in summaries:
         rate = "n/a" if not s.applicable else f"{100 * s.success_rate:.0f}% ({s.successes}/{s.applicable})"
@@ -90,7 +103,18 @@ PORTFOLIOS = ("auto",)
 
 def best_section(frame: pd.DataFrame) -> str:
     """Per graph and budget, the method(s) with the least overhead (ties: all of them), and a tally;
-    a portfolio (``auto``) is set beside the best method rather than ranked with the methods it runs."""
+    a portfolio (``auto``) is set beside the best method rather than ranked with the methods it runs.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A results table with a ``label`` and an ``ok`` column (`labels`, `succeeded`).
+
+    Returns
+    -------
+    str
+        Markdown.
+    """
     ok_all = frame[frame["ok"] & frame["overhead_pct"].notna()]
     portfolio = ok_all[ok_all["method"].isin(PORTFOLIOS)]
     ok = ok_all[~ok_all["method"].isin(PORTFOLIOS)]
@@ -145,6 +169,16 @@ def gap_section(frame: pd.DataFrame) -> str | None:
 
     The bound holds for every schedule (any order, any recomputation); the best of the bounds the
     runs computed is taken (each run's depends on the time it had). None without any bound.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A results table with a ``label`` and an ``ok`` column (`labels`, `succeeded`).
+
+    Returns
+    -------
+    str or None
+        Markdown; None when no run has an any-order bound.
     """
     if "lower_bound_any_order" not in frame or frame["lower_bound_any_order"].isna().all():
         return None
@@ -184,6 +218,16 @@ def production_section(frame: pd.DataFrame) -> str | None:
     method found and the best any-order bound; where a planner's schedule exceeds its budget, by how much.
 
     None when no production planner ran.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A results table with a ``label`` and an ``ok`` column (`labels`, `succeeded`).
+
+    Returns
+    -------
+    str or None
+        Markdown; None when no production planner ran.
     """
     mine = frame[frame["method"].isin(PRODUCTION)]
     if mine.empty:
@@ -263,6 +307,16 @@ def finding_section(frame: pd.DataFrame) -> str | None:
 
     Shown when the results hold runs that may leave the input order (``reorder``,
     ``moccasin`` with ``order=free``) or any-order bounds.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A results table with a ``label`` and an ``ok`` column (`labels`, `succeeded`).
+
+    Returns
+    -------
+    str or None
+        Markdown; None when no run may leave the input order and none has an any-order bound.
     """
     any_order = (frame["method"] == "reorder") | (
         (frame["method"] == "moccasin") & ~_staged(frame))
@@ -335,7 +389,18 @@ def _spaces(frame: pd.DataFrame) -> str:
 
 
 def graph_table(frame: pd.DataFrame) -> str:
-    """One row per method and budget: status, overhead, peak, solve time, gap (and bounds where known)."""
+    """One row per method and budget: status, overhead, peak, solve time, gap (and bounds where known).
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        The rows of one graph, with a ``label`` and an ``ok`` column (`labels`, `succeeded`).
+
+    Returns
+    -------
+    str
+        Markdown.
+    """
     has_bound = frame["lower_bound_any_order"].notna().any()
     columns = ["method", "budget", "status", "overhead %", "peak (% of baseline)", "solve time s", "gap %"]
     if has_bound:
@@ -379,6 +444,29 @@ def write_report(results: str | Path, path: str | Path, title: str | None = None
     """Write the Markdown report of the results folder ``results`` to ``path``, charts beside it.
 
     ``table`` is the folder's table when the caller has read it already (`load_table`).
+
+    Parameters
+    ----------
+    results : str or Path
+        The results folder.
+    path : str or Path
+        The report, a ``.md`` file; its charts go in ``<stem>-figures`` beside it.
+    title : str or None
+        The report's heading; None for the sweep's name (its config's ``name``, else the folder's).
+    table : pandas.DataFrame or None
+        The folder's table; None reads it.
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    RematBenchError
+        ``path`` does not end in ``.md``, or the folder holds no results (or none that can be read).
+    OutputError
+        The report or a chart cannot be written.
     """
     from remat_bench import __version__
     from remat_bench.app import charts
@@ -462,7 +550,20 @@ SPEED_SHIFT_S = 10.0  # qpbenchmark's shift for times
 
 def speed_section(frame: pd.DataFrame, progress: pd.DataFrame) -> str:
     """How fast each method gets there (`remat_bench.app.sweep.profiles.speed_summary`): per method and
-    per graph size class, success rate, time to target, primal integral and time to a first schedule."""
+    per graph size class, success rate, time to target, primal integral and time to a first schedule.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A results table with a ``label`` and an ``ok`` column (`labels`, `succeeded`).
+    progress : pandas.DataFrame
+        The folder's progress table (`remat_bench.app.sweep.profiles.load_progress`).
+
+    Returns
+    -------
+    str
+        Markdown.
+    """
     from remat_bench.app.sweep.profiles import SIZE_CLASSES, size_class, speed_summary
 
     def table(runs: pd.DataFrame) -> str:

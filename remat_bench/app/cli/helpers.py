@@ -35,7 +35,17 @@ Rendered = RenderableType | Iterable[RenderableType]
 
 def show(data: Any, as_json: bool, render: Callable[[], Rendered]) -> None:
     """A command's answer: ``data`` as one JSON value with --json, else what ``render`` draws (a table, or
-    tables and lines in turn). ``render`` is called only for the tables: they format what JSON leaves raw."""
+    tables and lines in turn). ``render`` is called only for the tables: they format what JSON leaves raw.
+
+    Parameters
+    ----------
+    data : Any
+        The answer as JSON prints it (non-finite numbers print as null).
+    as_json : bool
+        The command was given --json.
+    render : Callable[[], Rendered]
+        Draws the answer for the terminal: one rich renderable, or several printed in turn.
+    """
     if as_json:
         print_json(data)
         return
@@ -45,7 +55,17 @@ def show(data: Any, as_json: bool, render: Callable[[], Rendered]) -> None:
 
 
 def key_values(rows: Iterable[tuple[str, str]]) -> Table:
-    """A two-column table without borders, the keys in bold: how one result is shown."""
+    """A two-column table without borders, the keys in bold: how one result is shown.
+
+    Parameters
+    ----------
+    rows : Iterable[tuple[str, str]]
+        ``(key, value)`` pairs, in the order shown.
+
+    Returns
+    -------
+    Table
+    """
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
@@ -55,6 +75,14 @@ def key_values(rows: Iterable[tuple[str, str]]) -> Table:
 
 
 def print_json(data: Any) -> None:
+    """Print ``data`` as one line of JSON on stdout.
+
+    Parameters
+    ----------
+    data : Any
+        Infinity and NaN print as null, numpy values as their Python value, anything else JSON does not
+        know as its text.
+    """
     click.echo(json.dumps(_finite(data), default=_json_default))
 
 
@@ -79,19 +107,56 @@ def _finite(data: Any) -> Any:
 
 
 def of_baseline(amount: Number, baseline_peak: Number) -> str:
-    """``"  = 80.0% of baseline"``, or nothing when the baseline peak is zero (an all-zero graph)."""
+    """``"  = 80.0% of baseline"``, or nothing when the baseline peak is zero (an all-zero graph).
+
+    Parameters
+    ----------
+    amount : Number
+        A memory amount.
+    baseline_peak : Number
+        The graph's baseline peak, in the same units.
+
+    Returns
+    -------
+    str
+    """
     return f"  = {100 * amount / baseline_peak:.1f}% of baseline" if baseline_peak else ""
 
 
 def budget_text(amount: Number | None, fraction: float | None, unit: str) -> str:
-    """A run's budget: its amount (``min (lowest peak)`` for --budget min) and its share of the baseline."""
+    """A run's budget: its amount (``min (lowest peak)`` for --budget min) and its share of the baseline.
+
+    Parameters
+    ----------
+    amount : Number or None
+        The budget in the graph's memory units; None for ``min``.
+    fraction : float or None
+        Its share of the baseline peak; None for none shown.
+    unit : str
+        The graph's memory unit (``bytes`` amounts get a binary-prefixed size beside them).
+
+    Returns
+    -------
+    str
+    """
     text = "min (lowest peak)" if amount is None else format_amount(amount, unit)
     return text + (f"  = {100 * fraction:.1f}% of baseline" if fraction is not None else "")
 
 
 def gap_text(gap_pct: float) -> str:
     """A gap to three decimals; one above zero that rounds to zero reads ``<0.001%``, so that only a
-    schedule that meets the bound shows ``0.000%``."""
+    schedule that meets the bound shows ``0.000%``.
+
+    Parameters
+    ----------
+    gap_pct : float
+        The gap, in percent.
+
+    Returns
+    -------
+    str
+        Such as ``1.250%``.
+    """
     return "<0.001%" if 0 < gap_pct < 0.0005 else f"{gap_pct:.3f}%"
 
 
@@ -99,7 +164,24 @@ def gap_text(gap_pct: float) -> str:
 
 
 def load(text: str) -> Graph:
-    """The graph a GRAPH argument names (`remat_bench.app.graphs.find_graph`), read."""
+    """The graph a GRAPH argument names (`remat_bench.app.graphs.find_graph`), read.
+
+    Parameters
+    ----------
+    text : str
+        The argument: a file, a shipped graph's name, ``paper:<name>``.
+
+    Returns
+    -------
+    Graph
+
+    Raises
+    ------
+    GraphError
+        A name that names no graph, or a file that is not a valid graph.
+    DatasetError
+        A published graph that is not on this machine.
+    """
     from remat_bench.app.graphs import find_graph
     from remat_bench.core.graph import load_graph
 
@@ -107,6 +189,23 @@ def load(text: str) -> Graph:
 
 
 def parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
+    """The --param options as a dict.
+
+    Parameters
+    ----------
+    pairs : tuple of str
+        Each ``key=value`` as given; a key given twice keeps its last value.
+
+    Returns
+    -------
+    dict
+        Keys and values as text, stripped of spaces around them.
+
+    Raises
+    ------
+    click.BadParameter
+        A pair without ``=`` or without a key.
+    """
     params = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -122,6 +221,26 @@ class Seconds(click.ParamType):
     name = "seconds"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        """The option's value as seconds, as click asks a parameter type.
+
+        Parameters
+        ----------
+        value : Any
+            What was given (text on the command line).
+        param : click.Parameter or None
+            The option, named in the refusal.
+        ctx : click.Context or None
+
+        Returns
+        -------
+        float
+            Positive and finite.
+
+        Raises
+        ------
+        click.BadParameter
+            Not a number, or not a positive, finite one.
+        """
         try:
             seconds = float(value)
         except (TypeError, ValueError):
@@ -139,6 +258,22 @@ def check_output(path: Path, inputs: list[Path], fmt: str) -> None:
 
     An existing file is replaced only when its first bytes say it is a remat-bench file
     of this kind (a device or a huge file is never read in full).
+
+    Parameters
+    ----------
+    path : Path
+        The output file.
+    inputs : list of Path
+        The command's input files.
+    fmt : str
+        The ``format`` the output declares (``remat-bench-schedule``, ...).
+
+    Raises
+    ------
+    RematBenchError
+        ``path`` is an input, or an existing file of another kind.
+    OutputError
+        ``path`` cannot be written (`remat_bench.core.files.check_writable`).
     """
     from remat_bench.core.files import check_writable, file_format
 
@@ -159,7 +294,14 @@ def check_output(path: Path, inputs: list[Path], fmt: str) -> None:
 
 @contextlib.contextmanager
 def stop_on_first_ctrl_c() -> Iterator[None]:
-    """First Ctrl-C: the method stops and returns its best so far; a second one aborts."""
+    """First Ctrl-C: the method stops and returns its best so far; a second one aborts.
+
+    Yields
+    ------
+    None
+        While the block runs, SIGINT asks for an interrupt (`remat_bench.core.control.interrupted`);
+        the previous handler is back after it.
+    """
     from remat_bench.core.control import interrupted, request_interrupt, reset_interrupt
 
     def handler(signum: int, frame: Any) -> None:

@@ -60,7 +60,27 @@ class LiveProgress:
     # ------------------------------------------------------------------ the sink
 
     def offer(self, schedule: Any, bound: Number | None = None, source: str = "") -> bool:
-        """Not used: the runs watched score their own schedules and pass points (`take`)."""
+        """Not used: the runs watched score their own schedules and pass points (`take`).
+
+        Parameters
+        ----------
+        schedule : Any
+            A schedule a method offers.
+        bound : Number or None
+            The method's own bound at that moment.
+        source : str
+            Who found it.
+
+        Returns
+        -------
+        bool
+            Never: it always raises.
+
+        Raises
+        ------
+        TypeError
+            Always: a watcher is passed scored points only.
+        """
         raise TypeError("LiveProgress shows scored points only")
 
     def take(self, point: ProgressPoint) -> None:

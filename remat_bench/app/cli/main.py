@@ -22,6 +22,22 @@ class RematGroup(click.Group):
     """Turns RematBenchError into one sentence and its exit status; Ctrl-C into status 130."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        """Run the command ``ctx`` names; a bad input or Ctrl-C ends the process with one sentence.
+
+        Parameters
+        ----------
+        ctx : click.Context
+
+        Returns
+        -------
+        Any
+            What the command returns.
+
+        Raises
+        ------
+        SystemExit
+            On a usage error or a `RematBenchError` (its exit status, 2 for bad input), or Ctrl-C (130).
+        """
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:
