@@ -83,8 +83,8 @@ class Checkmate(Method):
         Param("seed", int, 0, "solver random seed", minimum=0, maximum=2**31 - 1),
         Param("warm_start", bool, True, "start from the best greedy/chen/kusumoto/shaved schedule the model "
               "accepts (and the caller's hints)"),
-        Param("heuristic_effort", float, 0.3, "HiGHS mip_heuristic_effort (HiGHS default 0.05; 0.3 measured "
-              "better: random_layered_n100 at 0.8 reached 2.58% in 80 s rather than staying at its 5.25% start)",
+        Param("heuristic_effort", float, 0.3, "HiGHS mip_heuristic_effort (HiGHS default 0.05; more effort left "
+              "the warm start sooner: docs/benchmarks.md, 'Figures that used to live in the code')",
               minimum=0, maximum=1),
         KEEP_BEST,
     )
