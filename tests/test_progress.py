@@ -289,3 +289,27 @@ def test_a_schedule_scored_in_progress_is_scored_as_the_answer_is(layered):
     assert (judged.simulation.peak, judged.simulation.duration) == (raw.peak, raw.duration) == (
         baseline(layered).peak, baseline(layered).duration)
     assert not math.isnan(judged.simulation.overhead_pct(raw.duration))
+
+
+def test_the_status_line_shows_time_best_bound_and_gap_and_lines_per_improvement():
+    import io
+
+    from rich.console import Console
+
+    from remat_bench.app.cli.live import LiveProgress
+
+    log = io.StringIO()
+    live = LiveProgress("solving g with moccasin", 200, Console(file=log, width=200, highlight=False))
+    assert "no schedule yet" in live.__rich__().plain
+    live.take(ProgressPoint(0.1, None, None, None, ANY_ORDER, 201))
+    live.take(ProgressPoint(0.2, 210, 50, 5.0, "moccasin/greedy"))
+    live.take(ProgressPoint(0.3, None, None, None, "moccasin", 205))  # its own bound: not shown as the bound
+    live.take(ProgressPoint(0.9, 206, 60, 3.0, "moccasin"))
+    line = live.__rich__().plain
+    assert line.startswith("solving g with moccasin")
+    assert "best +3.000% (moccasin)" in line and "bound +0.500%" in line and "gap 2.500 pts" in line
+    printed = log.getvalue().splitlines()
+    assert [p.split("  ", 1)[1] for p in (q.strip() for q in printed)] == [
+        "bound, any order: +0.500%",
+        "moccasin/greedy: overhead +5.000%, peak 50, 4.500 pts above the any-order bound",
+        "moccasin: overhead +3.000%, peak 60, 2.500 pts above the any-order bound"]
