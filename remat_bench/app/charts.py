@@ -1234,11 +1234,13 @@ def progress_figure(results: pd.DataFrame, points: pd.DataFrame, title: str | No
     order = _label_order(runs)
     by_run = {run: g.sort_values("time_s") for run, g in points.groupby("run_id", sort=False)}
     shown: set[str] = set()
-    bound_drawn = own_drawn = False
+    bound_drawn = own_drawn = cut = False
     for r, graph in enumerate(graphs):
         for c, budget in enumerate(budgets):
             ax = axes[r][c]
             mine = runs[(runs["graph"] == graph) & (runs["budget_text"] == budget)]
+            bound = _bound_overhead(mine)
+            finals: list[float] = []
             for label in order:
                 for _, run in mine[mine["label"] == label].iterrows():
                     every = by_run.get(run["run_id"])
@@ -1252,11 +1254,14 @@ def progress_figure(results: pd.DataFrame, points: pd.DataFrame, title: str | No
                     ran = float(run["solve_time_s"] or 0) + float(run.get("bound_time_s") or 0)
                     end = max(ran, x[-1])
                     style = method_style(run["method"])
+                    finals.append(float(y[-1]))
                     own = every.dropna(subset=["bound"]) if "bound" in every else every.iloc[:0]
                     base = float(run["baseline_duration"] or 0)
                     if not own.empty and base > 0:
                         bx = own["time_s"].to_numpy(dtype=float)
-                        by = 100 * (own["bound"].to_numpy(dtype=float) / base - 1)
+                        # No bound is below the any-order bound (nor below no recomputation at all).
+                        by = np.maximum(100 * (own["bound"].to_numpy(dtype=float) / base - 1),
+                                        0.0 if bound is None else bound)
                         ax.step(np.append(bx, end), np.append(by, by[-1]), where="post", color=style["color"],
                                 linestyle=":", linewidth=0.9, alpha=0.7)
                         own_drawn = True
@@ -1264,17 +1269,26 @@ def progress_figure(results: pd.DataFrame, points: pd.DataFrame, title: str | No
                             linestyle=run["linestyle"], linewidth=1.3)
                     ax.plot(x, y, linestyle="none", marker=style["marker"], markersize=3, color=style["color"])
                     shown.add(label)
-            bound = _bound_overhead(mine)
             if bound is not None:
                 ax.axhline(bound, color=BOUND_EDGE, linestyle="--", linewidth=0.9)
                 bound_drawn = True
+            if finals:
+                # Early schedules far above where the runs end (a heuristic's +400%) would flatten the
+                # curves that matter: the axis ends a margin above the worst final answer.
+                low = min(min(finals), 0.0 if bound is None else bound)
+                top = max(finals) + max(1.0 * (max(finals) - low), 0.5)
+                if any(float(v) > top for pts in (by_run.get(i) for i in mine["run_id"]) if pts is not None
+                       for v in pts["overhead_pct"].dropna()):
+                    ax.set_ylim(low - 0.05 * (top - low), top)
+                    cut = True
             if mine.empty or not any(run_id in by_run for run_id in mine["run_id"]):
                 ax.text(0.5, 0.5, "no schedule recorded", transform=ax.transAxes, ha="center", va="center",
                         fontsize=9, color=NOTE_COLOUR)
             ax.set_xscale("log")
             _plain_log_axis(ax.xaxis)
             nodes = mine["nodes"].iloc[0] if not mine.empty else ""
-            ax.set_title(f"{graph} ({nodes} nodes) at {budget}", fontsize=9)
+            ax.set_title(textwrap.fill(f"{graph} ({nodes} nodes) at {budget}", TITLE_CHARS - 12,
+                                       break_on_hyphens=False), fontsize=8)
             if r == len(graphs) - 1:
                 ax.set_xlabel("solve time (s, log)")
             if c == 0:
@@ -1288,6 +1302,9 @@ def progress_figure(results: pd.DataFrame, points: pd.DataFrame, title: str | No
     if own_drawn:
         handles.append(Line2D([], [], color=BOUND_EDGE, linestyle=":", linewidth=0.9))
         names.append("a method's own bound (its space, its model's objective)")
+    if cut:
+        handles.append(Line2D([], [], color="none"))
+        names.append("first schedules far above the final ones run off the top")
     fig.legend(handles, names, loc="outside lower center", ncols=min(6, len(names)), fontsize=9, frameon=False)
     fig.suptitle(title or "Overhead of the best schedule held, against solve time")
     return fig
