@@ -510,16 +510,18 @@ def test_the_progress_chart_dots_a_methods_own_bound_and_skips_bound_only_points
     results, points = progress_tables()
     first = points["run_id"].iloc[0]
     # As a recorder writes them: each point carries the best bound so far.
-    points = points.assign(bound=[(95.0 if t < 3 else 97.2) if run == first else None
+    # The any-order bound of these runs is 99: an own bound below it is drawn at it.
+    points = points.assign(bound=[(95.0 if t < 3 else 102.6) if run == first else None
                                   for run, t in zip(points["run_id"], points["time_s"], strict=True)])
     bound_only = pd.DataFrame([{"run_id": first, "time_s": 3.0, "duration": None, "peak": None,
-                                "overhead_pct": None, "source": "A", "bound": 97.2}])
+                                "overhead_pct": None, "source": "A", "bound": 102.6}])
     points = pd.concat([points, bound_only], ignore_index=True)
     fig = charts.progress_figure(results, points)
     dotted = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_linestyle() == ":"]
     assert len(dotted) == 1
-    # 95 until 3 s, then 97.2 (the bound-only point), to the run's end; as overheads over 90.
-    assert list(dotted[0].get_ydata()) == pytest.approx([100 * (95 / 90 - 1)] + [100 * (97.2 / 90 - 1)] * 3)
+    # 95 (drawn at the any-order bound, 99) until 3 s, then 102.6 (the bound-only point), to the run's end;
+    # as overheads over 90.
+    assert list(dotted[0].get_ydata()) == pytest.approx([100 * (99 / 90 - 1)] + [100 * (102.6 / 90 - 1)] * 3)
     steps = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_drawstyle() == "steps-post"
              and ln.get_linestyle() == "-"]
     assert all(not np.isnan(ln.get_ydata()).any() for ln in steps)
