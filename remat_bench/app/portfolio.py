@@ -8,10 +8,12 @@ have to run them all and pick.
 ``auto`` runs them as a portfolio, in three steps:
 
 1. **Fast members**, one after another: greedy, dtr, chen, fenghuang, twremat, knapsack (its
-   simulator-guided search), kusumoto, and reorder (the best order without recomputation;
-   skipped when the any-order bound already proves that no order fits). Together they take
-   at most ``fast_share`` of the time; each gets an equal share of what is left of it, so
-   the ones that end in milliseconds hand their time on.
+   simulator-guided search), kusumoto, torch-budget (PyTorch's own partitioner, on a graph
+   imported from a model it can trace: at least ``TORCH_SHARE`` of the time left, in a child
+   process), and reorder (the best order without recomputation; skipped when the any-order
+   bound already proves that no order fits). Together they take at most ``fast_share`` of
+   the time; each gets an equal share of what is left of it, so the ones that end in
+   milliseconds hand their time on.
 2. **Exact members**: moccasin, checkmate, and monet on graphs with operator
    implementations (none when a fast member's schedule already meets the any-order
    bound: no schedule is faster). Each is offered every schedule of step 1 (`SolveContext.hints`): it
@@ -66,13 +68,17 @@ from remat_bench.methods.base import Method, Param, SolveContext
 from remat_bench.toolkit.improve import drop_with_reorder
 
 # In the order they run: the ones that end in milliseconds first, so that their time passes on.
-FAST = ("greedy", "dtr", "chen", "fenghuang", "twremat", "knapsack", "kusumoto", "reorder")
+FAST = ("greedy", "dtr", "chen", "fenghuang", "twremat", "knapsack", "kusumoto", "torch-budget", "reorder")
 # Members run with other parameters than their defaults: knapsack's simulator-guided search (its
 # default is PyTorch's plain knapsack, the production answer) reaches far tighter budgets.
 MEMBER_PARAMS: dict[str, dict[str, Any]] = {"knapsack": {"solver": "search"}}
 EXACT = ("moccasin", "checkmate", "monet")
 # The share of the time limit reorder may take at most: its answer only matters when an order fits.
 REORDER_SHARE = 0.1
+# The share of the time left torch-budget may take at least, whatever the fast stage has left: PyTorch's
+# own planner (on graphs imported from a model it can trace) is the answer users already have, and its
+# trace and knob search take seconds. It runs in a child process, stopped past its time.
+TORCH_SHARE = 0.3
 
 
 def _members(text: str) -> tuple[str, ...]:
@@ -164,7 +170,7 @@ class Auto(Method):
                    "the fastest of all")
     params = (
         Param("members", str, "all", "methods to run, separated by commas (all: greedy, dtr, chen, fenghuang, "
-              "twremat, knapsack, kusumoto, reorder, moccasin, checkmate, monet)", check=_members),
+              "twremat, knapsack, kusumoto, torch-budget, reorder, moccasin, checkmate, monet)", check=_members),
         Param("jobs", int, 0, "exact members run side by side in child processes, each with every core (0: one "
               "per core, at most one per member; 1: one after another in this process)", minimum=0, maximum=64),
         Param("fast_share", float, 0.2, "largest share of the time limit the fast members take together",
@@ -244,7 +250,13 @@ class Auto(Method):
             limit = None if left is None else max(0.05, left / (len(runnable) - k))
             if name == "reorder" and limit is not None and remaining is not None:
                 limit = min(limit, REORDER_SHARE * remaining)
-            member = self._evaluated(graph, budget, name, "fast", MEMBER_PARAMS.get(name, {}), limit)
+            alone = None
+            if name == "torch-budget":
+                now = deadline.remaining()
+                if limit is not None and now is not None:
+                    limit = min(now, max(limit, TORCH_SHARE * now))
+                alone = _never  # a trace cannot be interrupted: a child, stopped past its time
+            member = self._evaluated(graph, budget, name, "fast", MEMBER_PARAMS.get(name, {}), limit, stop=alone)
             members.append(member)
             if member.schedule is not None:
                 hints.append((name, member.schedule))
@@ -401,6 +413,11 @@ class Auto(Method):
         if known is not None:
             return known
         return self.context.bounds.get(graph, budget, effort=3.0)[0]
+
+
+def _never() -> str:
+    """A child's stop reason that never comes: it is stopped only past its time (or on Ctrl-C)."""
+    return ""
 
 
 def _declared(name: str, params: dict[str, Any]) -> dict[str, Any]:

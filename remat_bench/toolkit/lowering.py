@@ -215,6 +215,34 @@ def found_key(found: Found, budget: Number | None) -> tuple[Number, Number]:
     return (found[0], found[1]) if budget is not None else (found[1], found[0])
 
 
+def coarse_to_fine(count: int) -> list[int]:
+    """The indices 0 .. ``count`` - 1, both ends first, then the midpoints of the gaps, widest first.
+
+    Parameters
+    ----------
+    count : int
+        How many indices.
+
+    Returns
+    -------
+    list of int
+        Each index once (``coarse_to_fine(5)`` is 0, 4, 2, 1, 3).
+    """
+    if count <= 0:
+        return []
+    order = [0] if count == 1 else [0, count - 1]
+    gaps = [(0, count - 1)]
+    while gaps:
+        wider = []
+        for lo, hi in gaps:
+            if hi - lo > 1:
+                mid = (lo + hi) // 2
+                order.append(mid)
+                wider += [(lo, mid), (mid, hi)]
+        gaps = wider
+    return order
+
+
 def search_knob(evaluate: Callable[[float], list[Found]], budget: Number | None, deadline: Deadline,
                 grid: int, steps: int) -> Found | None:
     """The knob in [0, 1] whose lowered plan is fastest within ``budget`` (None: the least peak).
@@ -244,11 +272,16 @@ def search_knob(evaluate: Callable[[float], list[Found]], budget: Number | None,
     Found or None
         None when no knob tried gives a plan within ``budget``.
     """
-    tried: list[Found] = []
-    for knob in np.linspace(1.0, 0.0, grid + 1).tolist():
-        if deadline.expired() and tried:
+    knobs = np.linspace(1.0, 0.0, grid + 1).tolist()
+    # Coarse to fine (both ends, then midpoints): cut short, the knobs tried still span the range, so
+    # a tight budget meets a knob near 0 early. Read back in grid order, so that with every knob tried
+    # the answer (ties included) is the one a walk from 1 down to 0 gives.
+    seen: dict[int, list[Found]] = {}
+    for k in coarse_to_fine(len(knobs)):
+        if deadline.expired() and seen:
             break
-        tried.extend(evaluate(knob))
+        seen[k] = evaluate(knobs[k])
+    tried = [f for k in sorted(seen) for f in seen[k]]
     fits = [f for f in tried if budget is None or f[1] <= budget]
     if not fits:
         return None

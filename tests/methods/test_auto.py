@@ -339,3 +339,28 @@ def test_a_member_s_status_is_the_status_of_its_run_and_not_run_is_said_so():
     assert waiting.status is None
     assert waiting.as_dict() == {"method": "moccasin", "role": "exact", "status": "not_run", "seconds": 0.0,
                                  "message": "greedy's schedule is proven optimal"}
+
+
+def test_torch_budget_is_a_member_on_a_graph_imported_from_pytorch_and_says_why_not_elsewhere():
+    """Issue 33: PyTorch's own planner among the fast members, in a child process, its schedule offered to the
+    exact members; on a graph not imported from PyTorch it is recorded with the reason it does not apply."""
+    pytest.importorskip("torch")
+    from pathlib import Path
+
+    from remat_bench.app import pipeline
+    from remat_bench.core.graph import load_graph
+    from remat_bench.toolkit.bound_cache import BoundCache
+
+    shipped = Path(__file__).resolve().parents[2] / "graphs"
+    gpt = load_graph(shipped / "torch-gpt-b8.json")  # PyTorch's partitioner fits it at 0.7
+    # Only it and moccasin: with every member, knapsack proves its schedule optimal first and the rest stop.
+    run = pipeline.run(gpt, "auto", "0.7", 30, {"jobs": 1, "members": "torch-budget,moccasin"}, bounds=BoundCache())
+    member = next(m for m in run.stats["members"] if m["method"] == "torch-budget")
+    assert member["status"] in ("feasible", "optimal"), member
+    alone = pipeline.run(gpt, "torch-budget", "0.7", 30, bounds=BoundCache())
+    assert member["overhead_pct"] >= alone.overhead_pct - 1e-9  # the same search, on a share of the time
+    assert run.duration <= member["duration"] and run.duration <= alone.duration  # never behind PyTorch's planner
+    chain = load_graph(shipped / "chain-16-train.json")
+    other = pipeline.run(chain, "auto", "0.8", 10, {"jobs": 1}, bounds=BoundCache())
+    refused = next(m for m in other.stats["members"] if m["method"] == "torch-budget")
+    assert refused["status"] == "unsupported" and "was not imported from PyTorch" in refused["message"]
