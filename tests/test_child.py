@@ -53,3 +53,22 @@ def test_each_end_is_a_termination():
     finally:
         reset_interrupt()
     assert interrupted.termination is Termination.INTERRUPTED and not interrupted.returned
+
+
+def test_a_bad_parameter_is_refused_before_a_child_process_starts(monkeypatch):
+    import pytest
+
+    from remat_bench.app import evaluate as evaluate_module
+    from remat_bench.core.budget import parse_budget
+    from remat_bench.core.errors import MethodError
+    from remat_bench.generators.chain import chain
+    from remat_bench.methods import get_method
+    from remat_bench.toolkit import child
+
+    def no_child(*args, **kwargs):
+        raise AssertionError("a child process was started")
+
+    monkeypatch.setattr(child, "run_in_child", no_child)
+    g = chain(8)
+    with pytest.raises(MethodError, match="has no parameter 'nope'"):
+        evaluate_module.evaluate_in_child(g, get_method("greedy"), parse_budget("0.8", g), 5, {"nope": 1})

@@ -366,6 +366,7 @@ def evaluate_in_child(graph: Graph, solver: type[Method], budget: Budget, time_l
     """
     from remat_bench.toolkit.child import run_in_child
 
+    parsed = parse_method_params(solver, params or {})  # a bad parameter is refused before a child starts
     context = context if context is not None else SolveContext()
     watcher = context.progress
     # The child gets this graph's bounds only: the rest of a shared cache stays here; its progress
@@ -396,7 +397,7 @@ def evaluate_in_child(graph: Graph, solver: type[Method], budget: Budget, time_l
     if outcome.termination is Termination.NOT_APPLICABLE:  # no child could start: here, then
         return evaluate(graph, solver, budget, time_limit, params, bound=bound,
                         context=dataclasses.replace(context, progress=watcher), peak_only=peak_only, gap=gap)
-    result = _new_result(graph, solver, parse_method_params(solver, params or {}), budget)
+    result = _new_result(graph, solver, parsed, budget)
     if outcome.termination is Termination.ERROR:
         result.message, result.termination = f"method '{solver.name}' failed in its process: {outcome.message}", \
             Termination.ERROR
