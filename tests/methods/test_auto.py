@@ -344,12 +344,12 @@ def test_a_member_s_status_is_the_status_of_its_run_and_not_run_is_said_so():
 def test_torch_budget_is_a_member_on_a_graph_imported_from_pytorch_and_says_why_not_elsewhere():
     """Issue 33: PyTorch's own planner among the fast members, in a child process, its schedule offered to the
     exact members; on a graph not imported from PyTorch it is recorded with the reason it does not apply."""
-    pytest.importorskip("torch")
     from pathlib import Path
 
     from remat_bench.app import pipeline
     from remat_bench.core.graph import load_graph
     from remat_bench.toolkit.bound_cache import BoundCache
+    from tests.needs_torch import torch  # noqa: F401 (torch, or a failure saying how to install it)
 
     shipped = Path(__file__).resolve().parents[2] / "graphs"
     gpt = load_graph(shipped / "torch-gpt-b8.json")  # PyTorch's partitioner fits it at 0.7
