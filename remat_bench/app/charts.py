@@ -65,7 +65,7 @@ from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import COMPUTE, Schedule
 from remat_bench.core.simulate import baseline, simulate
 
-KINDS = ("tradeoff", "scaling", "timeline", "intervals")
+KINDS = ("tradeoff", "scaling", "timeline", "intervals", "progress", "profile", "time-to-best")
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
 # docs/design.md section 6, in its order: these places never move, so colours stay comparable across versions.
 DESIGN_METHODS = ("none", "reorder", "chen", "greedy", "checkmate", "checkmate-lp", "moccasin", "kusumoto",
@@ -1277,8 +1277,8 @@ def progress_figure(results: pd.DataFrame, points: pd.DataFrame, title: str | No
                 # curves that matter: the axis ends a margin above the worst final answer.
                 low = min(min(finals), 0.0 if bound is None else bound)
                 top = max(finals) + max(1.0 * (max(finals) - low), 0.5)
-                if any(float(v) > top for pts in (by_run.get(i) for i in mine["run_id"]) if pts is not None
-                       for v in pts["overhead_pct"].dropna()):
+                if any(bool((pts["overhead_pct"] > top).any()) for pts in (by_run.get(i) for i in mine["run_id"])
+                       if pts is not None):
                     ax.set_ylim(low - 0.05 * (top - low), top)
                     cut = True
             if mine.empty or not any(run_id in by_run for run_id in mine["run_id"]):

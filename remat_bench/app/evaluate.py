@@ -26,7 +26,7 @@ from remat_bench.core.control import grace_s, interrupted
 from remat_bench.core.errors import MethodError, ModelTooLargeError
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.outcome import MethodResult, SolutionStatus, Status, Termination
-from remat_bench.core.progress import ProgressPoint, ProgressRecorder, ProgressSink
+from remat_bench.core.progress import ProgressPoint, ProgressRecorder, Watcher
 from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import Simulation, baseline, clean_up_simulated, simulate
 from remat_bench.methods import Method, get_method
@@ -262,13 +262,13 @@ def evaluate(graph: Graph, solver: type[Method], budget: Budget, time_limit: flo
     why = _refusal(graph, solver, budget, result)
     if why is not None:
         return why
-    recorder = _recorder(graph, solver, budget, parsed, result, context.progress, began)
+    recorder = _recorder(graph, solver, budget, parsed, result, context.watch, began)
     if bound:
         time_limit = _any_order(graph, budget, time_limit, context.bounds, result)
         recorder.any_order(result.lower_bound_any_order)
     # The goals: this run's bound, else the caller's (a portfolio's member is judged by its portfolio).
     context = dataclasses.replace(
-        context, runner=run_source, progress=recorder,
+        context, runner=run_source, progress=recorder, watch=None,
         gap=context.gap if gap is None else gap / 100 * result.baseline_duration,
         duration_goal=(result.lower_bound_any_order if bound else context.duration_goal)
         if budget.amount is not None else None,
@@ -284,14 +284,16 @@ def evaluate(graph: Graph, solver: type[Method], budget: Budget, time_limit: flo
     result.objective, result.lower_bound = answer.objective, answer.lower_bound
     result.stats = {**answer.stats, "bound_any_order": result.stats_bound}
     result.message = answer.message
-    if verdict is None:
-        _best_held(answer, recorder)
-    if answer.schedule is not None and verdict is None:
+    raised = verdict is not None
+    if answer.schedule is not None and not raised:
         verdict = _judge(graph, budget, answer, result, context.bounds, bound_effort(time_limit))
-        if result.proven_optimal and recorder.goal_reached and answer.termination is Termination.CONVERGED:
-            # It stopped because its schedule, as scored here, met the goal: the any-order bound, so
-            # nothing is faster (a solver stopped from its callback cannot say so itself).
-            answer.solution_status, result.termination = SolutionStatus.OPTIMAL, Termination.PROVEN
+    if not raised and _answer_with_best_held(answer, result, recorder):
+        verdict = _judge(graph, budget, answer, result, context.bounds, bound_effort(time_limit))
+    if verdict is None and result.proven_optimal and recorder.goal_reached and \
+            answer.termination is Termination.CONVERGED:
+        # It stopped because its schedule, as scored here, met the goal: the any-order bound, so
+        # nothing is faster (a solver stopped from its callback cannot say so itself).
+        answer.solution_status, result.termination = SolutionStatus.OPTIMAL, Termination.PROVEN
     # The one place a run's status is decided: what the method found, why it stopped, and the verdict.
     result.status = Status.of(answer.solution_status, result.termination, verdict)
     fits = result.status.found_schedule
@@ -302,28 +304,30 @@ def evaluate(graph: Graph, solver: type[Method], budget: Budget, time_limit: flo
     return result
 
 
-def _best_held(answer: MethodResult, recorder: ProgressRecorder) -> None:
-    """Answer with the best schedule the method held when the simulator scores it better than the one
-    the method returned (a solver's objective can prefer a schedule the clean-up makes slower), or when
-    the method returned none within the budget after holding one."""
+def _answer_with_best_held(answer: MethodResult, result: RunResult, recorder: ProgressRecorder) -> bool:
+    """Make the best schedule the method held its answer when the simulator scored it better than the one
+    the method returned (judged into ``result``: a solver's objective can prefer a schedule the clean-up
+    makes slower), or when the method returned none within the budget after holding one. True when the
+    answer changed (it is then judged again)."""
     if answer.solution_status is SolutionStatus.INFEASIBLE:
-        return  # a proof in the method's space: what it held was not of that space
-    scored = None if answer.schedule is None else recorder.score(answer.schedule)
-    held = recorder.better_than(*(scored if scored is not None else (None, None)))
+        return False  # a proof in the method's space: what it held was not of that space
+    held = recorder.better_than(result.peak, result.duration)
     if held is None:
-        return
+        return False
     schedule, point = held
     answer.schedule = schedule
     if not answer.status.found_schedule:
         answer.solution_status = SolutionStatus.FEASIBLE
-    answer.stats["answer_held_at"] = {"time_s": point.time_s, "source": point.source}
+    result.stats["answer_held_at"] = {"time_s": point.time_s, "source": point.source}
     answer.message = ((answer.message + "; ") if answer.message else "") + (
         f"the answer is the schedule held at {point.time_s:.2f} s ({point.source}), faster after the clean-up "
         "than the one the method ended with")
+    result.message = answer.message
+    return True
 
 
 def _recorder(graph: Graph, solver: type[Method], budget: Budget, parsed: dict[str, Any], result: RunResult,
-              watcher: ProgressSink | None, began: float) -> ProgressRecorder:
+              watcher: Watcher | None, began: float) -> ProgressRecorder:
     """The run's progress recorder: it scores what the method offers as the answer will be scored
     (`judge_schedule`, with the run's ``impl``), and passes the points it keeps on to ``watcher``."""
     impl = parsed.get("impl", "first")
@@ -344,7 +348,7 @@ def evaluate_in_child(graph: Graph, solver: type[Method], budget: Budget, time_l
     past its limit, on Ctrl-C, or when ``stop()`` gives a reason; a stopped or failed child is an
     ``error`` result saying so. ``solver`` crosses to the child by its place (a module-level
     class). Where no child can start, the evaluation runs here. The child's progress points
-    stream back to ``context.progress`` as they are kept.
+    stream back to ``context.watch`` as they are kept.
 
     Parameters
     ----------
@@ -368,10 +372,10 @@ def evaluate_in_child(graph: Graph, solver: type[Method], budget: Budget, time_l
 
     parsed = parse_method_params(solver, params or {})  # a bad parameter is refused before a child starts
     context = context if context is not None else SolveContext()
-    watcher = context.progress
+    watcher = context.watch
     # The child gets this graph's bounds only: the rest of a shared cache stays here; its progress
     # comes back through the pipe.
-    context = dataclasses.replace(context, bounds=context.bounds.for_graph(graph), runner=None, progress=None)
+    context = dataclasses.replace(context, bounds=context.bounds.for_graph(graph), runner=None, watch=None)
     stop_at = None if time_limit is None else time.perf_counter() + time_limit + grace_s(time_limit)
     reason = ""
     why = Termination.INTERRUPTED
@@ -396,7 +400,7 @@ def evaluate_in_child(graph: Graph, solver: type[Method], budget: Budget, time_l
         return done
     if outcome.termination is Termination.NOT_APPLICABLE:  # no child could start: here, then
         return evaluate(graph, solver, budget, time_limit, params, bound=bound,
-                        context=dataclasses.replace(context, progress=watcher), peak_only=peak_only, gap=gap)
+                        context=dataclasses.replace(context, watch=watcher), peak_only=peak_only, gap=gap)
     result = _new_result(graph, solver, parsed, budget)
     if outcome.termination is Termination.ERROR:
         result.message, result.termination = f"method '{solver.name}' failed in its process: {outcome.message}", \
@@ -414,7 +418,7 @@ def _child_evaluate(graph: Graph, solver: type[Method], budget: Budget, time_lim
     """`evaluate_in_child`'s child (module level, so that a spawned process can import it); ``on_point``
     sends a progress point to the parent."""
     if on_point is not None:
-        context = dataclasses.replace(context, progress=_Sent(on_point))
+        context = dataclasses.replace(context, watch=_Sent(on_point))
     return evaluate(graph, solver, budget, time_limit, params, bound=bound, context=context, peak_only=peak_only,
                     gap=gap)
 
@@ -424,9 +428,6 @@ class _Sent:
     """A child's watcher: the points its run keeps go to the parent."""
 
     send: Callable[[ProgressPoint], None]
-
-    def offer(self, schedule: Any, bound: Number | None = None, source: str = "") -> bool:
-        raise TypeError("a child's run scores its own schedules")  # its recorder passes points only
 
     def take(self, point: ProgressPoint) -> None:
         self.send(point)

@@ -20,7 +20,7 @@ from remat_bench.core.budget import Budget, parse_budget
 from remat_bench.core.errors import MethodError
 from remat_bench.core.files import cache_dir
 from remat_bench.core.graph import Graph
-from remat_bench.core.progress import ProgressSink, Relabelled
+from remat_bench.core.progress import Relabelled, Watcher
 from remat_bench.methods import Method
 from remat_bench.methods.base import SolveContext
 from remat_bench.toolkit.bound import BoundSource
@@ -91,7 +91,7 @@ def resolve_method(name: str, params: dict[str, Any]) -> tuple[type[Method], dic
 
 def run(graph: Graph, method: str, budget: str | float | Budget, time_limit: float | None = None,
         params: dict[str, Any] | None = None, bound: bool = True, bounds: BoundSource | None = None,
-        peak_only: bool = False, gap: float | None = None, watch: ProgressSink | None = None) -> RunResult:
+        peak_only: bool = False, gap: float | None = None, watch: Watcher | None = None) -> RunResult:
     """``method`` (a name) on ``graph`` at ``budget`` (text, a number, or parsed), judged by `evaluate`.
 
     Parameters
@@ -110,7 +110,7 @@ def run(graph: Graph, method: str, budget: str | float | Budget, time_limit: flo
         As `evaluate` takes them.
     bounds : BoundSource or None
         The bound cache to share (default: the user's on-disk cache).
-    watch : ProgressSink or None
+    watch : Watcher or None
         Sees the run's progress points as they come (under the method's name).
 
     Returns
@@ -127,7 +127,7 @@ def run(graph: Graph, method: str, budget: str | float | Budget, time_limit: flo
     if not isinstance(budget, Budget):
         budget = parse_budget(str(budget), graph)
     context = SolveContext(bounds=bounds if bounds is not None else user_bound_cache(),
-                           progress=None if watch is None else Relabelled(watch, method))
+                           watch=None if watch is None else Relabelled(watch, method))
     return evaluate(graph, cls, budget, time_limit, params, bound=bound, context=context, peak_only=peak_only,
                     gap=gap)
 
@@ -135,7 +135,7 @@ def run(graph: Graph, method: str, budget: str | float | Budget, time_limit: flo
 def run_many(graph: Graph, methods: list[str], budget: Budget, time_limit: float | None,
              params: dict[str, dict[str, Any]], *, bound: bool = True, jobs: int = 1,
              bounds: BoundSource | None = None, gap: float | None = None,
-             watch: ProgressSink | None = None) -> list[RunResult]:
+             watch: Watcher | None = None) -> list[RunResult]:
     """Each of ``methods`` on ``graph`` at ``budget`` (parsed), results in ``methods``' order: one
     after another here, or with ``jobs`` above 1, ``jobs`` at a time in child processes
     (`evaluate_in_child`).
@@ -166,7 +166,7 @@ def run_many(graph: Graph, methods: list[str], budget: Budget, time_limit: float
         The bound cache to share (default: the user's on-disk cache).
     gap : float or None
         In points of overhead; None or 0: each run stops only where its answer is proven.
-    watch : ProgressSink or None
+    watch : Watcher or None
         Sees every run's progress points.
 
     Returns
@@ -183,7 +183,7 @@ def run_many(graph: Graph, methods: list[str], budget: Budget, time_limit: float
     solvers = {m: get_solver(m) for m in methods}
 
     def context(method: str) -> SolveContext:
-        return SolveContext(bounds=bounds, progress=None if watch is None else Relabelled(watch, method))
+        return SolveContext(bounds=bounds, watch=None if watch is None else Relabelled(watch, method))
 
     if jobs <= 1 or len(methods) <= 1:
         return [evaluate(graph, solvers[m], budget, time_limit, params.get(m, {}), bound=bound, context=context(m),

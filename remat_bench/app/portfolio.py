@@ -60,7 +60,7 @@ from remat_bench.core.control import Deadline, interrupted
 from remat_bench.core.errors import MethodError
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.outcome import MethodResult, SolutionStatus, Status, Termination, cut_short, search_ended
-from remat_bench.core.progress import Relabelled
+from remat_bench.core.progress import ProgressRecorder, Relabelled
 from remat_bench.core.schedule import COMPUTE, Schedule
 from remat_bench.core.simulate import Simulation, baseline, place_frees
 from remat_bench.methods import get_method
@@ -317,9 +317,10 @@ class Auto(Method):
     def _member_context(self, name: str, hints: list[tuple[str, Schedule]] | None = None) -> SolveContext:
         """A member's context: the run's bound cache and goals, the schedules offered to it, and the run's
         progress, to which the member's own points go under its name."""
-        watcher = self.goals.progress
-        return dataclasses.replace(self.goals, hints=list(hints or []),
-                                   progress=None if watcher is None else Relabelled(watcher, name))
+        # Auto's own run's recorder (set by the evaluation path) takes its members' scored points.
+        recorder = self.goals.progress if isinstance(self.goals.progress, ProgressRecorder) else None
+        return dataclasses.replace(self.goals, hints=list(hints or []), progress=None,
+                                   watch=None if recorder is None else Relabelled(recorder, name))
 
     def _evaluated(self, graph: Graph, budget: Number | None, name: str, role: str, params: dict[str, Any],
                    limit: float | None, hints: list[tuple[str, Schedule]] | None = None,

@@ -20,8 +20,10 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
+
+import numpy as np
 
 from remat_bench.core.graph import Number
 from remat_bench.core.schedule import Schedule
@@ -69,11 +71,7 @@ ANY_ORDER = "any-order bound"
 
 
 class ProgressSink(Protocol):
-    """What a run reports its progress to (`ProgressRecorder`, or a watcher of scored points).
-
-    A watcher's ``take`` also receives bound-only points (``duration`` None): the method's own bound
-    as it rises (``source`` the method), and once the any-order bound (``source`` `ANY_ORDER`).
-    """
+    """What a method reports its progress to (`SolveContext.progress`: the run's `ProgressRecorder`)."""
 
     def offer(self, schedule: Schedule | Callable[[], Schedule], bound: Number | None = None,
               source: str = "") -> bool:
@@ -94,6 +92,14 @@ class ProgressSink(Protocol):
         bool
             True when the search may stop.
         """
+
+
+class Watcher(Protocol):
+    """Who watches a run (`SolveContext.watch`): the scored points its recorder keeps are passed on.
+
+    ``take`` also receives bound-only points (``duration`` None): the method's own bound as it rises
+    (``source`` the method), and once the any-order bound (``source`` `ANY_ORDER`).
+    """
 
     def take(self, point: ProgressPoint) -> None:
         """A point another run already scored (a portfolio member's), timed by this run's clock.
@@ -122,14 +128,14 @@ class ProgressRecorder:
         The duration overheads are measured against.
     source : str
         Who a point comes from when the method names nobody (the method's name).
-    forward : ProgressSink or None
-        Who watches the run: every point kept is passed on (`ProgressSink.take`).
+    forward : Watcher or None
+        Who watches the run: every point kept is passed on (`Watcher.take`).
     start : float or None
         The run's start, in `time.perf_counter` seconds (now, when None).
     """
 
     def __init__(self, score: Scorer, budget: Number | None, baseline_duration: Number, source: str,
-                 forward: ProgressSink | None = None, start: float | None = None) -> None:
+                 forward: Watcher | None = None, start: float | None = None) -> None:
         self.score = score
         self.budget = budget
         self.baseline_duration = baseline_duration
@@ -302,22 +308,6 @@ class ProgressRecorder:
             answer = (duration, peak) if self.budget is not None else (peak, duration)
             return self._held if self._best is not None and self._best < answer else None
 
-    def best(self) -> ProgressPoint | None:
-        """The best schedule's point so far (None before the first).
-
-        Returns
-        -------
-        ProgressPoint or None
-        """
-        with self._lock:
-            found = [p for p in self._points if p.duration is not None]
-            return found[-1] if found else None
-
-    @property
-    def bound(self) -> Number | None:
-        """The method's best own lower bound reported so far (in its space), or None."""
-        return self._bound
-
     @property
     def scoring_s(self) -> float:
         """Seconds spent scoring offered schedules."""
@@ -383,40 +373,20 @@ def thin(points: list[ProgressPoint], keep: int = MAX_POINTS) -> list[ProgressPo
 
 
 class Relabelled:
-    """A sink passing scored points on under another source name (a portfolio member's).
+    """A watcher passing scored points on under another source name (a portfolio member's).
 
     Parameters
     ----------
-    sink : ProgressSink
+    sink : Watcher
         Where the points go.
     label : str
         The source name given to every point (e.g. the member's method), prefixed to a source
         of the member's own that is not the member itself (``moccasin/greedy``).
     """
 
-    def __init__(self, sink: ProgressSink, label: str) -> None:
+    def __init__(self, sink: Watcher, label: str) -> None:
         self.sink = sink
         self.label = label
-
-    def offer(self, schedule: Schedule | Callable[[], Schedule], bound: Number | None = None,
-              source: str = "") -> bool:
-        """Not used: a member's own recorder scores its schedules and passes points (`take`).
-
-        Parameters
-        ----------
-        schedule : Schedule or callable
-            The schedule, or a function that builds it.
-        bound : int or float or None
-            Dropped: it holds in the member's space, not in the receiver's.
-        source : str
-            Who found it; passed on under this sink's label.
-
-        Returns
-        -------
-        bool
-            What the sink answers: whether the run may stop.
-        """
-        return self.sink.offer(schedule, None, self._name(source))
 
     def take(self, point: ProgressPoint) -> None:
         """Pass ``point`` on under this sink's label.
@@ -449,8 +419,6 @@ class Renumbered:
     """
 
     def __init__(self, sink: ProgressSink, order: Any) -> None:
-        import numpy as np
-
         self.sink = sink
         self.order = np.asarray(order, dtype=np.int64)
 
@@ -472,19 +440,8 @@ class Renumbered:
         bool
             What the sink answers: whether the run may stop.
         """
-        from dataclasses import replace
-
         def mapped() -> Schedule:
             built = schedule() if callable(schedule) else schedule
             return replace(built, nodes=self.order[built.nodes])
 
         return self.sink.offer(mapped, bound, source)
-
-    def take(self, point: ProgressPoint) -> None:
-        """Pass a scored point on as it is (scored points carry no node numbers).
-
-        Parameters
-        ----------
-        point : ProgressPoint
-        """
-        self.sink.take(point)

@@ -32,7 +32,7 @@ from remat_bench.core.outcome import (  # noqa: F401 (re-exported: methods impor
     cut_short,
     search_ended,
 )
-from remat_bench.core.progress import ProgressSink
+from remat_bench.core.progress import ProgressSink, Watcher
 from remat_bench.core.schedule import Schedule
 from remat_bench.toolkit.bound import BoundSource
 from remat_bench.toolkit.bound_cache import BoundCache
@@ -162,7 +162,9 @@ class SolveContext:
 
     ``progress`` receives the run's progress (`remat_bench.core.progress`): a method offers each
     improving schedule it holds, as it finds it, with its own bound (`report`); the evaluation
-    path scores them with the simulator. None (a method called directly): reports go nowhere.
+    path sets it to the run's recorder, which scores them with the simulator. None (a method called
+    directly): reports go nowhere. ``watch`` is who watches the run, as its caller gives it (the
+    terminal, a portfolio): the recorder passes the points it keeps on to it.
 
     A method called directly (tests, other code) gets an empty in-memory cache of its own, no hints
     and no runner (candidates from other methods are then skipped, and say so).
@@ -175,6 +177,7 @@ class SolveContext:
     runner: Callable[..., Any] | None = None
     gap: Number = 0
     progress: ProgressSink | None = None
+    watch: Watcher | None = None
 
     @property
     def stop_duration(self) -> Number | None:

@@ -63,6 +63,7 @@ from remat_bench.methods.candidates import (
 from remat_bench.methods.checkmate_model import CheckmateModel, check_fits, too_short
 from remat_bench.toolkit.least_peak import least_peak_by_bisection
 from remat_bench.toolkit.milp import (
+    incumbent_reporter,
     model_stats,
     parse_backend,
     solve_milp,
@@ -138,33 +139,10 @@ class Checkmate(Method):
             cm.model, backend=params["backend"], time_limit=remaining,
             threads=params["threads"] or None, mip_gap=params["mip_gap"],
             seed=params["seed"], start=start, keep_incumbents=True, options=options,
-            on_incumbent=lambda inc: report_incumbent(self.context, cm, inc),
+            on_incumbent=incumbent_reporter(self.context.report, cm.decode, cm.dur_scale),
         )
         return best_of(graph, budget, milp_result(cm, sol, stats, deadline, self.context.duration_goal,
                                                   self.context.gap), pool)
-
-
-def report_incumbent(context: SolveContext, cm: Any, incumbent: Any) -> bool:
-    """Offer the run's progress a MILP incumbent (decoded when it is scored) and the solver's dual bound.
-
-    Parameters
-    ----------
-    context : SolveContext
-        The run's context (`SolveContext.report`).
-    cm : CheckmateModel or MonetModel
-        The model the incumbent is a point of (its ``decode`` and ``dur_scale``).
-    incumbent : remat_bench.toolkit.milp.Incumbent
-        The incumbent as HiGHS streamed it.
-
-    Returns
-    -------
-    bool
-        True when the run's best schedule meets its goal (`SolveContext.report`): HiGHS may stop.
-    """
-    if incumbent.x is None:
-        return False
-    bound = None if incumbent.dual_bound is None else incumbent.dual_bound * cm.dur_scale
-    return context.report(lambda: cm.decode(incumbent.x), bound=bound)
 
 
 def warm_start(cm: CheckmateModel, graph: Graph, budget: Number, deadline: Deadline, context: SolveContext,

@@ -104,6 +104,7 @@ from remat_bench.toolkit.milp import (
     CONSTANT,
     ModelBuilder,
     SparseModel,
+    incumbent_reporter,
     memory_scale,
     model_stats,
     parse_backend,
@@ -1261,17 +1262,11 @@ class Monet(Method):
         return best_of(graph, budget, result, pool)
 
     def _run(self, mm: MonetModel, deadline: Deadline, params: dict[str, Any], start: np.ndarray | None) -> Any:
-        def improved(incumbent: Any) -> bool:  # the run's progress: each incumbent, and HiGHS's dual bound
-            if incumbent.x is None:
-                return False
-            dual = incumbent.dual_bound
-            return self.context.report(lambda: mm.decode(incumbent.x),
-                                       bound=None if dual is None else (dual + mm.offset) * mm.dur_scale)
-
         return solve_milp(
             mm.model, backend=params["backend"], time_limit=deadline.remaining(),
             threads=params["threads"] or None, mip_gap=params["mip_gap"], seed=params["seed"], start=start,
-            keep_incumbents=False, on_incumbent=improved,
+            keep_incumbents=False,
+            on_incumbent=incumbent_reporter(self.context.report, mm.decode, mm.dur_scale, mm.offset),
         )
 
     def _solve(self, st: Stages, budget: Number, deadline: Deadline, params: dict[str, Any],

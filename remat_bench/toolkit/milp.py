@@ -222,6 +222,40 @@ class Incumbent:
     dual_bound: float | None = None
 
 
+def incumbent_reporter(report: Callable[..., bool], decode: Callable[[np.ndarray], Any], dur_scale: float,
+                       offset: float = 0.0) -> Callable[[Incumbent], bool]:
+    """An ``on_incumbent`` for `solve_milp` that offers each incumbent to a run's progress.
+
+    Checkmate's and MONeT's models share it: the incumbent's point is decoded into a schedule only
+    when the progress scores it, and HiGHS's dual bound is turned into a duration.
+
+    Parameters
+    ----------
+    report : callable
+        `remat_bench.methods.base.SolveContext.report`: ``report(schedule_or_function, bound=...)``,
+        True when the run's goal is met.
+    decode : callable
+        The model's point to schedule.
+    dur_scale : float
+        Durations per unit of the model's objective.
+    offset : float
+        A constant the model's objective leaves out (MONeT's), in objective units.
+
+    Returns
+    -------
+    callable
+        Called with each `Incumbent`; True when HiGHS may stop.
+    """
+    def on_incumbent(incumbent: Incumbent) -> bool:
+        if incumbent.x is None:
+            return False
+        point = incumbent.x
+        bound = None if incumbent.dual_bound is None else (incumbent.dual_bound + offset) * dur_scale
+        return bool(report(lambda: decode(point), bound=bound))
+
+    return on_incumbent
+
+
 @dataclass
 class MilpSolution:
     """A solver's answer: what it found (``solution_status``: a point ``x`` when optimal or feasible)

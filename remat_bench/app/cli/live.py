@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -24,16 +22,8 @@ from remat_bench.core.progress import ANY_ORDER, ProgressPoint
 from remat_bench.core.simulate import overhead_pct
 
 
-@dataclass
-class _Run:
-    """What is known of one method's run."""
-
-    incumbent: ProgressPoint | None = None
-    own_bound: Number | None = None
-
-
 class LiveProgress:
-    """The watcher a solve hands the evaluation path (a `remat_bench.core.progress.ProgressSink`).
+    """The watcher a solve hands the evaluation path (a `remat_bench.core.progress.Watcher`).
 
     Parameters
     ----------
@@ -54,34 +44,10 @@ class LiveProgress:
         self.lines = lines
         self.start = time.perf_counter()
         self.any_order: Number | None = None
-        self.runs: dict[str, _Run] = {}
+        self.incumbents: dict[str, ProgressPoint] = {}  # by method: the schedule its run holds
         self._lock = threading.Lock()
 
-    # ------------------------------------------------------------------ the sink
-
-    def offer(self, schedule: Any, bound: Number | None = None, source: str = "") -> bool:
-        """Not used: the runs watched score their own schedules and pass points (`take`).
-
-        Parameters
-        ----------
-        schedule : Any
-            A schedule a method offers.
-        bound : Number or None
-            The method's own bound at that moment.
-        source : str
-            Who found it.
-
-        Returns
-        -------
-        bool
-            Never: it always raises.
-
-        Raises
-        ------
-        TypeError
-            Always: a watcher is passed scored points only.
-        """
-        raise TypeError("LiveProgress shows scored points only")
+    # ------------------------------------------------------------------ the watcher
 
     def take(self, point: ProgressPoint) -> None:
         """Note a point of a watched run (its source ``method`` or ``method/who``), and print its line.
@@ -89,20 +55,17 @@ class LiveProgress:
         Parameters
         ----------
         point : ProgressPoint
-            A schedule (the incumbent of its run from now on), the method's own bound, or the
-            any-order bound.
+            A schedule (the incumbent of its run from now on), or the any-order bound (a method's
+            own bound, in its space, is not shown).
         """
         with self._lock:
             if point.source == ANY_ORDER:
                 self.any_order = point.bound
                 self._line(f"bound, any order: {self._pct(point.bound)}")
                 return
-            method, _, _who = point.source.partition("/")
-            run = self.runs.setdefault(method, _Run())
             if point.duration is None:
-                run.own_bound = point.bound
                 return
-            run.incumbent = point
+            self.incumbents[point.source.partition("/")[0]] = point
             self._line(f"{escape(point.source)}: overhead {point.overhead_pct:+.3f}%, "
                        f"peak {format_amount(point.peak, self.unit)}" + self._gap_text(point))
 
@@ -127,7 +90,7 @@ class LiveProgress:
     # ------------------------------------------------------------------ its steps
 
     def _best(self) -> ProgressPoint | None:
-        held = [r.incumbent for r in self.runs.values() if r.incumbent is not None]
+        held = list(self.incumbents.values())
         return min(held, key=lambda p: (p.duration, p.peak)) if held else None
 
     def _bound_pct(self) -> float | None:

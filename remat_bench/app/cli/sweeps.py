@@ -193,10 +193,10 @@ def _plot_over_time(folder: Path, runs: Any, kind: str, within: float, budget: s
         raise RematBenchError(f"{folder}: no run recorded its progress (sweeps record it since this version); "
                               f"run the sweep again to draw a {kind} chart")
     if budget is not None:
+        budgets = sorted(set(map(str, runs["budget_text"].dropna())))
         runs = runs[runs["budget_text"] == budget]
         if runs.empty:
-            raise RematBenchError(f"{folder}: no run at budget {budget!r}; its budgets: "
-                                  f"{', '.join(sorted(set(map(str, table_budgets(folder)))))}")
+            raise RematBenchError(f"{folder}: no run at budget {budget!r}; its budgets: {', '.join(budgets)}")
     if kind == "progress":
         charts.progress(runs, points, output)
     elif kind == "profile":
@@ -204,23 +204,6 @@ def _plot_over_time(folder: Path, runs: Any, kind: str, within: float, budget: s
     else:
         charts.time_to_best(runs, points, output)
     out.print(f"wrote {output}: {kind} of {len(runs)} runs")
-
-
-def table_budgets(folder: Path) -> list[str]:
-    """The budgets of a results folder's runs, as their config wrote them.
-
-    Parameters
-    ----------
-    folder : Path
-        The results folder.
-
-    Returns
-    -------
-    list of str
-    """
-    from remat_bench.app.sweep.results import load_table
-
-    return list(load_table(folder)["budget_text"].dropna().unique())
 
 
 @click.command()
