@@ -88,6 +88,7 @@ from scipy.sparse.csgraph import connected_components
 
 from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
+from remat_bench.core.outcome import cut_short
 from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import Simulation, simulate
 from remat_bench.methods.base import (
@@ -227,7 +228,28 @@ class PairTable:
     is_pair: np.ndarray
 
 
-def pair_table(dag: ForwardDag) -> PairTable:
+class PairTableTimedOut(Exception):
+    """The deadline passed while `pair_table` multiplied its matrices."""
+
+
+# Rows of a product computed between two looks at the deadline: an m x m product of float32 takes
+# seconds past a few thousand vertices and numpy cannot be interrupted inside one.
+PRODUCT_ROWS = 256
+
+
+def _product(x: np.ndarray, y: np.ndarray, deadline: Deadline | None) -> np.ndarray:
+    """x @ y, a block of rows at a time, raising `PairTableTimedOut` once ``deadline`` has passed."""
+    if deadline is None:
+        return x @ y
+    out = np.empty((x.shape[0], y.shape[1]), dtype=np.result_type(x, y))
+    for lo in range(0, x.shape[0], PRODUCT_ROWS):
+        if deadline.expired():
+            raise PairTableTimedOut
+        out[lo:lo + PRODUCT_ROWS] = x[lo:lo + PRODUCT_ROWS] @ y
+    return out
+
+
+def pair_table(dag: ForwardDag, deadline: Deadline | None = None) -> PairTable:
     """The `PairTable` of ``dag`` from the reachability matrix R, by matrix products.
 
     With S = R minus its diagonal, exit_ok = (A R == out-degree) and entry_ok
@@ -239,10 +261,17 @@ def pair_table(dag: ForwardDag) -> PairTable:
     Parameters
     ----------
     dag : ForwardDag
+    deadline : Deadline or None
+        Looked at between blocks of rows of each product; None: no limit.
 
     Returns
     -------
     PairTable
+
+    Raises
+    ------
+    PairTableTimedOut
+        ``deadline`` passed before the products were done.
     """
     reach = dag.reach
     strict = reach & ~np.eye(dag.m, dtype=bool)
@@ -250,10 +279,10 @@ def pair_table(dag: ForwardDag) -> PairTable:
     r = reach.astype(np.float32)
     s = strict.astype(np.float32)
     # Counts never exceed m, so float32 products are exact (m < 2**24).
-    exit_ok = (a @ r) == dag.adjacency.sum(axis=1)[:, None]
-    entry_ok = (a.T @ r.T) == dag.adjacency.sum(axis=0)[:, None]
-    between = (s @ s).astype(np.int32)
-    clean = ((s * entry_ok.T) @ (s * exit_ok)).astype(np.int32)
+    exit_ok = _product(a, r, deadline) == dag.adjacency.sum(axis=1)[:, None]
+    entry_ok = _product(a.T, r.T, deadline) == dag.adjacency.sum(axis=0)[:, None]
+    between = _product(s, s, deadline).astype(np.int32)
+    clean = _product(s * entry_ok.T, s * exit_ok, deadline).astype(np.int32)
     return PairTable(between, clean, entry_ok, exit_ok, strict & (between == clean))
 
 
@@ -861,7 +890,14 @@ class FengHuang(Method):
 
         t = time.perf_counter()
         dag = forward_dag(graph, params["virtual_source"])
-        table = pair_table(dag)
+        try:
+            table = pair_table(dag, deadline)
+        except PairTableTimedOut:
+            return MethodResult(
+                SolutionStatus.NO_SOLUTION, solve_time_s=time.perf_counter() - start, termination=cut_short(),
+                stats={"vertices": dag.m}, message=(
+                    f"the time limit ran out while pairing the forward graph's {dag.m:,} vertices (products of "
+                    f"{dag.m:,} x {dag.m:,} matrices), before any checkpoint set; give it more time"))
         phases["pair_table_s"] = time.perf_counter() - t
         t = time.perf_counter()
         tree = build_division_tree(dag, table)

@@ -15,7 +15,7 @@ from remat_bench.app.pipeline import run
 from remat_bench.core.budget import memory_floor
 from remat_bench.core.graph import Graph, Node, load_graph
 from remat_bench.core.simulate import baseline, simulate
-from remat_bench.generators import ForwardOp, chain, resnet50, training_graph
+from remat_bench.generators import ForwardOp, chain, resnet50, training_graph, transformer
 from remat_bench.methods.fenghuang import (
     VIRTUAL,
     ACGSolver,
@@ -150,6 +150,34 @@ def test_pair_table_marks_independent_pairs():
     assert table.is_pair[at["i"], at["t"]]
     assert not table.is_pair[at["k"], at["j"]]
     assert table.between[at["i"], at["j"]] == 2 and table.clean[at["k"], at["j"]] == 0
+
+
+def test_pair_table_in_blocks_equals_the_whole_products_and_stops_at_its_deadline():
+    from remat_bench.core.control import Deadline
+    from remat_bench.methods import fenghuang
+
+    dag = forward_dag(transformer(layers=3))
+    whole = pair_table(dag)
+    blocked = pair_table(dag, Deadline(None))
+    fenghuang.PRODUCT_ROWS, rows = 7, fenghuang.PRODUCT_ROWS
+    try:
+        small = pair_table(dag, Deadline(60.0))
+    finally:
+        fenghuang.PRODUCT_ROWS = rows
+    for table in (blocked, small):
+        assert np.array_equal(table.is_pair, whole.is_pair) and np.array_equal(table.between, whole.between)
+        assert np.array_equal(table.clean, whole.clean)
+    with pytest.raises(fenghuang.PairTableTimedOut):
+        pair_table(dag, Deadline(0.0))
+
+
+def test_a_time_limit_shorter_than_the_pair_table_is_no_solution_saying_so():
+    # A 5,000-vertex forward graph: its m x m products took 9 s at -t 0.5 before they looked at the deadline.
+    g = transformer(layers=150, width=64, seq=64, batch=8, heads=2, vocab=100)
+    result = run(g, "fenghuang", "0.5", time_limit=0.2)
+    assert result.status == "no_solution" and result.termination == "time_limit"
+    assert "the time limit ran out while pairing the forward graph's" in result.message
+    assert result.stats["vertices"] > 1800
 
 
 def test_division_of_linear_branch_and_complicate_segments():
