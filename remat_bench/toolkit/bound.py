@@ -68,22 +68,66 @@ own r and q and sharing y, join the program. On a transformer they see what
 the node cut misses: dropping the residual stream's sums is cheap only if the
 projections they are summed from stay resident (docs/benchmarks.md, "Real
 models at tight budgets": the gap they closed).
+
+Large graphs. Above `ALL_CUTS_NODES` nodes the binding node cuts are too many
+for one program in the bound's time (thousands, with millions of nonzeros), so
+the program starts with the few whose own LP bound is highest and grows: each
+round solves it, checks its answer against every node cut, and adds those it
+breaks most, until none is broken (the whole program's optimum: proven) or the
+time runs out (cutting planes, as Dantzig, Fulkerson and Johnson 1954 grew the
+TSP's subtour rows). The recomputation cuts join it from the start while their
+nonzeros stay within `MAX_RECOMPUTE_NONZEROS`. A program over some of the cuts
+is a relaxation of the whole, so every round's optimum or dual bound is a
+bound, and so is each node cut's LP bound alone (a fractional knapsack, solved
+in closed form): whenever it stops, the answer is the best of these. The cut
+sets are kept as a packed bit matrix and summed a block of rows at a time
+(numpy), and every pass checks the deadline.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
+from remat_bench.core.control import Deadline
 from remat_bench.core.graph import Graph, Number
-from remat_bench.core.outcome import SolutionStatus, Termination
+from remat_bench.core.outcome import SolutionStatus, Termination, cut_short
 
-# Above this many nodes the n x n ancestor sets would cost too much; the trivial bound is used.
-MAX_NODES = 5000
+# Up to this many nodes every binding node cut joins one 0/1 program. Above it they are too many for
+# HiGHS in the bound's time (4,198 cuts and 15 million nonzeros on a 10,000-node transformer at 0.5: no
+# answer in 30 s; docs/benchmarks.md, "The any-order bound at 10,000 nodes"), and the program grows a
+# few cuts at a time instead (`_cut_plane_bound`).
+ALL_CUTS_NODES = 5000
+# The cut sets are n x n bitsets: ancestors, readers below, A(c) and A(c) packed for numpy, n^2/8 bytes
+# each at most (450 MB together at 30,000 nodes). Above this the trivial bound is used.
+MAX_NODES = 30_000
+# The bitset passes of a large graph check the bound's deadline every this many nodes.
+CHECK_EVERY = 256
+# Matrix cells (cuts x nodes) unpacked at a time from the packed cut sets: 8 MB per float64 array.
+CHUNK_CELLS = 1 << 20
+# The cutting-plane program starts with the node cuts whose own LP bound is highest, and each round adds
+# the ones its answer breaks most.
+FIRST_CUTS = 20
+ADDED_CUTS = 20
+# On a large graph, the recomputation cuts join its program while their nonzeros stay within this: the
+# eight of a 10,000-node GPT take 140,000; those of a random layered graph of 10,000 nodes and 195,559
+# edges 2.7 million, and its program then had no answer in 60 s where without them it reached +7.98%
+# (docs/benchmarks.md, "The any-order bound at 10,000 nodes").
+MAX_RECOMPUTE_NONZEROS = 500_000
+# Seconds a HiGHS run in a child process may take beyond its own time limit (the child's start and the
+# grace before it is killed, `remat_bench.toolkit.milp`), kept back from the bound's time; a program is
+# not started with less than `MIN_PROGRAM_S` of its own.
+CHILD_OVERHEAD_S = 1.5
+MIN_PROGRAM_S = 0.5
+# The fractional knapsack bounds are running sums of up to n positive floats, off by at most n * 2^-53 of
+# their value (3.3e-12 at `MAX_NODES`): lowered by this fraction, round-off cannot raise one above the true
+# value.
+ROUND_OFF = 1e-11
 # Prefix probes: each is a 0/1 program over 2n variables, so only on graphs up to this size.
 MAX_PREFIX_NODES = 2000
 # At most this many prefix cuts join the bound's 0/1 program (each adds 3n columns).
@@ -250,6 +294,17 @@ def memory_cuts(graph: Graph) -> tuple[np.ndarray, list[np.ndarray]]:
     sets : list of np.ndarray
         One per node: the indices of A(c), ascending.
     """
+    found = _cut_bits(graph, None)
+    assert found is not None  # no deadline: never out of time
+    base, bits = found
+    n = graph.n
+    sets = [np.flatnonzero(_bits_to_array(a, n)) if a else np.zeros(0, dtype=np.int64) for a in bits]
+    return base, sets
+
+
+def _cut_bits(graph: Graph, deadline: Deadline | None) -> tuple[np.ndarray, list[int]] | None:
+    """`memory_cuts` with each A(c) as a Python-int bitset (bit x set for x in A(c)); None when
+    ``deadline`` expired first."""
     n = graph.n
     mem = graph.memory
     # Inputs every implementation of d reads (a reader counts only then), as bitsets.
@@ -261,6 +316,8 @@ def memory_cuts(graph: Graph) -> tuple[np.ndarray, list[np.ndarray]]:
     # one pass each in topological order, O(n * edges / 64) word operations.
     ancestors = [0] * n
     for v in range(n):
+        if deadline is not None and v % CHECK_EVERY == 0 and deadline.expired():
+            return None
         acc = 0
         for u in graph.inputs[v]:
             acc |= ancestors[u] | (1 << u)
@@ -275,6 +332,8 @@ def memory_cuts(graph: Graph) -> tuple[np.ndarray, list[np.ndarray]]:
             consumers_all[u].add(d)
     read_below = [0] * n  # values read by some strict descendant
     for v in range(n - 1, -1, -1):
+        if deadline is not None and v % CHECK_EVERY == 0 and deadline.expired():
+            return None
         acc = 0
         for d in consumers_all[v]:
             acc |= common_inputs[d] | read_below[d]
@@ -283,8 +342,10 @@ def memory_cuts(graph: Graph) -> tuple[np.ndarray, list[np.ndarray]]:
     for o in graph.output_indices:
         outputs |= 1 << o
     base = np.empty(n, dtype=np.float64)
-    sets: list[np.ndarray] = []
+    bits: list[int] = []
     for c in range(n):
+        if deadline is not None and c % CHECK_EVERY == 0 and deadline.expired():
+            return None
         # The cheapest implementation of c (least input memory plus workspace) in the fixed part, and
         # every implementation's inputs left out of A(c): c may run with another implementation, and
         # a value the cut counts must then not be among that one's inputs as well (counted twice).
@@ -296,9 +357,8 @@ def memory_cuts(graph: Graph) -> tuple[np.ndarray, list[np.ndarray]]:
             if best_need is None or need < best_need:
                 best_need = need
         base[c] = float(graph.fixed_memory) + float(mem[c]) + (best_need or 0.0)
-        a = ancestors[c] & (read_below[c] | outputs) & ~any_inputs & ~(1 << c)
-        sets.append(np.flatnonzero(_bits_to_array(a, n)) if a else np.zeros(0, dtype=np.int64))
-    return base, sets
+        bits.append(ancestors[c] & (read_below[c] | outputs) & ~any_inputs & ~(1 << c))
+    return base, bits
 
 
 def common_edges(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
@@ -470,6 +530,14 @@ class _RecomputeCut:
     def width(self) -> int:
         return 2 * len(self.ancestors)
 
+    @property
+    def nonzeros(self) -> int:
+        """The nonzeros `add` puts in the program."""
+        needed = int(self.needed.sum())
+        read_later = int(self.needed[self.dst].sum())
+        return (2 * needed + 3 * (len(self.ancestors) - needed) + 2 * read_later + 3 * (len(self.dst) - read_later)
+                + int(np.count_nonzero(self.mem > 0)))
+
     def add(self, rows: _Rows, col0: int, budget: float) -> None:
         """The rows over r (``col0``...) and q (``col0 + m``...), with y at column v for node v."""
         m = len(self.ancestors)
@@ -518,16 +586,29 @@ def recompute_cuts(graph: Graph, budget: Number, base: np.ndarray, sets: list[np
     """
     mem = graph.memory.astype(np.float64)
     need = np.array([float(mem[xs].sum()) - (float(budget) - base[c]) for c, xs in enumerate(sets)])
+    return _recompute_cuts_of(graph, base, need, sets.__getitem__, count)
+
+
+def _recompute_cuts_of(graph: Graph, base: np.ndarray, need: np.ndarray, set_of: Callable[[int], np.ndarray],
+                       count: int, max_nonzeros: int | None = None) -> list[_RecomputeCut]:
+    """`recompute_cuts` from each node cut's ``need`` (sum of mem over A(c), less what the budget leaves
+    it), ``set_of(c)`` giving A(c); a cut that would take the cuts' nonzeros above ``max_nonzeros`` is
+    left out."""
     chosen = [int(c) for c in np.argsort(-need, kind="stable")[:count] if need[c] > 0]
     if not chosen:
         return []
     edges = common_edges(graph)
-    out = []
+    out: list[_RecomputeCut] = []
+    nonzeros = 0
     for c in chosen:
         # As in `memory_cuts`: the fixed part holds the cheapest implementation's inputs, and no input
         # of any implementation of c is counted again among the ancestors.
         inputs = np.unique(np.asarray([u for op in graph.ops_of(c) for u in graph.op_inputs[op]], dtype=np.int64))
-        out.append(_RecomputeCut(graph, c, float(base[c]), sets[c], edges, inputs))
+        cut = _RecomputeCut(graph, c, float(base[c]), set_of(c), edges, inputs)
+        if max_nonzeros is not None and nonzeros + cut.nonzeros > max_nonzeros:
+            continue
+        nonzeros += cut.nonzeros
+        out.append(cut)
     return out
 
 
@@ -709,6 +790,8 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
         return Bound(trivial, Termination.CONVERGED)
     if graph.n > MAX_NODES:
         return Bound(trivial, Termination.CONVERGED)
+    if graph.n > ALL_CUTS_NODES:
+        return _cut_plane_bound(graph, budget, time_limit, max_recompute_cuts)
     start = time.perf_counter()
     base, sets = memory_cuts(graph)
     fastest = np.minimum.reduceat(graph.op_duration, graph.op_start[:-1]).astype(np.float64)
@@ -768,6 +851,155 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
         return Bound(None, Termination.PROVEN, no_order_fits=True, **info)
     value = trivial + (int(np.ceil(extra - 1e-6)) if isinstance(trivial, int) else extra)
     return Bound(value, termination, recomputed, no_order_fits=no_order or extra > 0, **info)
+
+
+def _cut_plane_bound(graph: Graph, budget: Number, time_limit: float, max_recompute_cuts: int) -> Bound:
+    """`any_order_bound` on a graph above `ALL_CUTS_NODES` nodes: its 0/1 program (node and recomputation
+    cuts; no prefix cuts, as on every graph above `MAX_PREFIX_NODES`) with its node cuts added a few at a
+    time, within ``time_limit`` (module docstring, "Large graphs").
+
+    Every value it may answer is a bound: the LP bound of one node cut (`_knapsack_bounds`), or the
+    optimum or dual bound of a program over some of the node cuts, a relaxation of the whole.
+    """
+    start = time.perf_counter()
+    deadline = Deadline(time_limit)
+    trivial = graph.min_total_duration
+    n = graph.n
+    solved = (0, 0)  # the node and recomputation cuts of the last program run
+
+    def answer(extra: float | None, termination: Termination, recomputed: tuple[str, ...] = ()) -> Bound:
+        info: dict[str, Any] = {"solve_time_s": time.perf_counter() - start, "cuts": solved[0],
+                                "recompute_cuts": solved[1]}
+        if extra is None:
+            return Bound(None, Termination.PROVEN, no_order_fits=True, **info)
+        value = trivial + (int(np.ceil(extra - 1e-6)) if isinstance(trivial, int) else extra)
+        return Bound(value, termination, recomputed, no_order_fits=extra > 0, **info)
+
+    found = _cut_bits(graph, deadline)
+    if found is None:
+        return answer(0.0, cut_short())
+    base, bits = found
+    if np.any(base > budget):
+        return Bound(None, Termination.PROVEN, solve_time_s=time.perf_counter() - start)
+    packed = _packed(bits, n, deadline)
+    del bits
+    if packed is None:
+        return answer(0.0, cut_short())
+    fastest = np.minimum.reduceat(graph.op_duration, graph.op_start[:-1]).astype(np.float64)
+    mem = graph.memory.astype(np.float64)
+    # As in `any_order_bound`: only x with positive memory and duration matter (y_x = 1 is free when
+    # its duration is 0), so the others weigh nothing in the node cuts.
+    costly = (fastest > 0) & (mem > 0)
+    weight = np.where(costly, mem, 0.0)
+    sums = _row_products(packed, np.arange(n), np.stack([mem, weight], axis=1), deadline)
+    if sums is None:
+        return answer(0.0, cut_short())
+    room = float(budget) - base
+    need = sums[:, 1] - room  # the node cut of c: sum_{x in A(c)} weight_x y_x >= need_c
+    binding = np.flatnonzero(need > 0)
+    if not len(binding):
+        return answer(0.0, Termination.PROVEN)
+    binding = binding[np.argsort(-need[binding], kind="stable")]  # the likeliest to bind most first
+    lp = _knapsack_bounds(packed, binding, need, weight, fastest, deadline)
+    reached = np.flatnonzero(~np.isnan(lp))
+    extra = max(0.0, float(lp[reached].max(initial=0.0)) * (1 - ROUND_OFF))
+    if len(reached) < len(binding):
+        return answer(extra, cut_short())
+    recompute = _recompute_cuts_of(graph, base, sums[:, 0] - room,
+                                   lambda c: np.flatnonzero(_unpacked(packed, np.asarray([c]), n)[0]),
+                                   max_recompute_cuts, MAX_RECOMPUTE_NONZEROS)
+    cuts = binding[np.argsort(-lp, kind="stable")[:FIRST_CUTS]]
+    integral = graph.memory.dtype.kind in "iu"
+    while True:
+        seconds = (deadline.remaining() or 0.0) - CHILD_OVERHEAD_S
+        if seconds < MIN_PROGRAM_S:
+            return answer(extra, cut_short())
+        rows = _Rows.empty()
+        for c, xs in zip(cuts.tolist(), _unpacked(packed, cuts, n).astype(bool), strict=True):
+            cols = np.flatnonzero(xs & costly)
+            rows.add_row(cols, mem[cols], float(need[c]))
+        got, why, recomputed = _solve_program(graph, rows, fastest, budget, [], seconds, recompute)
+        solved = (len(cuts), len(recompute))
+        if got is None:  # a relaxation that nothing meets: nor does the whole
+            return answer(None, Termination.PROVEN)
+        extra = max(extra, got)
+        if why is not Termination.PROVEN:
+            return answer(extra, why)
+        y = np.zeros(n, dtype=bool)
+        y[[graph.index[i] for i in recomputed]] = True
+        covered = _row_products(packed, binding, (weight * y)[:, None], deadline)
+        if covered is None:
+            return answer(extra, cut_short())
+        # Sums of whole numbers are exact in float64; others get a relative tolerance.
+        short = need[binding] - covered[:, 0]
+        broken = np.flatnonzero(short > (0.0 if integral else 1e-9 * need[binding]))
+        broken = broken[~np.isin(binding[broken], cuts)]  # one in the program is met, to HiGHS's tolerance
+        if not len(broken):  # its answer meets every node cut: the whole program's optimum
+            return answer(got, Termination.PROVEN, recomputed)
+        cuts = np.concatenate([cuts, binding[broken[np.argsort(-short[broken], kind="stable")[:ADDED_CUTS]]]])
+
+
+def _packed(bits: list[int], n: int, deadline: Deadline) -> np.ndarray | None:
+    """The bitsets as an n x ceil(n / 8) uint8 matrix, bit x of row c at `np.unpackbits`'s little order
+    (None when ``deadline`` expired first)."""
+    width = (n + 7) // 8
+    out = np.zeros((len(bits), width), dtype=np.uint8)
+    for c, a in enumerate(bits):
+        if c % CHECK_EVERY == 0 and deadline.expired():
+            return None
+        if a:
+            out[c] = np.frombuffer(a.to_bytes(width, "little"), dtype=np.uint8)
+    return out
+
+
+def _unpacked(packed: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
+    """Rows of `_packed` as 0/1 uint8, n columns."""
+    return np.unpackbits(packed[rows], axis=1, count=n, bitorder="little")
+
+
+def _row_products(packed: np.ndarray, rows: np.ndarray, vectors: np.ndarray, deadline: Deadline,
+                  ) -> np.ndarray | None:
+    """(rows of `_packed`) @ ``vectors`` (n x k), a chunk at a time (None when ``deadline`` expired first)."""
+    n = vectors.shape[0]
+    out = np.empty((len(rows), vectors.shape[1]))
+    step = max(1, CHUNK_CELLS // n)
+    for i in range(0, len(rows), step):
+        if deadline.expired():
+            return None
+        out[i:i + step] = _unpacked(packed, rows[i:i + step], n) @ vectors
+    return out
+
+
+def _knapsack_bounds(packed: np.ndarray, rows: np.ndarray, need: np.ndarray, weight: np.ndarray,
+                     duration: np.ndarray, deadline: Deadline) -> np.ndarray:
+    """Per node cut c in ``rows``, the least of sum_x duration_x y_x subject to its cut alone,
+    sum_{x in A(c)} weight_x y_x >= need_c with 0 <= y <= 1: a bound on the whole program's optimum.
+
+    That is the fractional covering knapsack, solved by taking the x in order of least duration per unit
+    of weight, the last one in part (Dantzig 1957, "Discrete-variable extremum problems"). NaN for the
+    cuts not reached before ``deadline``.
+    """
+    n = weight.size
+    useful = weight > 0
+    order = np.argsort(np.where(useful, duration / np.where(useful, weight, 1.0), np.inf), kind="stable")
+    w, d = weight[order], np.where(useful, duration, 0.0)[order]
+    out = np.full(len(rows), np.nan)
+    step = max(1, CHUNK_CELLS // n)
+    for s in range(0, len(rows), step):
+        if deadline.expired():
+            break
+        r = rows[s:s + step]
+        bits = _unpacked(packed, r, n)[:, order]
+        taken_w = np.zeros((len(r), n + 1))  # weight and duration of the first j in order, at column j
+        taken_d = np.zeros((len(r), n + 1))
+        np.cumsum(bits * w, axis=1, out=taken_w[:, 1:])
+        np.cumsum(bits * d, axis=1, out=taken_d[:, 1:])
+        whole = (taken_w[:, 1:] < need[r, None]).sum(axis=1)  # x before this position are taken whole
+        k = np.arange(len(r))
+        last = np.minimum(whole, n - 1)  # the x taken in part (a member of A(c) when whole < n)
+        part = np.clip((need[r] - taken_w[k, whole]) / np.where(w[last] > 0, w[last], 1.0), 0.0, 1.0)
+        out[s:s + step] = taken_d[k, whole] + np.where(whole < n, d[last] * part, 0.0)
+    return out
 
 
 def _undominated(cuts: list[tuple[float, np.ndarray]]) -> list[tuple[float, np.ndarray]]:
