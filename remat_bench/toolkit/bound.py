@@ -101,8 +101,10 @@ from remat_bench.core.outcome import SolutionStatus, Termination, cut_short
 # Up to this many nodes every binding node cut joins one 0/1 program. Above it they are too many for
 # HiGHS in the bound's time (4,198 cuts and 15 million nonzeros on a 10,000-node transformer at 0.5: no
 # answer in 30 s; docs/benchmarks.md, "The any-order bound at 10,000 nodes"), and the program grows a
-# few cuts at a time instead (`_cut_plane_bound`).
-ALL_CUTS_NODES = 5000
+# few cuts at a time instead (`_cut_plane_bound`). From `MAX_PREFIX_NODES` up the whole program has no
+# prefix cuts either, and the cutting planes prove its optimum sooner than HiGHS solves it whole (a
+# 4,807-node transformer, a 3,187-node GPT: docs/benchmarks.md, "The any-order bound at 10,000 nodes").
+ALL_CUTS_NODES = 2000
 # The cut sets are n x n bitsets: ancestors, readers below, A(c) and A(c) packed for numpy, n^2/8 bytes
 # each at most (450 MB together at 30,000 nodes). Above this the trivial bound is used.
 MAX_NODES = 30_000
