@@ -9,7 +9,10 @@ partitioner, its knob searched) and `auto` run. From each run's progress (its im
 each scored by the simulator) the table gives the time to its first schedule, to within 1 and 0.1
 point of overhead of the bound, its final overhead and gap, and its wall time. ``BENCH_FRONTIER_LIMIT``
 sets auto's and torch-budget's limit (default 60 s); ``BENCH_FRONTIER_ONLY`` runs the instances whose
-label contains it.
+label contains it. ``BENCH_FRONTIER_SUITE=realscale`` runs auto alone on configs/realscale.yaml's models
+(the zoo GPT at 12, 24 and 48 layers, ResNet-50 b32, U-Net b8, the ViT beside the config) at 0.6, 0.5 and
+0.4 instead: the issue asks for auto within 0.1 point of the bound within 10 s there
+(``BENCH_FRONTIER_LIMIT=10``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import math
 import os
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 from benchmarks.common import ROOT, Rows, show
@@ -28,6 +32,7 @@ from remat_bench.toolkit.bound_cache import BoundCache
 
 LIMIT = float(os.environ.get("BENCH_FRONTIER_LIMIT", 60.0))
 ONLY = os.environ.get("BENCH_FRONTIER_ONLY", "")
+SUITE = os.environ.get("BENCH_FRONTIER_SUITE", "frontier")
 BOUND_EFFORT = 60.0
 
 
@@ -49,6 +54,25 @@ CASES = [
 ]
 
 
+def zoo(model: str, batch: int, shape: tuple[int, ...], name: str, **kwargs: object) -> Graph:
+    """A zoo model imported as configs/realscale.yaml imports it (FLOPs durations)."""
+    from remat_bench.torch.importer import import_model
+
+    ids = kwargs.pop("vocab_ids", None)
+    return import_model(model, batch=batch, input_shape=shape, name=name, input_range=ids, **kwargs)
+
+
+REALSCALE_BUDGETS = ("0.6", "0.5", "0.4")
+# configs/realscale.yaml's models, auto alone ("auto within 0.1 point of the bound within 10 s", issue 33).
+REALSCALE = [
+    *((f"GPT-{n} b8", partial(zoo, "gpt", 8, (512,), f"gpt{n}", vocab_ids=8192, max_seq=512, width=768,
+                              heads=12, layers=n, vocab=8192), REALSCALE_BUDGETS) for n in (12, 24, 48)),
+    ("ResNet-50 b32", partial(zoo, "resnet50", 32, (3, 224, 224), "resnet50-b32"), REALSCALE_BUDGETS),
+    ("U-Net b8", partial(zoo, "unet", 8, None, "unet-b8"), REALSCALE_BUDGETS),
+    ("ViT (realscale) b32", partial(user_model, "vit:vit", 32, (3, 224, 224), "vit-b32"), REALSCALE_BUDGETS),
+]
+
+
 def within(progress: list, bound_pct: float | None, points: float) -> float:
     """The first time a run held a schedule within ``points`` of overhead of the bound (inf: never)."""
     if bound_pct is None:
@@ -65,7 +89,8 @@ def seconds(value: float) -> str:
 
 def main() -> None:
     rows: Rows = []
-    for label, make, budgets in CASES:
+    cases, methods = (REALSCALE, ("auto",)) if SUITE == "realscale" else (CASES, ("torch-budget", "auto"))
+    for label, make, budgets in cases:
         if ONLY and ONLY not in label:
             continue
         start = time.perf_counter()
@@ -77,7 +102,7 @@ def main() -> None:
             bound, _ = bounds.get(graph, budget.amount, BOUND_EFFORT)
             base = graph.total_duration
             bound_pct = None if bound.value is None else 100 * (bound.value / base - 1)
-            for method in ("torch-budget", "auto"):
+            for method in methods:
                 began = time.perf_counter()
                 r = run(graph, method, budget, LIMIT, bounds=bounds)
                 wall = time.perf_counter() - began
