@@ -11,8 +11,8 @@ Each graph is written to a temporary folder once and its any-order bound compute
 disk (`REMAT_BENCH_BOUND_CACHE`, the folder `remat-bench solve` reads), so each run's time is solve
 time. Each run is `remat-bench solve GRAPH -m METHOD -b 0.5 -t LIMIT --json` in a fresh child process:
 the memory of the whole process tree (the child and every process it starts: auto's members run in
-their own) is sampled from /proc every 0.2 s and its peak reported, beside the largest single process
-(the child's rusage, its waited-for descendants included). From the run's progress points (its
+their own) is sampled from /proc every 0.2 s and its peak reported, beside the largest single process at any
+sample. From the run's progress points (its
 improving schedules, each scored by the simulator, docs/design.md section 6) the table gives the time
 to its first schedule and to within 1, 0.5 and 0.1 point of overhead of the bound.
 
@@ -119,9 +119,8 @@ class Measured:
     """A child process run to its end: its exit code, wall time, output, and memory.
 
     ``tree_peak`` is the largest sum of resident memory over the child and all its descendants
-    at one sample, or ``largest`` when that is more (a run shorter than the samples' interval), in
-    bytes; ``largest`` the largest resident memory of one process among the child and the
-    descendants it waited for (bytes, from the kernel's rusage).
+    at one sample, in bytes; ``largest`` the largest resident memory of one process among them at
+    any sample (a run shorter than the samples' interval may show less than it held).
     """
 
     exit_code: int
@@ -185,8 +184,9 @@ def descendants(root: int, table: dict[int, tuple[int, int]]) -> list[int]:
     return tree
 
 
-def tree_rss(root: int) -> int:
-    """The resident memory of ``root`` and all its descendants together, in bytes (0 when it has ended).
+def tree_rss(root: int) -> tuple[int, int]:
+    """The resident memory of ``root`` and all its descendants together, and of the largest of them, in
+    bytes (0 when it has ended).
 
     Pages shared between processes (a forked child's, the libraries') count once per process: an upper
     bound on what the tree holds, as a machine's memory limit for it would count it per process.
@@ -197,10 +197,12 @@ def tree_rss(root: int) -> int:
 
     Returns
     -------
-    int
+    tuple of (int, int)
+        The sum, and the largest process's.
     """
     table = process_table()
-    return sum(table[pid][1] for pid in descendants(root, table))
+    sizes = [table[pid][1] for pid in descendants(root, table)]
+    return sum(sizes), max(sizes, default=0)
 
 
 def _stop_tree(root: int) -> None:
@@ -234,19 +236,18 @@ def run_measured(argv: Sequence[str], timeout: float, cwd: str | Path | None = N
         # Its own session: Ctrl-C here reaches this process only, which then stops the tree (finally below).
         proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                 start_new_session=True)
-        pid, peak, timed_out = 0, 0, False
+        pid, peak, largest, timed_out = 0, 0, 0, False
         try:
             while True:
-                # wait4, not getrusage(RUSAGE_CHILDREN): the same kernel figure (largest resident set of the
-                # child and the descendants it reaped), but for this child alone, not every child so far.
-                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                pid, status, _ = os.wait4(proc.pid, os.WNOHANG)
                 if pid:
                     break
-                peak = max(peak, tree_rss(proc.pid))
+                total, one = tree_rss(proc.pid)
+                peak, largest = max(peak, total), max(largest, one)
                 if time.perf_counter() - start > timeout:
                     timed_out = True
                     _stop_tree(proc.pid)
-                    pid, status, usage = os.wait4(proc.pid, 0)
+                    pid, status, _ = os.wait4(proc.pid, 0)
                     break
                 time.sleep(every)
         finally:
@@ -257,11 +258,11 @@ def run_measured(argv: Sequence[str], timeout: float, cwd: str | Path | None = N
         wall = time.perf_counter() - start
         out.seek(0)
         err.seek(0)
-        largest = usage.ru_maxrss * 1024
-        # A run shorter than a sample's interval may be missed by the samples, never by the kernel: the tree
-        # held at least its largest process at that process's peak.
+        # Both from the samples. The kernel's figure (wait4's ru_maxrss) is no measure of the child: a
+        # process's maximum counts the memory of the process that forked it, up to its exec (pytest's
+        # 700 MiB beside a child holding nothing), and the parent here holds the graph and its bound.
         return Measured(proc.returncode, wall, out.read().decode(errors="replace"),
-                        err.read().decode(errors="replace"), max(peak, largest), largest, timed_out)
+                        err.read().decode(errors="replace"), peak, largest, timed_out)
 
 
 def gib(amount: int) -> str:
