@@ -186,10 +186,11 @@ class Knapsack(Method):
             if found is not None and (best is None or found[:2] < best[:2]):
                 best = found
         if best is None:
+            why = ("the time limit ran out before a knapsack capacity tried gave a schedule within the budget"
+                   if deadline.expired() else
+                   "no knapsack capacity gives a schedule within the budget, even saving nothing")
             return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=deadline.elapsed(), stats=stats,
-                                termination=search_ended(deadline),
-                                message="no knapsack capacity gives a schedule within the budget, even saving "
-                                        "nothing")
+                                termination=search_ended(deadline), message=why)
         duration, _, schedule, fraction, transient = best
         stats.update({"fraction": round(fraction, 6), "lowering": "transient" if transient else "hold"})
         return MethodResult(SolutionStatus.FEASIBLE, schedule, objective=duration, solve_time_s=deadline.elapsed(),

@@ -99,3 +99,17 @@ def test_a_graph_without_backward_nodes_is_unsupported():
     g = Graph([Node(id="a", inputs=(), memory=1, duration=1), Node(id="b", inputs=("a",), memory=1, duration=1)],
               name="forward only")
     assert "no backward nodes" in Knapsack.skip(g, 2)
+
+
+def test_a_search_cut_short_says_the_time_ran_out_not_that_no_capacity_fits():
+    # Before, a knapsack out of time (auto's 0.45 s share on ResNet-50 b32 at 0.4, where 0.72 s finds
+    # +0.547%) said that no capacity fits "even saving nothing".
+    g = chain([4, 4, 4, 4], [1, 50, 1, 50])
+    method = Knapsack()
+    r = method.solve(g, baseline(g).peak - 4, 0.0, **method.parse_params({}))
+    assert r.status.value == "no_solution" and r.termination.value == "time_limit"
+    assert r.message == "the time limit ran out before a knapsack capacity tried gave a schedule within the budget"
+    # With time, a budget no capacity reaches still says so.
+    messages = {method.solve(g, b, 10, **method.parse_params({})).message
+                for b in range(memory_floor(g).amount, baseline(g).peak + 1)}
+    assert "no knapsack capacity gives a schedule within the budget, even saving nothing" in messages
