@@ -41,7 +41,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_frontier import seconds, user_model, within
+from benchmarks.bench_frontier import seconds, user_model, within, zoo_gpt
 from benchmarks.common import ROOT, Rows, console, show
 from remat_bench.app.evaluate import bound_effort
 from remat_bench.app.pipeline import BOUND_CACHE_SETTING, bound_cache_folder
@@ -78,14 +78,6 @@ def setting(name: str) -> float | None:
     return value
 
 
-def gpt(layers: int) -> Graph:
-    """The zoo GPT as configs/realscale.yaml imports it, at ``layers`` layers."""
-    from remat_bench.torch.importer import import_model
-
-    return import_model("gpt", batch=8, input_shape=(512,), input_range=8192, max_seq=512, width=768, heads=12,
-                        layers=layers, vocab=8192, name=f"gpt-{layers}")
-
-
 def llama(layers: int) -> Graph:
     """configs/models/llama.py at ``layers`` layers, as bench_frontier imports it."""
     return user_model("llama:llama", 8, (256,), f"llama-{layers}-b8", task="language", vocab_ids=4096,
@@ -108,7 +100,7 @@ class Instance:
 
 
 INSTANCES = [
-    *(Instance(f"GPT-{n}", partial(gpt, n), 120.0) for n in (12, 24, 48, 96)),
+    *(Instance(f"GPT-{n}", partial(zoo_gpt, n), 120.0) for n in (12, 24, 48, 96)),
     Instance("transformer-10k", transformer_10k, 600.0),
     *(Instance(f"Llama-{n}", partial(llama, n), 600.0 if n == 32 else 120.0) for n in (8, 16, 32)),
 ]

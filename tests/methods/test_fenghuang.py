@@ -152,18 +152,15 @@ def test_pair_table_marks_independent_pairs():
     assert table.between[at["i"], at["j"]] == 2 and table.clean[at["k"], at["j"]] == 0
 
 
-def test_pair_table_in_blocks_equals_the_whole_products_and_stops_at_its_deadline():
+def test_pair_table_in_blocks_equals_the_whole_products_and_stops_at_its_deadline(monkeypatch):
     from remat_bench.core.control import Deadline
     from remat_bench.methods import fenghuang
 
     dag = forward_dag(transformer(layers=3))
     whole = pair_table(dag)
     blocked = pair_table(dag, Deadline(None))
-    fenghuang.PRODUCT_ROWS, rows = 7, fenghuang.PRODUCT_ROWS
-    try:
-        small = pair_table(dag, Deadline(60.0))
-    finally:
-        fenghuang.PRODUCT_ROWS = rows
+    monkeypatch.setattr(fenghuang, "PRODUCT_ROWS", 7)
+    small = pair_table(dag, Deadline(60.0))
     for table in (blocked, small):
         assert np.array_equal(table.is_pair, whole.is_pair) and np.array_equal(table.between, whole.between)
         assert np.array_equal(table.clean, whole.clean)
