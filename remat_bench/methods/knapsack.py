@@ -37,8 +37,10 @@ from typing import Any
 import numpy as np
 
 from remat_bench.core.graph import Graph, Number
+from remat_bench.core.schedule import COMPUTE, Schedule
 from remat_bench.core.simulate import simulate
 from remat_bench.methods.base import Deadline, Method, MethodResult, Param, SolutionStatus, search_ended
+from remat_bench.toolkit.blocks import find_blocks
 from remat_bench.toolkit.lowering import LOWERINGS, Found, Plan, lower_plan, search_knob
 
 # The knapsack's capacity in this many equal steps (PyTorch's dp solver discretises memory too).
@@ -154,6 +156,8 @@ class Knapsack(Method):
               "pass reads", choices=("forward", "activations")),
         Param("lowering", str, "best", "hold: a recomputed value stays until its last use; transient: freed "
               "after each use; best: both, the fastest that fits", choices=tuple(LOWERINGS)),
+        Param("blocks", bool, True, "search: decide one place in every repeated block at once (the graph's "
+              "identical layers, found from its structure), then value by value"),
     )
     needs_backward = True
 
@@ -175,16 +179,27 @@ class Knapsack(Method):
                 chosen = knapsack_dp(weights, values, fraction * total)
             return items[chosen]
 
+        singles = [[int(v)] for v in items]
+        blocks = find_blocks(graph) if params["solver"] == "search" and params["blocks"] else None
+        groups = singles if blocks is None else blocks.classes(items)
+        if blocks is not None:
+            stats["blocks"] = {"period": blocks.period, "copies": blocks.copies}
+        save_again = (params["polish"] or params["solver"] == "search") and budget is not None
         best: Found | None = None
         for transient in modes:
             if params["solver"] == "search":
-                found = _drop_until_fit(graph, budget, items, segments, transient, deadline)
+                found = _drop_until_fit(graph, budget, groups, segments, transient, deadline)
             else:
                 found = self._search(graph, budget, plan_at, segments, transient, deadline)
-            if found is not None and (params["polish"] or params["solver"] == "search") and budget is not None:
-                found = _save_again(graph, budget, found, segments, deadline)
+            if found is not None and save_again and budget is not None:
+                if self.context.report(found[2]):
+                    best = found
+                    break
+                found = _save_again(graph, budget, found, singles, segments, deadline)
             if found is not None and (best is None or found[:2] < best[:2]):
                 best = found
+                if self.context.report(found[2]):
+                    break
         if best is None:
             why = ("the time limit ran out before a knapsack capacity tried gave a schedule within the budget"
                    if deadline.expired() else
@@ -217,43 +232,214 @@ def _lowered(graph: Graph, saved: set[int], segments: tuple[tuple[int, ...], ...
     return sim.duration, sim.peak, schedule, fraction, transient
 
 
-def _drop_until_fit(graph: Graph, budget: Number | None, items: np.ndarray, segments: tuple[tuple[int, ...], ...],
-                    transient: bool, deadline: Deadline) -> Found | None:
-    """From every item saved, drop items by memory per unit of duration (most first) until the simulated
-    peak fits ``budget`` (``None``: all the way, keeping the least peak seen)."""
-    order = sorted(items.tolist(), key=lambda v: -float(graph.memory[v]) / (float(graph.duration[v]) + 1.0))
-    saved = set(order)
+def _drop_until_fit(graph: Graph, budget: Number | None, groups: list[list[int]],
+                    segments: tuple[tuple[int, ...], ...], transient: bool, deadline: Deadline) -> Found | None:
+    """From every item saved, drop groups of items by memory per unit of duration (most first) until the
+    simulated peak fits ``budget`` (``None``: all the way, keeping the least peak seen). A group is one
+    item, or the items of one place in every repeated block (`remat_bench.toolkit.blocks`), ranked by
+    its first item.
+
+    Under a budget the walk starts at the first count whose forward pass fits (`_forward_fits`, exact
+    without lowering a plan): no fewer dropped can fit. The group whose drop makes the plan fit is then
+    walked again value by value, so that with repeated blocks the walk takes a block's places, not every
+    value, and still stops at the first value that makes it fit.
+    """
+    order = sorted(groups, key=lambda g: -float(graph.memory[g[0]]) / (float(graph.duration[g[0]]) + 1.0))
+    saved = {v for g in order for v in g}
+    total = max(1, len(saved))
     current = _lowered(graph, saved, segments, transient, 1.0)
     least = current
-    for v in order:
+    start = 0 if budget is None or current[1] <= budget else _forward_fits(graph, current[2], order, budget)
+    for g in order[:start]:
+        saved.difference_update(g)
+    if start:
+        current = _lowered(graph, saved, segments, transient, len(saved) / total)
+    for g in order[start:]:
         if budget is not None and current[1] <= budget:
             break
         if deadline.expired():
             break
-        saved.discard(v)
-        current = _lowered(graph, saved, segments, transient, len(saved) / max(1, len(order)))
+        before = current
+        saved.difference_update(g)
+        current = _lowered(graph, saved, segments, transient, len(saved) / total)
         if current[1] < least[1]:
             least = current
+        if budget is not None and current[1] <= budget and len(g) > 1:
+            # The group that made it fit, value by value: fewer of its values dropped may fit too.
+            saved.update(g)
+            current = before
+            for v in g:
+                saved.discard(v)
+                current = _lowered(graph, saved, segments, transient, len(saved) / total)
+                if current[1] <= budget or deadline.expired():
+                    break
     if budget is None:
         return least
     return current if current[1] <= budget else None
 
 
-def _save_again(graph: Graph, budget: Number, found: Found, segments: tuple[tuple[int, ...], ...],
-                deadline: Deadline) -> Found:
-    """Save again, costliest first, each forward value the schedule recomputes while the simulated peak
-    still fits ``budget`` and the duration falls."""
+def _forward_fits(graph: Graph, schedule: Schedule, order: list[list[int]], budget: Number) -> int:
+    """How many groups of ``order`` must be dropped, in that order, before the forward pass of the lowered
+    plan fits ``budget`` (``len(order)`` when it never does). ``schedule`` is the plan that saves every
+    value of ``order``.
+
+    The forward pass of a lowered plan computes the forward nodes once in file order; a value dropped
+    from the saved set is freed after its last forward reader instead of being held into the backward
+    pass, which takes exactly its memory off every later forward step. So the forward peak after each
+    drop follows from the saved plan's steps alone.
+
+    Parameters
+    ----------
+    graph : Graph
+    schedule : Schedule
+        The lowered plan saving every value of ``order``.
+    order : list of list of int
+        The groups of values in the order they are dropped.
+    budget : Number
+
+    Returns
+    -------
+    int
+        The least count whose forward pass fits.
+    """
+    sim = simulate(graph, schedule)
+    is_compute = schedule.kinds == COMPUTE
+    steps = np.flatnonzero(is_compute)
+    nodes = schedule.nodes[steps]
+    in_forward = graph.is_forward[nodes]
+    forward_steps = len(nodes) if in_forward.all() else int(np.argmin(in_forward))
+    memory = sim.step_memory[steps[:forward_steps]].astype(np.float64)
+    if not forward_steps or memory.max() <= budget:
+        return 0
+    position = np.full(graph.n, -1, dtype=np.int64)
+    position[nodes[:forward_steps]] = np.arange(forward_steps)
+    # Held into the backward pass by the saved plan: not freed before the first backward step.
+    end = int(steps[forward_steps]) if forward_steps < len(steps) else len(is_compute)
+    held = np.zeros(graph.n, dtype=bool)
+    held[graph.forward_indices] = True
+    held[schedule.nodes[:end][~is_compute[:end]]] = False
+    for k, group in enumerate(order):
+        for v in group:
+            readers = [int(position[w]) for w in graph.consumers[v] if graph.is_forward[w]]
+            if held[v] and readers:
+                memory[max(readers) + 1:] -= float(graph.memory[v])
+        if memory.max() <= budget:
+            return k + 1
+    return len(order)
+
+
+def _save_again(graph: Graph, budget: Number, found: Found, groups: list[list[int]],
+                segments: tuple[tuple[int, ...], ...], deadline: Deadline) -> Found:
+    """Save again, costliest first, each group of forward values the schedule recomputes (a group: one
+    value, or one place in every repeated block) while the simulated peak still fits ``budget`` and the
+    duration falls.
+
+    A group is passed over without lowering its plan when the schedule's own steps show that it cannot
+    fit (`_Held`): until a value's first recomputation, the plan that saves it makes the same computations
+    and holds it besides. Near a tight budget that rules out most values at once.
+    """
     _, _, schedule, _, transient = found
-    counts = np.bincount(schedule.nodes[schedule.kinds == 0], minlength=graph.n)
+    counts = np.bincount(schedule.nodes[schedule.kinds == COMPUTE], minlength=graph.n)
     forward = np.asarray(graph.forward_indices, dtype=np.int64)
-    recomputed = forward[counts[forward] > 1]
-    saved = set(forward.tolist()) - set(recomputed.tolist())
+    again = set(forward[counts[forward] > 1].tolist())
+    saved = set(forward.tolist()) - again
     best = found
-    for v in sorted(recomputed.tolist(), key=lambda v: -float(graph.duration[v])):
+    held = _Held(graph, schedule, budget)
+    wanted = [[v for v in g if v in again] for g in groups]
+    for group in sorted((g for g in wanted if g), key=lambda g: -float(graph.duration[g[0]])):
         if deadline.expired():
             break
-        trial = _lowered(graph, saved | {v}, segments, transient, best[3])
+        if held.cannot_fit(group, again - saved):
+            continue
+        trial = _lowered(graph, saved.union(group), segments, transient, best[3])
         if trial[1] <= budget and trial[0] < best[0]:
-            saved.add(v)
+            saved.update(group)
             best = trial
+            held = _Held(graph, trial[2], budget)
     return best
+
+
+class _Held:
+    """What a lowered plan's steps say about saving one of the values it recomputes, without lowering
+    the plan that saves it.
+
+    Up to the recomputations that end with a value v's first one, the plan that saves v makes the same
+    computations in the same order (nothing before needed v) and holds v besides; frees may come sooner
+    only for values whose last reader was a recomputation v's no longer needs (its inputs, through the
+    recomputed values it reads).
+    So when v's memory, less those values', does not fit beside the largest step between v's free after
+    its forward use and its first recomputation, the plan that saves v goes over the budget.
+    """
+
+    def __init__(self, graph: Graph, schedule: Schedule, budget: Number) -> None:
+        self.graph = graph
+        sim = simulate(graph, schedule)
+        nodes = schedule.nodes.tolist()
+        is_compute = (schedule.kinds == COMPUTE).tolist()
+        step = np.where(schedule.kinds == COMPUTE, sim.step_memory, -np.inf).astype(np.float64)
+        self.room = np.full(graph.n, np.inf)  # budget less the largest step while v would be held
+        self.held_from = np.full(graph.n, -1, dtype=np.int64)  # v's free after its forward use, if recomputed
+        # For each free step, the last compute before it (its node's last reader) and whether that compute
+        # was a recomputation.
+        self.frees: dict[int, list[int]] = {}
+        self.reader: dict[int, tuple[int, bool]] = {}
+        first_free: dict[int, int] = {}
+        computed: set[int] = set()
+        last, last_again = -1, False
+        run = 0  # where the recomputations (and frees) right before this step began
+        for k, (v, compute) in enumerate(zip(nodes, is_compute)):
+            if compute:
+                last, last_again = v, v in computed
+                if not last_again:
+                    run = k + 1
+                elif self.held_from[v] < 0 and v in first_free:
+                    self.held_from[v] = first_free[v]
+                    # Up to the recomputations v's first one ends: those may be v's inputs, not needed when
+                    # v is held.
+                    window = step[first_free[v] + 1:run]
+                    self.room[v] = float(budget) - (window.max() if len(window) else -np.inf)
+                computed.add(v)
+            else:
+                first_free.setdefault(v, k)
+                self.frees.setdefault(v, []).append(k)
+                self.reader[k] = (last, last_again)
+
+    def cannot_fit(self, group: list[int], recomputed: set[int]) -> bool:
+        """Whether saving the values of ``group`` surely goes over the budget.
+
+        Parameters
+        ----------
+        group : list of int
+            Values the plan recomputes, to be saved together.
+        recomputed : set of int
+            Every value the plan recomputes.
+
+        Returns
+        -------
+        bool
+            True when one of them cannot be held up to its first recomputation.
+        """
+        released = sum(self._releasable(v, recomputed) for v in group)
+        return any(self.graph.memory[v] - released > self.room[v] for v in group)
+
+    def _releasable(self, v: int, recomputed: set[int]) -> float:
+        """The memory of the values whose last reader is a recomputation saving ``v`` may make unneeded:
+        the inputs of v's recomputation, through the recomputed values it reads."""
+        at = int(self.held_from[v])
+        if at < 0:
+            return 0.0
+        closure, stack, boundary = {v}, [v], list[int]()
+        while stack:
+            for u in self.graph.inputs[stack.pop()]:
+                if u in closure:
+                    continue
+                closure.add(u)
+                (stack if u in recomputed else boundary).append(u)
+        released = 0.0
+        for u in boundary:
+            later = [k for k in self.frees.get(u, ()) if k > at]
+            if later:
+                reader, again = self.reader[later[0]]
+                if again and reader in closure:
+                    released += float(self.graph.memory[u])
+        return released

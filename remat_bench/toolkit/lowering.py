@@ -23,6 +23,7 @@ its last use before it is computed again.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -114,6 +115,29 @@ def plan_from_checkpoints(graph: Graph, checkpoints: Iterable[int]) -> Plan:
     return Plan(kept, tuple(segments))
 
 
+@functools.lru_cache(maxsize=8)
+def _shape(graph: Graph) -> tuple[list[int], list[int], np.ndarray, np.ndarray]:
+    """What every lowering of ``graph`` reads, computed once per graph (a planner's search lowers
+    hundreds of plans of one graph): its forward and backward nodes, the backward position of each
+    value's last backward reader (-1: none), and the values held whatever the plan (the forward sinks,
+    which the loss reads at once, and every backward value). Raises `LoweringError` as
+    `check_forward_then_backward` does."""
+    check_forward_then_backward(graph)
+    forward, backward = graph.forward_indices, graph.backward_indices
+    last_backward_use = np.full(graph.n, -1, dtype=np.int64)
+    for pos, b in enumerate(backward):
+        last_backward_use[list(graph.inputs[b])] = pos
+    held = np.zeros(graph.n, dtype=bool)
+    fwd_cons = forward_consumers(graph)
+    for v in forward:
+        if not fwd_cons[v]:
+            held[v] = True
+    held[backward] = True
+    last_backward_use.flags.writeable = False
+    held.flags.writeable = False
+    return forward, backward, last_backward_use, held
+
+
 def lower_plan(graph: Graph, plan: Plan, transient: bool = False) -> Schedule:
     """The full training schedule of docs/design.md section 6 for ``plan`` (``transient``: above).
 
@@ -135,9 +159,7 @@ def lower_plan(graph: Graph, plan: Plan, transient: bool = False) -> Schedule:
     LoweringError
         A forward node reads a backward value, or the plan's segments miss a forward node.
     """
-    check_forward_then_backward(graph)
-    forward = graph.forward_indices
-    backward = graph.backward_indices
+    forward, backward, last_backward_use, sinks = _shape(graph)
     segment_of = np.full(graph.n, -1, dtype=np.int64)
     for s, segment in enumerate(plan.segments):
         segment_of[list(segment)] = s
@@ -145,24 +167,18 @@ def lower_plan(graph: Graph, plan: Plan, transient: bool = False) -> Schedule:
         missing = graph.ids[forward[int(np.argmax(segment_of[forward] < 0))]]
         raise LoweringError(f"the plan's segments do not cover forward node '{missing}'")
 
-    # Position (in backward order) of the last backward node that reads each value.
-    last_backward_use = np.full(graph.n, -1, dtype=np.int64)
-    for pos, b in enumerate(backward):
-        last_backward_use[list(graph.inputs[b])] = pos
-
-    live = np.zeros(graph.n, dtype=bool)
-    live[list(plan.kept)] = True
-    fwd_cons = forward_consumers(graph)
-    for v in forward:
-        if not fwd_cons[v]:
-            live[v] = True  # forward sinks: the loss reads them right away
-    live[backward] = True  # backward values are computed once, in order, and held until used
+    # Python lists: the loops below read them one item at a time.
+    live = sinks.tolist()  # forward sinks (the loss reads them right away) and backward values
+    for v in plan.kept:
+        live[v] = True
+    last_use = last_backward_use.tolist()
+    segment_at = segment_of.tolist()
 
     computes: list[int] = list(forward)
     inputs = graph.inputs
 
     def recompute_segment(segment: Sequence[int], pos: int) -> list[int]:
-        wanted = [x for x in segment if not live[x] and last_backward_use[x] >= pos]
+        wanted = [x for x in segment if not live[x] and last_use[x] >= pos]
         closure: set[int] = set()
         stack = list(wanted)
         while stack:
@@ -180,10 +196,11 @@ def lower_plan(graph: Graph, plan: Plan, transient: bool = False) -> Schedule:
         recomputed: list[int] = []
         for u in inputs[b]:
             if not live[u]:
-                recomputed += recompute_segment(plan.segments[segment_of[u]], pos)
+                recomputed += recompute_segment(plan.segments[segment_at[u]], pos)
         computes.append(b)
         if transient:  # freed after b (place_frees frees each at its last use before it is computed again)
-            live[recomputed] = False
+            for x in recomputed:
+                live[x] = False
     nodes = np.asarray(computes, dtype=np.int64)
     return place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64))
 

@@ -10,10 +10,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remat_bench.core.budget import memory_floor
-from remat_bench.core.graph import Graph, Node
+from remat_bench.core.graph import Graph, Node, load_graph
 from remat_bench.core.simulate import baseline, simulate
-from remat_bench.methods.knapsack import Knapsack, activations, knapsack_dp, knapsack_greedy
+from remat_bench.generators.architectures import resnet50, transformer
+from remat_bench.methods.knapsack import (
+    Knapsack,
+    _forward_fits,
+    _Held,
+    _lowered,
+    activations,
+    knapsack_dp,
+    knapsack_greedy,
+)
 from tests.bruteforce import any_order_optimum
+from tests.helpers import SHIPPED
 
 
 @settings(max_examples=80, deadline=None)
@@ -113,3 +123,102 @@ def test_a_search_cut_short_says_the_time_ran_out_not_that_no_capacity_fits():
     messages = {method.solve(g, b, 10, **method.parse_params({})).message
                 for b in range(memory_floor(g).amount, baseline(g).peak + 1)}
     assert "no knapsack capacity gives a schedule within the budget, even saving nothing" in messages
+
+
+# ---------------------------------------------------------------- the search, and what makes it fast
+
+def walk(graph: Graph, budget, transient: bool):
+    """The search as it was written first, one lowering per value: drop by memory per unit of duration until
+    the plan fits, then save again each recomputed value, costliest first, while it fits and is faster."""
+    segments = tuple((int(v),) for v in graph.forward_indices)
+    order = sorted(graph.forward_indices, key=lambda v: -float(graph.memory[v]) / (float(graph.duration[v]) + 1.0))
+    saved = set(order)
+    current = _lowered(graph, saved, segments, transient)
+    for v in order:
+        if current[1] <= budget:
+            break
+        saved.discard(v)
+        current = _lowered(graph, saved, segments, transient)
+    if current[1] > budget:
+        return None
+    counts = np.bincount(current[2].nodes[current[2].kinds == 0], minlength=graph.n)
+    recomputed = [v for v in graph.forward_indices if counts[v] > 1]
+    saved = set(graph.forward_indices) - set(recomputed)
+    for v in sorted(recomputed, key=lambda v: -float(graph.duration[v])):
+        trial = _lowered(graph, saved | {v}, segments, transient)
+        if trial[1] <= budget and trial[0] < current[0]:
+            saved.add(v)
+            current = trial
+    return current
+
+
+# Small enough for a walk of one lowering per value: two generated graphs with activations well above
+# the parameters (their memory floors are at 0.24 and 0.46 of the baseline peak), and two PyTorch
+# imports, whose backward nodes read fewer forward values than the generated ones (a value may be held
+# only for another's recomputation).
+SEARCH_GRAPHS = {
+    "transformer-4": transformer(layers=4, width=32, seq=128, batch=4, heads=2, vocab=32),
+    "resnet18": resnet50(batch=32, resolution=128, depth=18, classes=10),
+    "torch-gpt-b8": load_graph(SHIPPED / "torch-gpt-b8.json"),
+    "torch-unet-b4": load_graph(SHIPPED / "torch-unet-b4.json"),
+}
+SEARCH_BUDGETS = {"transformer-4": (0.8, 0.6, 0.45, 0.3), "resnet18": (0.9, 0.7, 0.6, 0.5),
+                  "torch-gpt-b8": (0.8, 0.6, 0.5, 0.45), "torch-unet-b4": (0.8, 0.6, 0.4, 0.3)}
+
+
+@pytest.mark.parametrize(("name", "fraction"), [(n, f) for n in sorted(SEARCH_GRAPHS) for f in SEARCH_BUDGETS[n]])
+def test_the_search_finds_what_the_walk_finds_value_by_value(name, fraction):
+    g = SEARCH_GRAPHS[name]
+    budget = int(fraction * baseline(g).peak)
+    if budget < memory_floor(g).amount:
+        pytest.fail(f"{name} at {fraction} is below its floor: the case tests nothing")
+    reference = [w for w in (walk(g, budget, False), walk(g, budget, True)) if w is not None]
+    assert reference, f"{name} at {fraction}: the walk finds no plan, pick a looser budget"
+    want = min(w[0] for w in reference)
+    method = Knapsack()
+    for blocks in (False, True):
+        r = method.solve(g, budget, 60, **method.parse_params({"solver": "search", "blocks": blocks}))
+        sim = simulate(g, r.schedule)
+        assert sim.valid and sim.peak <= budget
+        assert sim.duration == want, (blocks, sim.duration, want)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), name=st.sampled_from(sorted(SEARCH_GRAPHS)), transient=st.booleans())
+def test_a_value_ruled_out_without_lowering_never_fits_when_saved(data, name, transient):
+    g = SEARCH_GRAPHS[name]
+    forward = list(g.forward_indices)
+    segments = tuple((v,) for v in forward)
+    keep = data.draw(st.lists(st.booleans(), min_size=len(forward), max_size=len(forward)))
+    saved = {v for v, k in zip(forward, keep) if k}
+    _, peak, schedule, _, _ = _lowered(g, saved, segments, transient)
+    # Budgets at and a little above the plan's peak: where saving one more value may or may not fit.
+    budget = int(peak) + data.draw(st.integers(0, int(g.memory.max())))
+    counts = np.bincount(schedule.nodes[schedule.kinds == 0], minlength=g.n)
+    again = {v for v in forward if counts[v] > 1}
+    held = _Held(g, schedule, budget)
+    ruled_out = 0
+    for v in sorted(again):
+        if held.cannot_fit([v], again):
+            ruled_out += 1
+            assert _lowered(g, saved | {v}, segments, transient)[1] > budget, g.ids[v]
+
+
+def test_the_forward_pass_alone_says_how_many_drops_cannot_fit():
+    g = SEARCH_GRAPHS["transformer-4"]
+    segments = tuple((v,) for v in g.forward_indices)
+    order = sorted(g.forward_indices, key=lambda v: -float(g.memory[v]) / (float(g.duration[v]) + 1.0))
+    full = _lowered(g, set(order), segments, False)
+    for fraction in (0.9, 0.7, 0.5):
+        budget = int(fraction * full[1])
+        k = _forward_fits(g, full[2], [[v] for v in order], budget)
+        # No fewer drops fit, and the forward pass after k drops is within the budget.
+        for fewer in (k - 1, k - 2):
+            if fewer >= 0:
+                assert _lowered(g, set(order[fewer:]), segments, False)[1] > budget
+        schedule = _lowered(g, set(order[k:]), segments, False)[2]
+        sim = simulate(g, schedule)
+        computes = np.flatnonzero(schedule.kinds == 0)
+        first_backward = computes[np.argmin(g.is_forward[schedule.nodes[computes]])]
+        forward_steps = computes[computes < first_backward]
+        assert sim.step_memory[forward_steps].max() <= budget
