@@ -32,6 +32,7 @@ always simulated: the knapsack's own memory model is not trusted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -156,6 +157,8 @@ class Knapsack(Method):
               "pass reads", choices=("forward", "activations")),
         Param("lowering", str, "best", "hold: a recomputed value stays until its last use; transient: freed "
               "after each use; best: both, the fastest that fits", choices=tuple(LOWERINGS)),
+        Param("exchange", bool, True, "search: then save one more value at a time and drop the cheapest saved "
+              "values that free its memory at the peak, while that is faster"),
         Param("blocks", bool, True, "search: decide one place in every repeated block at once (the graph's "
               "identical layers, found from its structure), then value by value"),
     )
@@ -200,6 +203,9 @@ class Knapsack(Method):
                 best = found
                 if self.context.report(found[2]):
                     break
+        if best is not None and params["solver"] == "search" and params["exchange"] and budget is not None \
+                and not deadline.expired():
+            best = _exchange(graph, budget, best, segments, deadline, self.context.report)
         if best is None:
             why = ("the time limit ran out before a knapsack capacity tried gave a schedule within the budget"
                    if deadline.expired() else
@@ -443,3 +449,108 @@ class _Held:
                 if again and reader in closure:
                     released += float(self.graph.memory[u])
         return released
+
+
+# The exchange's repairs: at most this many rounds of drops after saving one more value.
+REPAIR_ROUNDS = 4
+
+
+def _exchange(graph: Graph, budget: Number, found: Found, segments: tuple[tuple[int, ...], ...],
+              deadline: Deadline, report: Callable[[Schedule], bool]) -> Found:
+    """Save one more recomputed value, costliest first, and repair: drop the cheapest set of saved values
+    that frees what the plan now needs at its peak; keep the trade when the plan fits and is faster.
+
+    Dropping values one by one, as the walk does, cannot make such a trade: on a ViT at half its peak
+    the fastest plan recomputes one block's attention projection (and the values computed from it) to
+    keep one more MLP activation, three values for one. Each repair round lowers the plan, takes the
+    values it holds at its peak step, and drops a least-cost set of them (`_drop_chains`) whose memory
+    covers the excess; the peak may move, so up to `REPAIR_ROUNDS` rounds. The values are tried in a
+    cycle, each improvement starting the next from where it was, until a whole cycle gives nothing or
+    the time runs out.
+    """
+    best = found
+    transient = found[4]
+    forward = np.asarray(graph.forward_indices, dtype=np.int64)
+    tried_since = 0  # values tried since the last improvement
+    position = 0
+    while not deadline.expired():
+        counts = np.bincount(best[2].nodes[best[2].kinds == COMPUTE], minlength=graph.n)
+        recomputed = sorted(forward[counts[forward] > 1].tolist(), key=lambda v: -float(graph.duration[v]))
+        if not recomputed or tried_since >= len(recomputed):
+            break
+        saved = set(forward.tolist()) - set(recomputed)
+        x = recomputed[position % len(recomputed)]
+        position += 1
+        tried_since += 1
+        trial_saved = saved | {x}
+        trial = _lowered(graph, trial_saved, segments, transient, best[3])
+        for _ in range(REPAIR_ROUNDS):
+            if trial[1] <= budget or trial[0] >= best[0] or deadline.expired():
+                break
+            drop = _drop_chains(graph, trial[2], trial_saved - {x}, trial[1] - budget)
+            if not drop:
+                break
+            trial_saved -= drop
+            trial = _lowered(graph, trial_saved, segments, transient, best[3])
+        if trial[1] <= budget and trial[0] < best[0]:
+            best = trial
+            tried_since, position = 0, 0
+            if report(best[2]):
+                break
+    return best
+
+
+def _drop_chains(graph: Graph, schedule: Schedule, saved: set[int], excess: Number) -> set[int]:
+    """A least-cost set of saved values whose drop frees ``excess`` memory at ``schedule``'s peak step.
+
+    A saved value resident at the peak is dropped with the saved values held only to compute it again
+    (its inputs whose every reader is dropped with it or recomputed anyway: a lowered plan holds a saved
+    value until its last reader, so dropping a value alone would hold its input instead). Each such chain
+    weighs its members' memory resident at the peak and costs their durations; the cheapest chains
+    covering ``excess`` are a 0/1 knapsack over what is kept (`knapsack_dp`).
+
+    Parameters
+    ----------
+    graph : Graph
+    schedule : Schedule
+        A lowered plan over the budget.
+    saved : set of int
+        Its saved values that may be dropped.
+    excess : Number
+        How far its peak is above the budget.
+
+    Returns
+    -------
+    set of int
+        The values to drop; empty when the resident saved values cannot cover ``excess``.
+    """
+    sim = simulate(graph, schedule)
+    resident = np.zeros(graph.n, dtype=bool)
+    upto = sim.peak_step + 1
+    last = np.full(graph.n, -1, dtype=np.int64)
+    last[schedule.nodes[:upto]] = np.arange(upto)  # the last event of each node up to the peak
+    seen = last >= 0
+    resident[seen] = schedule.kinds[last[seen]] == COMPUTE
+    chains = [_chain(graph, y, saved) for y in sorted(saved) if resident[y]]
+    if not chains:
+        return set()
+    weight = np.array([sum(float(graph.memory[v]) for v in c if resident[v]) for c in chains])
+    cost = np.array([sum(float(graph.duration[v]) for v in c) for c in chains])
+    room = float(weight.sum()) - float(excess)
+    if room < 0:
+        return set()
+    kept = knapsack_dp(weight, cost, room)
+    return set().union(*(chains[k] for k in np.flatnonzero(~kept)))
+
+
+def _chain(graph: Graph, y: int, saved: set[int]) -> set[int]:
+    """``y`` and the saved values held only to compute it (or other recomputed values) again."""
+    chain, stack = {y}, [y]
+    while stack:
+        for u in graph.inputs[stack.pop()]:
+            if u in chain or u not in saved or not graph.is_forward[u]:
+                continue
+            if all(w in chain or (graph.is_forward[w] and w not in saved) for w in graph.consumers[u]):
+                chain.add(u)
+                stack.append(u)
+    return chain
