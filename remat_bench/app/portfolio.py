@@ -8,12 +8,12 @@ have to run them all and pick.
 ``auto`` runs them as a portfolio, in three steps:
 
 1. **Fast members**, one after another: greedy, dtr, chen, fenghuang, twremat, knapsack (its
-   simulator-guided search), kusumoto, torch-budget (PyTorch's own partitioner, on a graph
-   imported from a model it can trace: at least ``TORCH_SHARE`` of the time left, in a child
-   process), and reorder (the best order without recomputation; skipped when the any-order
-   bound already proves that no order fits). Together they take at most ``fast_share`` of
-   the time; each gets an equal share of what is left of it, so the ones that end in
-   milliseconds hand their time on.
+   simulator-guided search), kusumoto, and reorder (the best order without recomputation;
+   skipped when the any-order bound already proves that no order fits). Together they take
+   at most ``fast_share`` of the time; each gets an equal share of what is left of it, so
+   the ones that end in milliseconds hand their time on. Beside them from the start, in a
+   child process, torch-budget (PyTorch's own partitioner, on a graph imported from a model
+   it can trace), for the members' whole time (`_Beside`).
 2. **Exact members**: moccasin, checkmate, and monet on graphs with operator
    implementations (none when a fast member's schedule already meets the any-order
    bound: no schedule is faster). Each is offered every schedule of step 1 (`SolveContext.hints`): it
@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from remat_bench.app.evaluate import RunResult, applicable, evaluate, evaluate_in_child, judge_schedule
-from remat_bench.core.budget import budget_of
+from remat_bench.core.budget import budget_of, parse_size
 from remat_bench.core.control import Deadline, interrupted
 from remat_bench.core.errors import MethodError
 from remat_bench.core.graph import Graph, Number
@@ -75,10 +75,6 @@ MEMBER_PARAMS: dict[str, dict[str, Any]] = {"knapsack": {"solver": "search"}}
 EXACT = ("moccasin", "checkmate", "monet")
 # The share of the time limit reorder may take at most: its answer only matters when an order fits.
 REORDER_SHARE = 0.1
-# The share of the time left torch-budget may take at least, whatever the fast stage has left: PyTorch's
-# own planner (on graphs imported from a model it can trace) is the answer users already have, and its
-# trace and knob search take seconds. It runs in a child process, stopped past its time.
-TORCH_SHARE = 0.3
 
 
 def _members(text: str) -> tuple[str, ...]:
@@ -94,6 +90,17 @@ def _members(text: str) -> tuple[str, ...]:
     for name in names:
         get_method(name)  # an unknown name: one sentence, with a suggestion
     return names
+
+
+def _model_memory(text: str) -> int | None:
+    """auto's ``model_memory``: bytes, or None for ``none`` (the machine's limit alone)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return parse_size(text)
+    except ValueError:
+        raise MethodError(f"parameter 'model_memory' of method 'auto' must be a size such as 2GiB or 500MB, or "
+                          f"none, got {text!r}") from None
 
 
 @dataclass
@@ -177,16 +184,23 @@ class Auto(Method):
               minimum=0.01, maximum=1),
         Param("polish", float, 0.1, "share of the time limit kept for undoing recomputations of the best "
               "schedules and reordering to fit (0: none)", minimum=0, maximum=0.9),
+        Param("model_memory", str, "2GiB", "largest solver model an exact member may build, by its estimate "
+              "(checkmate's and monet's MILPs grow with the square of the nodes); none: the machine's limit",
+              check=_model_memory),
     )
 
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
               **params: Any) -> MethodResult:
         clock = _Clock(time_limit, params["polish"])
-        self.goals = self._goals(graph, budget)
+        self.goals = dataclasses.replace(self._goals(graph, budget), model_memory=_model_memory(params["model_memory"]))
         members: list[Member] = []
         hints: list[tuple[str, Schedule]] = []
         fast, exact = self._plan(graph, budget, _members(params["members"]), members)
+        beside = _Beside(self, graph, budget, clock.members, members) if "torch-budget" in fast else None
+        fast = [name for name in fast if name != "torch-budget"]
         self._run_fast(graph, budget, fast, clock.members, params["fast_share"] if exact else 1.0, members, hints)
+        if beside is not None:
+            beside.collect(members, hints)  # in time for the exact members when it has ended
         if exact and not any(m.schedule is not None for m in members):
             # Nothing to polish yet: the exact members take the polish's share too (what they find
             # first matters more than a polish that may get no time).
@@ -197,6 +211,8 @@ class Auto(Method):
         elif exact and not clock.members.expired():
             jobs = params["jobs"] or min(os.cpu_count() or 1, len(exact))
             self._run_exact(graph, budget, exact, clock.members, min(jobs, len(exact)), members, hints)
+        if beside is not None:
+            beside.collect(members, hints, wait=True)
         if clock.keep > 0:
             self._polish(graph, budget, members, clock.polish())
         return self._answer(graph, budget, members, clock.whole)
@@ -250,13 +266,7 @@ class Auto(Method):
             limit = None if left is None else max(0.05, left / (len(runnable) - k))
             if name == "reorder" and limit is not None and remaining is not None:
                 limit = min(limit, REORDER_SHARE * remaining)
-            alone = None
-            if name == "torch-budget":
-                now = deadline.remaining()
-                if limit is not None and now is not None:
-                    limit = min(now, max(limit, TORCH_SHARE * now))
-                alone = _never  # a trace cannot be interrupted: a child, stopped past its time
-            member = self._evaluated(graph, budget, name, "fast", MEMBER_PARAMS.get(name, {}), limit, stop=alone)
+            member = self._evaluated(graph, budget, name, "fast", MEMBER_PARAMS.get(name, {}), limit)
             members.append(member)
             if member.schedule is not None:
                 hints.append((name, member.schedule))
@@ -416,11 +426,6 @@ class Auto(Method):
         return self.context.bounds.get(graph, budget, effort=3.0)[0]
 
 
-def _never() -> str:
-    """A child's stop reason that never comes: it is stopped only past its time (or on Ctrl-C)."""
-    return ""
-
-
 def _declared(name: str, params: dict[str, Any]) -> dict[str, Any]:
     """The parameters of ``params`` that method ``name`` declares (`threads` is offered to every exact member)."""
     declared = {p.name for p in get_method(name).params}
@@ -457,6 +462,58 @@ def _exact_params(graph: Graph, name: str, members: list[Member]) -> dict[str, A
     if reorder is None or reorder.peak is None or reorder.peak >= baseline(graph).peak:
         return {}
     return {"order": "free"}
+
+
+class _Beside:
+    """torch-budget, run beside the other members from the start of the run: PyTorch's partitioner traces the
+    model and searches its knob for seconds to minutes, which in the fast stage's turn would take the time
+    the other members need (on a 10 s limit it took 7 s and ended with nothing). It runs in a child process
+    (a trace cannot be interrupted) on the members' whole time, stopped when their time is up or another
+    member's schedule meets the run's goal; its schedule joins the hints when it has ended before the exact
+    members start, and the answer in any case."""
+
+    def __init__(self, auto: Auto, graph: Graph, budget: Number | None, deadline: Deadline,
+                 members: list[Member]) -> None:
+        self.member: Member | None = None
+        self.taken = False
+
+        def stop() -> str:
+            if deadline.expired():
+                return "stopped: the members' time ran out"
+            reached = auto._reached(budget, members)
+            return f"stopped: {reached}'s schedule is proven optimal" if reached else ""
+
+        def run() -> None:
+            member = auto._evaluated(graph, budget, "torch-budget", "fast", MEMBER_PARAMS.get("torch-budget", {}),
+                                     deadline.remaining(), stop=stop)
+            if member.status is Status.ERROR and member.message == "stopped: the members' time ran out":
+                # Stopped at the time it was given, as a member cut short by its own limit is.
+                member.status, member.termination = Status.NO_SOLUTION, Termination.TIME_LIMIT
+            elif member.status is Status.ERROR and member.message.startswith("stopped: "):
+                member.status = None  # stopped for another member's proven schedule: not run to its end
+            self.member = member
+
+        self.thread = threading.Thread(target=run, name="auto-torch-budget", daemon=True)
+        self.thread.start()
+
+    def collect(self, members: list[Member], hints: list[tuple[str, Schedule]], wait: bool = False) -> None:
+        """Add the member's result to ``members`` (and its schedule to ``hints``) once it has ended.
+
+        Parameters
+        ----------
+        members : list of Member
+        hints : list of (str, Schedule)
+        wait : bool
+            Wait for it to end (it is stopped at the members' time limit at the latest).
+        """
+        if wait:
+            self.thread.join()
+        if self.taken or self.thread.is_alive() or self.member is None:
+            return
+        self.taken = True
+        members.append(self.member)
+        if self.member.schedule is not None:
+            hints.append(("torch-budget", self.member.schedule))
 
 
 class _Proven:

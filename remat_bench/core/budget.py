@@ -6,6 +6,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -346,3 +347,35 @@ def budget_of(amount: Number | None, graph: Graph) -> Budget:
         return _checked(Budget(None, None, "min"), graph)
     peak = baseline(graph).peak
     return _checked(Budget(amount, float(amount / peak) if peak else None, str(amount)), graph)
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: Any) -> int:
+    """``4GiB``, ``500MB``, ``2e9`` -> bytes; raises ValueError.
+
+    Parameters
+    ----------
+    text : Any
+        A positive number, optionally followed by a unit (B, kB, MB, GB, TB, KiB, MiB, GiB, TiB; any case).
+
+    Returns
+    -------
+    int
+        The size in bytes, rounded down.
+
+    Raises
+    ------
+    ValueError
+        Text that is not such a size, or a size that is not positive.
+    """
+    match = _SIZE.match(str(text))
+    if not match or match.group(2).lower() not in _SIZE_UNITS:
+        raise ValueError(text)
+    value = float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+    if value <= 0:
+        raise ValueError(text)
+    return int(value)

@@ -160,6 +160,10 @@ class SolveContext:
     (`stop_duration`) or of its own solver's bound (CP-SAT's ``absolute_gap_limit``, HiGHS's
     ``mip_abs_gap``). A schedule is proven optimal only where it meets ``duration_goal`` itself.
 
+    ``model_memory`` is the most memory, in bytes, a solver's model may take by its estimate (None: no
+    cap beyond the machine's, `remat_bench.toolkit.milp.refuse_too_large`); a larger model is refused
+    before it is built. ``auto`` sets it for its members (its ``model_memory`` parameter).
+
     ``progress`` receives the run's progress (`remat_bench.core.progress`): a method offers each
     improving schedule it holds, as it finds it, with its own bound (`report`); the evaluation
     path sets it to the run's recorder, which scores them with the simulator. None (a method called
@@ -178,6 +182,7 @@ class SolveContext:
     gap: Number = 0
     progress: ProgressSink | None = None
     watch: Watcher | None = None
+    model_memory: int | None = None
 
     @property
     def stop_duration(self) -> Number | None:

@@ -102,7 +102,7 @@ class Checkmate(Method):
             return least_peak_by_bisection(
                 graph, lambda b, t: self.solve(graph, b, t, **{**params, "keep_best": False}), deadline,
                 peak_goal=self.context.peak_goal)
-        stats = check_fits(graph.n, graph.num_edges, "Checkmate")
+        stats = check_fits(graph.n, graph.num_edges, "Checkmate", self.context.model_memory)
         if (short := too_short(stats, deadline)) is not None:
             return short
         cm = CheckmateModel.build(graph, budget)

@@ -292,7 +292,7 @@ class CheckmateLP(Method):
             # The least budget at which the rounding finds a schedule, by bisection on the budget.
             return least_peak_by_bisection(
                 graph, lambda b, t: self.solve(graph, b, t, **params), deadline, peak_goal=self.context.peak_goal)
-        stats = check_fits(graph.n, graph.num_edges, "Checkmate LP")
+        stats = check_fits(graph.n, graph.num_edges, "Checkmate LP", self.context.model_memory)
         if (short := too_short(stats, deadline)) is not None:
             return short
         schedule, raw, lower, why, termination = lp_rounding(

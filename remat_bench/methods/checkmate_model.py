@@ -64,7 +64,7 @@ def estimate_size(n: int, edges: int, consumers_total: int) -> tuple[int, int, i
     return cols, rows, nnz
 
 
-def check_fits(n: int, edges: int, what: str) -> dict[str, Any]:
+def check_fits(n: int, edges: int, what: str, cap: int | None = None) -> dict[str, Any]:
     """Refuse a model that would not fit in memory, naming the estimate.
 
     Parameters
@@ -75,6 +75,8 @@ def check_fits(n: int, edges: int, what: str) -> dict[str, Any]:
         Edges of the graph.
     what : str
         The model's name in the error ("Checkmate", "Checkmate LP").
+    cap : int or None
+        The most memory the run lets a model take, in bytes (None: the machine's limit alone).
 
     Returns
     -------
@@ -84,14 +86,14 @@ def check_fits(n: int, edges: int, what: str) -> dict[str, Any]:
     Raises
     ------
     ModelTooLargeError
-        The model would need more than 60% of the memory available now.
+        The model would need more than 60% of the memory available now, or more than ``cap``.
     """
     cols, rows, nnz = estimate_size(n, edges, edges)
     # numpy COO blocks, the CSR copy, and HiGHS's own row- and column-wise copies.
     need = nnz * 60 + cols * 80 + rows * 40
     refuse_too_large(need, f"the {what} model of this graph ({n} nodes, {edges} edges) would have about "
                            f"{cols:,} variables and {nnz:,} nonzeros",
-                     "; use a method that scales (moccasin, twremat, greedy)")
+                     "; use a method that scales (moccasin, twremat, greedy)", cap)
     return {"est_columns": cols, "est_rows": rows, "est_nonzeros": nnz, "est_bytes": need}
 
 

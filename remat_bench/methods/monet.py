@@ -275,12 +275,14 @@ def model_size(st: Stages, exact: bool = True) -> dict[str, int]:
     return {"est_columns": cols, "est_rows": rows, "est_nonzeros": nnz}
 
 
-def check_fits(st: Stages) -> dict[str, Any]:
+def check_fits(st: Stages, cap: int | None = None) -> dict[str, Any]:
     """Refuse a model that would not fit in memory, naming the estimate.
 
     Parameters
     ----------
     st : Stages
+    cap : int or None
+        The most memory the run lets a model take, in bytes (None: the machine's limit alone).
 
     Returns
     -------
@@ -291,7 +293,8 @@ def check_fits(st: Stages) -> dict[str, Any]:
     Raises
     ------
     ModelTooLargeError
-        It would take more than 60% of the memory available (`remat_bench.toolkit.milp.refuse_too_large`).
+        It would take more than 60% of the memory available (`remat_bench.toolkit.milp.refuse_too_large`),
+        or more than ``cap``.
     """
     avail = available_memory_bytes()
 
@@ -305,7 +308,7 @@ def check_fits(st: Stages) -> dict[str, Any]:
     need = need_of(size)
     refuse_too_large(need, f"the MONeT model of this graph ({st.F} forward and {st.K} backward nodes) "
                            f"would have {'about' if exact else 'at least'} {size['est_columns']:,} "
-                           f"variables and {size['est_nonzeros']:,} nonzeros")
+                           f"variables and {size['est_nonzeros']:,} nonzeros", cap=cap)
     return {**size, "est_bytes": need}
 
 
@@ -1246,7 +1249,7 @@ class Monet(Method):
         deadline = Deadline(time_limit)
         parse_backend(params["backend"])
         st = Stages.of(graph)
-        stats: dict[str, Any] = check_fits(st)
+        stats: dict[str, Any] = check_fits(st, self.context.model_memory)
         if budget is None:
             return self._least_peak(st, deadline, params, stats)
         hints = self.context.hints

@@ -306,9 +306,10 @@ def model_stats(built: BuiltModel) -> dict[str, Any]:
     }
 
 
-def refuse_too_large(need: int, describe: str, advice: str = "") -> None:
+def refuse_too_large(need: int, describe: str, advice: str = "", cap: int | None = None) -> None:
     """Raise `ModelTooLargeError` when a model needing about ``need`` bytes would take more than 60% of
-    the memory available now (unknown memory refuses nothing). ``describe`` says what the model is.
+    the memory available now (unknown memory refuses nothing), or more than ``cap``. ``describe`` says
+    what the model is.
 
     Parameters
     ----------
@@ -318,12 +319,17 @@ def refuse_too_large(need: int, describe: str, advice: str = "") -> None:
         What the model is, the start of the error's sentence.
     advice : str
         Appended to the sentence (e.g. what to do instead); empty for none.
+    cap : int or None
+        The most the caller lets a model take, in bytes (`remat_bench.methods.base.SolveContext.model_memory`).
 
     Raises
     ------
     ModelTooLargeError
-        ``need`` is more than 60% of the available memory.
+        ``need`` is more than 60% of the available memory, or more than ``cap``.
     """
+    if cap is not None and need > cap:
+        raise ModelTooLargeError(f"{describe}, needing about {need / 2**30:.1f} GiB, more than the "
+                                 f"{cap / 2**30:.1f} GiB a model may take in this run{advice}")
     avail = available_memory_bytes()
     if avail is not None and need > 0.6 * avail:
         raise ModelTooLargeError(f"{describe}, needing about {need / 2**30:.1f} GiB, more than the "

@@ -213,7 +213,7 @@ def test_auto_is_registered_and_listed_with_its_parameters():
     from remat_bench.app.catalog import solver_names as method_names
 
     assert "auto" in method_names() and get_method("auto") is Auto
-    assert {p.name for p in Auto.params} == {"members", "jobs", "fast_share", "polish"}
+    assert {p.name for p in Auto.params} == {"members", "jobs", "fast_share", "polish", "model_memory"}
 
 
 def test_a_tiny_graph_with_one_node():
@@ -342,8 +342,9 @@ def test_a_member_s_status_is_the_status_of_its_run_and_not_run_is_said_so():
 
 
 def test_torch_budget_is_a_member_on_a_graph_imported_from_pytorch_and_says_why_not_elsewhere():
-    """Issue 33: PyTorch's own planner among the fast members, in a child process, its schedule offered to the
-    exact members; on a graph not imported from PyTorch it is recorded with the reason it does not apply."""
+    """Issue 33: PyTorch's own planner among the members, in a child process beside the others, its schedule
+    offered to the exact members when it ends first; on a graph not imported from PyTorch it is recorded with
+    the reason it does not apply."""
     from pathlib import Path
 
     from remat_bench.app import pipeline
@@ -353,8 +354,8 @@ def test_torch_budget_is_a_member_on_a_graph_imported_from_pytorch_and_says_why_
 
     shipped = Path(__file__).resolve().parents[2] / "graphs"
     gpt = load_graph(shipped / "torch-gpt-b8.json")  # PyTorch's partitioner fits it at 0.7
-    # Only it and moccasin: with every member, knapsack proves its schedule optimal first and the rest stop.
-    run = pipeline.run(gpt, "auto", "0.7", 30, {"jobs": 1, "members": "torch-budget,moccasin"}, bounds=BoundCache())
+    # Only it and greedy: with every member, knapsack proves its schedule optimal first and the rest stop.
+    run = pipeline.run(gpt, "auto", "0.7", 30, {"jobs": 1, "members": "torch-budget,greedy"}, bounds=BoundCache())
     member = next(m for m in run.stats["members"] if m["method"] == "torch-budget")
     assert member["status"] in ("feasible", "optimal"), member
     alone = pipeline.run(gpt, "torch-budget", "0.7", 30, bounds=BoundCache())
@@ -364,3 +365,55 @@ def test_torch_budget_is_a_member_on_a_graph_imported_from_pytorch_and_says_why_
     other = pipeline.run(chain, "auto", "0.8", 10, {"jobs": 1}, bounds=BoundCache())
     refused = next(m for m in other.stats["members"] if m["method"] == "torch-budget")
     assert refused["status"] == "unsupported" and "was not imported from PyTorch" in refused["message"]
+
+
+def test_torch_budget_beside_the_others_is_stopped_when_the_members_time_is_up(monkeypatch):
+    """torch-budget runs beside the other members from the start; one that has not ended when the members'
+    time is up is stopped there and recorded as cut short by the time limit, without holding the answer."""
+    import time
+    from pathlib import Path
+
+    from remat_bench.app import pipeline
+    from remat_bench.core.graph import load_graph
+    from remat_bench.methods.torch_budget import TorchBudget
+    from remat_bench.toolkit.bound_cache import BoundCache
+    from tests.needs_torch import torch  # noqa: F401
+
+    def endless(self, graph, budget, time_limit, **params):
+        time.sleep(3600)
+
+    monkeypatch.setattr(TorchBudget, "solve", endless)
+    gpt = load_graph(Path(__file__).resolve().parents[2] / "graphs" / "torch-gpt-b8.json")
+    start = time.perf_counter()
+    run = pipeline.run(gpt, "auto", "0.7", 6, {"jobs": 1, "members": "greedy,torch-budget"}, bounds=BoundCache())
+    assert time.perf_counter() - start < 6 + 5  # the members' time, the bound's and a child's start
+    member = next(m for m in run.stats["members"] if m["method"] == "torch-budget")
+    assert member["status"] == "no_solution" and member["termination"] == "time_limit", member
+    assert member["message"] == "stopped: the members' time ran out"
+    assert run.stats["winner"] == "greedy" and run.status.found_schedule
+
+
+def test_a_solver_model_above_the_memory_auto_allows_is_refused_and_said_so():
+    """Checkmate's MILP grows with the square of the nodes (12.8 GiB on a 3,486-node decoder): auto refuses a
+    member's model above ``model_memory`` before building it, and the member's message says why."""
+    from pathlib import Path
+
+    from remat_bench.app import pipeline
+    from remat_bench.core.graph import load_graph
+    from remat_bench.methods.checkmate_model import check_fits
+    from remat_bench.toolkit.bound_cache import BoundCache
+
+    g = load_graph(Path(__file__).resolve().parents[2] / "graphs" / "chain-16-train.json")
+    need = check_fits(g.n, g.num_edges, "Checkmate")["est_bytes"]
+    small = f"{need // 2}B"
+    run = pipeline.run(g, "auto", "0.5", 10, {"jobs": 1, "members": "checkmate", "model_memory": small},
+                       bounds=BoundCache())
+    member = next(m for m in run.stats["members"] if m["method"] == "checkmate")
+    assert member["status"] == "unsupported" and "a model may take in this run" in member["message"], member
+    assert member["termination"] == "resource_limit"
+    roomy = pipeline.run(g, "auto", "0.5", 10, {"jobs": 1, "members": "checkmate", "model_memory": "none"},
+                         bounds=BoundCache())
+    member = next(m for m in roomy.stats["members"] if m["method"] == "checkmate")
+    assert member["status"] in ("feasible", "optimal"), member
+    with pytest.raises(MethodError, match="must be a size such as 2GiB"):
+        Auto.parse_params({"model_memory": "lots"})

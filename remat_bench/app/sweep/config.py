@@ -64,7 +64,7 @@ import yaml
 from remat_bench.app import datasets
 from remat_bench.app.evaluate import PIPELINE_PARAMS, parse_method_params
 from remat_bench.app.graphs import graph_named
-from remat_bench.core.budget import format_amount, lowest_fraction, memory_floor, parse_budget
+from remat_bench.core.budget import format_amount, lowest_fraction, memory_floor, parse_budget, parse_size
 from remat_bench.core.errors import BudgetError, ConfigError, GraphError, MethodError, RematBenchError
 from remat_bench.core.files import safe_name
 from remat_bench.core.graph import Graph
@@ -95,9 +95,6 @@ MESSAGE_CHARS = 1000
 # is refused by name, rather than in PyYAML's four lines.
 _PLAIN_TAGS = {tag for tag in yaml.SafeLoader.yaml_constructors if tag is not None} | {"tag:yaml.org,2002:merge"}
 _YAML_TAG = "tag:yaml.org,2002:"
-_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 _VARIABLE = re.compile(r"\$(?:\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 
@@ -332,33 +329,6 @@ def floor_notes(config: SweepConfig) -> list[str]:
                          f"{'are' if several else 'is'} below its memory floor {floor}; those {doomed} runs will "
                          "answer infeasible")
     return notes
-
-
-def parse_size(text: Any) -> int:
-    """``4GiB``, ``500MB``, ``2e9`` -> bytes; raises ValueError.
-
-    Parameters
-    ----------
-    text : Any
-        A positive number, optionally followed by a unit (B, kB, MB, GB, TB, KiB, MiB, GiB, TiB; any case).
-
-    Returns
-    -------
-    int
-        The size in bytes, rounded down.
-
-    Raises
-    ------
-    ValueError
-        Text that is not such a size, or a size that is not positive.
-    """
-    match = _SIZE.match(str(text))
-    if not match or match.group(2).lower() not in _SIZE_UNITS:
-        raise ValueError(text)
-    value = float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
-    if value <= 0:
-        raise ValueError(text)
-    return int(value)
 
 
 class _Document:
