@@ -76,6 +76,9 @@ REALSCALE = [
     ("ResNet-50 b32", partial(zoo, "resnet50", 32, (3, 224, 224), "resnet50-b32"), REALSCALE_BUDGETS),
     ("U-Net b8", partial(zoo, "unet", 8, None, "unet-b8"), REALSCALE_BUDGETS),
     ("ViT (realscale) b32", partial(user_model, "vit:vit", 32, (3, 224, 224), "vit-b32"), REALSCALE_BUDGETS),
+    # The Llama-style decoder of configs/models/llama.py (issue 33: "and on a Llama-style decoder").
+    ("Llama-8 b8", partial(user_model, "llama:llama", 8, (256,), "llama-8-b8", task="language", vocab_ids=4096,
+                           layers=8), REALSCALE_BUDGETS),
 ]
 
 

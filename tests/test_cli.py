@@ -89,6 +89,14 @@ def test_graph_names_resolve_on_the_search_path():
     assert json.loads(r.output)["nodes"] == 33
 
 
+def test_graphs_show_names_the_repeated_blocks():
+    shown = json.loads(invoke("graphs", "show", "torch-gpt-b8", "--json").output)
+    assert shown["repeated_blocks"] == {"copies": 4, "forward_nodes_each": 10}  # the zoo GPT's four layers
+    text = invoke("graphs", "show", "torch-gpt-b8").output
+    assert "4 copies of 10 forward nodes" in text
+    assert json.loads(invoke("graphs", "show", "torch-unet-b4", "--json").output)["repeated_blocks"] is None
+
+
 def test_generate_writes_a_valid_graph(tmp_path):
     out = tmp_path / "rl.json"
     r = invoke("graphs", "generate", "random-layered", "--nodes", "40", "--seed", "3", "-o", str(out))

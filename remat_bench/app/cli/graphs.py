@@ -137,8 +137,17 @@ def graphs_show(graph: str, as_json: bool) -> None:
         "memory_floor": floor.amount, "memory_floor_node": floor.node,
         "memory_floor_fraction": floor.amount / base.peak if base.peak else None,
         "total_memory": g.memory.sum().item(),
+        "repeated_blocks": _blocks(g),
     }
     show(data, as_json, lambda: key_values(_summary(data, g.units.get("memory", ""))))
+
+
+def _blocks(g: Any) -> dict[str, int] | None:
+    """The repeated blocks of the forward pass (`remat_bench.toolkit.blocks`), or None."""
+    from remat_bench.toolkit.blocks import find_blocks
+
+    found = find_blocks(g)
+    return None if found is None else {"copies": found.copies, "forward_nodes_each": found.period}
 
 
 def _summary(data: dict[str, Any], unit: str) -> list[tuple[str, str]]:
@@ -153,6 +162,10 @@ def _summary(data: dict[str, Any], unit: str) -> list[tuple[str, str]]:
             value = f"{value:.4f} of the baseline peak (no budget below it is feasible)"
         elif key == "outputs":
             value = ", ".join(value[:8]) + (f" ... ({len(value)} in all)" if len(value) > 8 else "")
+        elif key == "repeated_blocks":
+            value = "none found" if value is None else (
+                f"{value['copies']} copies of {value['forward_nodes_each']} forward nodes (knapsack's search drops "
+                "one place of every copy at a time)")
         if key == "total_memory":
             rows.append(("all values at once", f"{value}: every node's value held together, the fixed memory "
                                                "not included"))
