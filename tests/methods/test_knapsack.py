@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmarks.bench_knapsack import walk
 from remat_bench.core.budget import memory_floor
 from remat_bench.core.graph import Graph, Node, load_graph
 from remat_bench.core.simulate import baseline, simulate
@@ -126,31 +127,6 @@ def test_a_search_cut_short_says_the_time_ran_out_not_that_no_capacity_fits():
 
 
 # ---------------------------------------------------------------- the search, and what makes it fast
-
-def walk(graph: Graph, budget, transient: bool):
-    """The search as it was written first, one lowering per value: drop by memory per unit of duration until
-    the plan fits, then save again each recomputed value, costliest first, while it fits and is faster."""
-    segments = tuple((int(v),) for v in graph.forward_indices)
-    order = sorted(graph.forward_indices, key=lambda v: -float(graph.memory[v]) / (float(graph.duration[v]) + 1.0))
-    saved = set(order)
-    current = _lowered(graph, saved, segments, transient)
-    for v in order:
-        if current[1] <= budget:
-            break
-        saved.discard(v)
-        current = _lowered(graph, saved, segments, transient)
-    if current[1] > budget:
-        return None
-    counts = np.bincount(current[2].nodes[current[2].kinds == 0], minlength=graph.n)
-    recomputed = [v for v in graph.forward_indices if counts[v] > 1]
-    saved = set(graph.forward_indices) - set(recomputed)
-    for v in sorted(recomputed, key=lambda v: -float(graph.duration[v])):
-        trial = _lowered(graph, saved | {v}, segments, transient)
-        if trial[1] <= budget and trial[0] < current[0]:
-            saved.add(v)
-            current = trial
-    return current
-
 
 # Small enough for a walk of one lowering per value: two generated graphs with activations well above
 # the parameters (their memory floors are at 0.24 and 0.46 of the baseline peak), and two PyTorch
