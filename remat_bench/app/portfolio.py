@@ -13,7 +13,8 @@ have to run them all and pick.
    at most ``fast_share`` of the time; each gets an equal share of what is left of it, so
    the ones that end in milliseconds hand their time on. Beside them from the start, in a
    child process, torch-budget (PyTorch's own partitioner, on a graph imported from a model
-   it can trace), for the members' whole time (`_Beside`).
+   it can trace), for the members' whole time when that is at least ``TORCH_MIN_S``
+   (`_Beside`).
 2. **Exact members**: moccasin, checkmate, and monet on graphs with operator
    implementations (none when a fast member's schedule already meets the any-order
    bound: no schedule is faster). Each is offered every schedule of step 1 (`SolveContext.hints`): it
@@ -73,6 +74,10 @@ FAST = ("greedy", "dtr", "chen", "fenghuang", "twremat", "knapsack", "kusumoto",
 # default is PyTorch's plain knapsack, the production answer) reaches far tighter budgets.
 MEMBER_PARAMS: dict[str, dict[str, Any]] = {"knapsack": {"solver": "search"}}
 EXACT = ("moccasin", "checkmate", "monet")
+# torch-budget runs beside the others only when the members have at least this long: PyTorch's planner
+# traces the model and searches its knob for tens of seconds on the real-scale models (docs/benchmarks.md,
+# "The frontier, fast"), and stopped before it ends it only takes a core from the others.
+TORCH_MIN_S = 30.0
 # The share of the time limit reorder may take at most: its answer only matters when an order fits.
 REORDER_SHARE = 0.1
 
@@ -196,7 +201,15 @@ class Auto(Method):
         members: list[Member] = []
         hints: list[tuple[str, Schedule]] = []
         fast, exact = self._plan(graph, budget, _members(params["members"]), members)
-        beside = _Beside(self, graph, budget, clock.members, members) if "torch-budget" in fast else None
+        beside = None
+        if "torch-budget" in fast:
+            left = clock.members.remaining()
+            if left is None or left >= TORCH_MIN_S:
+                beside = _Beside(self, graph, budget, clock.members, members)
+            else:
+                members.append(Member("torch-budget", "fast", message=(
+                    f"not run: the members' {left:.1f} s are less than the {TORCH_MIN_S:g} s PyTorch's planner is "
+                    "given at least (its trace and knob search take tens of seconds; a longer limit runs it)")))
         fast = [name for name in fast if name != "torch-budget"]
         self._run_fast(graph, budget, fast, clock.members, params["fast_share"] if exact else 1.0, members, hints)
         if beside is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -355,7 +357,7 @@ def test_torch_budget_is_a_member_on_a_graph_imported_from_pytorch_and_says_why_
     shipped = Path(__file__).resolve().parents[2] / "graphs"
     gpt = load_graph(shipped / "torch-gpt-b8.json")  # PyTorch's partitioner fits it at 0.7
     # Only it and greedy: with every member, knapsack proves its schedule optimal first and the rest stop.
-    run = pipeline.run(gpt, "auto", "0.7", 30, {"jobs": 1, "members": "torch-budget,greedy"}, bounds=BoundCache())
+    run = pipeline.run(gpt, "auto", "0.7", 40, {"jobs": 1, "members": "torch-budget,greedy"}, bounds=BoundCache())
     member = next(m for m in run.stats["members"] if m["method"] == "torch-budget")
     assert member["status"] in ("feasible", "optimal"), member
     alone = pipeline.run(gpt, "torch-budget", "0.7", 30, bounds=BoundCache())
@@ -383,6 +385,7 @@ def test_torch_budget_beside_the_others_is_stopped_when_the_members_time_is_up(m
         time.sleep(3600)
 
     monkeypatch.setattr(TorchBudget, "solve", endless)
+    monkeypatch.setattr(auto_module, "TORCH_MIN_S", 1.0)
     gpt = load_graph(Path(__file__).resolve().parents[2] / "graphs" / "torch-gpt-b8.json")
     start = time.perf_counter()
     run = pipeline.run(gpt, "auto", "0.7", 6, {"jobs": 1, "members": "greedy,torch-budget"}, bounds=BoundCache())
@@ -417,3 +420,17 @@ def test_a_solver_model_above_the_memory_auto_allows_is_refused_and_said_so():
     assert member["status"] in ("feasible", "optimal"), member
     with pytest.raises(MethodError, match="must be a size such as 2GiB"):
         Auto.parse_params({"model_memory": "lots"})
+
+
+def test_torch_budget_does_not_run_when_the_members_time_is_too_short_for_it():
+    from pathlib import Path
+
+    from remat_bench.app import pipeline
+    from remat_bench.core.graph import load_graph
+    from remat_bench.toolkit.bound_cache import BoundCache
+
+    gpt = load_graph(Path(__file__).resolve().parents[2] / "graphs" / "torch-gpt-b8.json")
+    run = pipeline.run(gpt, "auto", "0.7", 5, {"jobs": 1, "members": "greedy,torch-budget"}, bounds=BoundCache())
+    member = next(m for m in run.stats["members"] if m["method"] == "torch-budget")
+    assert member["status"] == "not_run", member
+    assert re.match(r"not run: the members' 4\.[0-5] s are less than the 30 s PyTorch's planner", member["message"])
