@@ -46,7 +46,9 @@ variables for D and c, sharing y) relaxes that, so the bound stays valid.
 Which k? Any order's memory after its k-th step bounds the least memory over
 all downsets of size k from above, so the k where good orders peak are tried
 first, each as a small 0/1 program of its own with y = 0 (a "probe"); the
-values of k whose probe exceeds B join the program above. A probe that
+values of k whose probe exceeds B join the program above (the one where a
+good order holds most alone first, then up to `MAX_PREFIX_CUTS` of them
+together, in the time left: each answer is a bound). A probe that
 exceeds B alone proves that no order fits without recomputation: the
 rematerialization is needed (`reorder` reports that as infeasible).
 
@@ -68,6 +70,31 @@ own r and q and sharing y, join the program. On a transformer they see what
 the node cut misses: dropping the residual stream's sums is cheap only if the
 projections they are summed from stay resident (docs/benchmarks.md, "Real
 models at tight budgets": the gap they closed).
+
+The prefix cuts get the same recomputation term. At the k-th first
+computation (downset D, node c), let q_v = 1 when v in D is read after this
+step (by any computation, first or again, or as an output at the end) and
+r_v = 1 when v is resident during it. Every valid schedule satisfies
+
+    q_x = 1                  for x in D read by a node outside D, or an output
+    r_v >= q_v - y_v         for v in D
+    q_u >= q_x - r_x         for every input u of x in D
+    fixed + ws(c) + sum_{v in D} mem(v) r_v <= B,  r = 1 on c and its inputs.
+
+The first row: a node outside D is first computed after c and reads x then.
+The second: v read later but not resident was computed before (it is in D)
+and is computed again after c, so y_v = 1 (c itself is resident). The third:
+x read later but not resident is computed again after c (as just said), and
+that computation reads each input u (an input of every implementation of x),
+so u is read after c too; u is in D, D being a downset. Values outside D are
+not computed yet: neither resident nor read (q = r = 0). With y = 0 these rows
+are the probes' (r >= q, nothing propagates), and they imply the rows above
+(r_x >= 1 - y_x for x read from outside D), so the bound only rises. Given
+0/1 values of D, c and y, the least memory over r and q is a minimum cut
+(every row has one +1 and one -1 once r_x = q_x - t_x: a network matrix), so
+r and q are continuous columns. A downset of size k holds no node with k or
+more ancestors and every node with n - k or more descendants (along the edges
+every implementation has): those columns are fixed before the solver starts.
 
 Large graphs. Above `ALL_CUTS_NODES` nodes the binding node cuts are too many
 for one program in the bound's time (thousands, with millions of nonzeros), so
@@ -437,15 +464,19 @@ class _Rows:
 
 
 class _PrefixCut:
-    """The prefix cut at size k (module docstring) as rows over columns d, e, z from ``col0``.
+    """The prefix cut at size k (module docstring) as rows over columns d, e, z (and q) from ``col0``.
 
     d: the downset before the k-th first computation (k - 1 nodes); e: after it,
-    so e - d is the node c computed; z_v >= 1 when v must be counted: c itself,
+    so e - d is the node c computed; z_v >= 1 when v is resident then: c itself,
     an input of c, or a member of e read by a node outside e (or an output) that
     is not computed again (y_v = 0). Memory: mem . z + workspace . (e - d).
+
+    With ``recompute`` (the recomputation term, module docstring) a fourth block q
+    says which members of e are read after the step, and a member read later but
+    not resident makes its inputs read later too: z is the r of the docstring.
     """
 
-    def __init__(self, graph: Graph, edges: tuple[np.ndarray, np.ndarray]):
+    def __init__(self, graph: Graph, edges: tuple[np.ndarray, np.ndarray], recompute: bool = False):
         self.n = graph.n
         self.src, self.dst = edges
         self.mem = graph.memory.astype(np.float64)
@@ -454,9 +485,26 @@ class _PrefixCut:
         self.fixed = float(graph.fixed_memory)
         self.integral = (graph.memory.dtype.kind in "iu" and graph.op_workspace.dtype.kind in "iu"
                          and isinstance(graph.fixed_memory, int))
+        self.recompute = recompute
+        # Ancestors and descendants along the edges every implementation has (those of the downset rows):
+        # a downset of size k holds no node with k or more ancestors, and every node with n - k or more
+        # descendants.
+        src_list, dst_list = self.src.tolist(), self.dst.tolist()
+        inputs: list[list[int]] = [[] for _ in range(self.n)]
+        readers: list[list[int]] = [[] for _ in range(self.n)]
+        for u, v in zip(src_list, dst_list, strict=True):
+            inputs[v].append(u)
+            readers[u].append(v)
+        self.ancestors = _closure_sizes(inputs, range(self.n))
+        self.descendants = _closure_sizes(readers, range(self.n - 1, -1, -1))
+
+    @property
+    def width(self) -> int:
+        """The columns of one block: d, e, z, and q with the recomputation term."""
+        return (4 if self.recompute else 3) * self.n
 
     def add(self, rows: _Rows, k: int, col0: int, y0: int | None) -> np.ndarray:
-        """Add the rows of size k; return the memory coefficients over this block's 3n columns."""
+        """Add the rows of size k; return the memory coefficients over this block's `width` columns."""
         n, src, dst = self.n, self.src, self.dst
         d, e, z = col0, col0 + n, col0 + 2 * n
         every = np.arange(n)
@@ -466,29 +514,57 @@ class _PrefixCut:
         both = np.r_[np.ones(n), -np.ones(n)]
         rows.add_row(np.r_[e + every, d + every], both, 1.0, 1.0)  # one node computed: c
         rows.add_row(d + every, np.ones(n), float(k - 1), float(k - 1))
-        # Held unless computed again (y_v = 1, when the program has y at ``y0``).
-        def unless_recomputed(v: np.ndarray) -> tuple[list[np.ndarray], list[float]]:
-            return ([y0 + v], [1.0]) if y0 is not None else ([], [])
-
-        again, one = unless_recomputed(src)
-        rows.add([z + src, e + src, e + dst, *again], [1.0, -1.0, 1.0, *one], 0.0)  # read from outside e
         out = self.outputs
-        again, one = unless_recomputed(out)
-        rows.add([z + out, e + out, *again], [1.0, -1.0, *one], 0.0)  # an output
+        if self.recompute:
+            assert y0 is not None, "the recomputation term needs the program's y"
+            q = col0 + 3 * n
+            rows.add([q + src, e + src, e + dst], [1.0, -1.0, 1.0], 0.0)  # read later: from outside e
+            rows.add([q + out, e + out], [1.0, -1.0], 0.0)  # or an output
+            rows.add([z + every, q + every, y0 + every], [1.0, -1.0, 1.0], 0.0)  # resident unless computed again
+            rows.add([q + src, q + dst, z + dst], [1.0, -1.0, 1.0], 0.0)  # computed again: its inputs read later
+        else:
+            # Held unless computed again (y_v = 1, when the program has y at ``y0``).
+            def unless_recomputed(v: np.ndarray) -> tuple[list[np.ndarray], list[float]]:
+                return ([y0 + v], [1.0]) if y0 is not None else ([], [])
+
+            again, one = unless_recomputed(src)
+            rows.add([z + src, e + src, e + dst, *again], [1.0, -1.0, 1.0, *one], 0.0)  # read from outside e
+            again, one = unless_recomputed(out)
+            rows.add([z + out, e + out, *again], [1.0, -1.0, *one], 0.0)  # an output
         rows.add([z + src, e + dst, d + dst], [1.0, -1.0, 1.0], 0.0)  # an input of c
         rows.add([z + every, e + every, d + every], [1.0, -1.0, 1.0], 0.0)  # c itself
-        coef = np.zeros(3 * n)
-        coef[2 * n:] = self.mem
+        coef = np.zeros(self.width)
+        coef[2 * n:3 * n] = self.mem
         coef[n:2 * n] = self.ws
         coef[:n] = -self.ws
         return coef
 
-    def bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Lower, upper and integrality of one block's columns (z continuous: it sits at its lower bound)."""
+    def bounds(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Lower, upper and integrality of the columns of the block of size k: d and e binary, fixed where
+        the size decides them (`__init__`); z and q continuous (at their least values they are 0 or 1
+        once d, e and y are: module docstring)."""
         n = self.n
-        integer = np.zeros(3 * n, dtype=bool)
+        integer = np.zeros(self.width, dtype=bool)
         integer[:2 * n] = True
-        return np.zeros(3 * n), np.ones(3 * n), integer
+        lo, hi = np.zeros(self.width), np.ones(self.width)
+        for col0, size in ((0, k - 1), (n, k)):
+            hi[col0:col0 + n][self.ancestors >= size] = 0.0
+            lo[col0:col0 + n][self.descendants >= n - size] = 1.0
+        # A node outside every downset of size k is not computed yet: neither resident nor read after.
+        hi[2 * n:][np.tile(self.ancestors >= k, self.width // n - 2)] = 0.0
+        return lo, hi, integer
+
+
+def _closure_sizes(parents: list[list[int]], order: range) -> np.ndarray:
+    """Per node, how many nodes it reaches through ``parents`` (its ancestors when ``parents`` are the
+    inputs and ``order`` topological; its descendants with readers and the reverse order)."""
+    reach = [0] * len(parents)
+    for v in order:
+        acc = 0
+        for u in parents[v]:
+            acc |= reach[u] | (1 << u)
+        reach[v] = acc
+    return np.asarray([r.bit_count() for r in reach], dtype=np.int64)
 
 
 class _RecomputeCut:
@@ -663,7 +739,7 @@ def order_profile_upper(graph: Graph, budget: Number | None = None, seconds: flo
 
 
 def prefix_probes(graph: Graph, budget: Number, seconds: float, upper: np.ndarray | None = None,
-                  max_probes: int = MAX_PROBES) -> list[PrefixProbe]:
+                  max_probes: int = MAX_PROBES, enough: int | None = None) -> list[PrefixProbe]:
     """Probe the sizes k where good orders hold the most memory, while one could exceed ``budget``.
 
     ``upper[k - 1]`` (a good order's memory at its k-th step) bounds the probe
@@ -671,7 +747,8 @@ def prefix_probes(graph: Graph, budget: Number, seconds: float, upper: np.ndarra
     orders of the list scheduler alone do not: on random_layered_n500 they led
     the probes astray, the local search's did not). Sizes are tried from the
     highest upper bound down, at least n/50 apart, until no size left can
-    exceed the budget, ``max_probes`` were tried, or ``seconds`` ran out. Each
+    exceed the budget, ``max_probes`` were tried, ``enough`` exceeded it, or
+    ``seconds`` ran out. Each
     probe is capped at the budget (`_probe`) and gets a share of what is left,
     a third at most; one stopped early keeps the solver's bound.
 
@@ -686,6 +763,8 @@ def prefix_probes(graph: Graph, budget: Number, seconds: float, upper: np.ndarra
         `order_profile_upper`'s answer; None computes it with list scheduling alone.
     max_probes : int
         The most probes tried.
+    enough : int or None
+        Stop once this many probes exceed ``budget`` (None: go on).
 
     Returns
     -------
@@ -712,7 +791,38 @@ def prefix_probes(graph: Graph, budget: Number, seconds: float, upper: np.ndarra
         result = _probe(block, k, left / max(1, min(3, max_probes - len(tried) + 1)), budget)
         if result is not None:
             probes.append(result)
+            if enough is not None and sum(p.best > budget for p in probes) >= enough:
+                break
     return sorted(probes, key=lambda p: p.k)
+
+
+def prefix_cut_bound(graph: Graph, budget: Number, sizes: list[int], seconds: float = 60.0,
+                     recompute: bool = True) -> tuple[float | None, Termination]:
+    """The least recomputation the prefix cuts of ``sizes`` alone require (no node or recomputation cuts).
+
+    Parameters
+    ----------
+    graph : Graph
+    budget : Number
+        In the graph's memory units.
+    sizes : list of int
+        The steps k of the prefix cuts, each from 1 to the number of nodes.
+    seconds : float
+        The 0/1 program's time limit (s).
+    recompute : bool
+        Whether the prefix cuts carry the recomputation term (module docstring).
+
+    Returns
+    -------
+    extra : float or None
+        Duration every schedule within ``budget`` takes beyond the durations' sum (the fastest
+        implementations'); None when no schedule meets the cuts.
+    termination : Termination
+        ``proven`` when the program was solved; otherwise ``extra`` is the solver's dual bound.
+    """
+    fastest = np.minimum.reduceat(graph.op_duration, graph.op_start[:-1]).astype(np.float64)
+    extra, termination, _ = _solve_program(graph, _Rows.empty(), fastest, budget, list(sizes), seconds, [], recompute)
+    return extra, termination
 
 
 def probe_prefix(graph: Graph, k: int, seconds: float = 60.0) -> PrefixProbe | None:
@@ -742,14 +852,13 @@ def _probe(block: _PrefixCut, k: int, seconds: float, cap: Number | None = None)
     """
     from remat_bench.toolkit.milp import SparseModel, solve_milp
 
-    n = block.n
-    lo, hi, integer = block.bounds()
+    lo, hi, integer = block.bounds(k)
     rows = _Rows.empty()
     coef = block.add(rows, k, 0, None)
     if cap is not None:
         nz = np.flatnonzero(coef)
         rows.add_row(nz, coef[nz], -np.inf, float(cap) - block.fixed)
-    model = SparseModel(cost=coef, lower=lo, upper=hi, integer=integer, A=rows.matrix(3 * n),
+    model = SparseModel(cost=coef, lower=lo, upper=hi, integer=integer, A=rows.matrix(block.width),
                         row_lower=np.asarray(rows.lower), row_upper=np.asarray(rows.upper))
     sol = solve_milp(model, time_limit=max(0.05, seconds), mip_gap=0.0, options=EXACT)
     if sol.solution_status is SolutionStatus.INFEASIBLE and cap is not None:
@@ -767,9 +876,10 @@ def _probe(block: _PrefixCut, k: int, seconds: float, cap: Number | None = None)
 
 
 def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.0,
-                    max_recompute_cuts: int = MAX_RECOMPUTE_CUTS) -> Bound:
+                    max_recompute_cuts: int = MAX_RECOMPUTE_CUTS, prefix_recompute: bool = True) -> Bound:
     """The cut bound at ``budget`` (None: the lowest peak, where only the trivial bound holds);
-    ``max_recompute_cuts`` = 0 leaves the recomputation cuts out (the tests compare the two).
+    ``max_recompute_cuts`` = 0 leaves the recomputation cuts out, ``prefix_recompute`` = False the
+    recomputation term of the prefix cuts (the tests compare them).
 
     Parameters
     ----------
@@ -780,6 +890,8 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
         Seconds for the whole bound: the probes and the 0/1 programs.
     max_recompute_cuts : int
         The most recomputation cuts in the program.
+    prefix_recompute : bool
+        Whether the prefix cuts carry the recomputation term (module docstring).
 
     Returns
     -------
@@ -828,27 +940,47 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
     first = (_solve_program(graph, rows.copy(), fastest, budget, [], time_limit / 3, recompute) if cuts
              else (0.0, Termination.PROVEN, ()))
     probes: list[PrefixProbe] = []
+    upper = np.zeros(graph.n)
     left = time_limit - (time.perf_counter() - start)
     if graph.n <= MAX_PREFIX_NODES and first[0] is not None and left > 0.1:
         # A fifth of the probes' time goes to finding a good order: where it peaks, the probes are high.
         probe_start = time.perf_counter()
         upper = order_profile_upper(graph, budget, PROBE_SHARE * left / 5)
         if upper.max() > budget:
-            probes = prefix_probes(graph, budget, PROBE_SHARE * left - (time.perf_counter() - probe_start), upper)
-    over = sorted((p for p in probes if p.best > budget), key=lambda p: -p.best)
+            probes = prefix_probes(graph, budget, PROBE_SHARE * left - (time.perf_counter() - probe_start), upper,
+                                   enough=MAX_PREFIX_CUTS)
+    # Most memory first; a capped probe says only that it exceeds the budget (`_probe`), so among those
+    # the step where a good order holds most (where the probes are highest) comes first.
+    over = sorted((p for p in probes if p.best > budget), key=lambda p: (-p.best, -upper[p.k - 1]))
     chosen = [p.k for p in over[:MAX_PREFIX_CUTS]]
     peak_at_least = max((p.at_least for p in probes), default=None)
     no_order = peak_at_least is not None and peak_at_least > budget
-    answer = first
-    if chosen:
-        left = max(0.05, time_limit - (time.perf_counter() - start))
-        second = _solve_program(graph, rows.copy(), fastest, budget, chosen, left, recompute)
-        if second[0] is None or (first[0] is not None and second[0] > first[0]):
-            answer = second
+    answer: tuple[float | None, Termination, tuple[str, ...]] = first
+    used: tuple[int, ...] = ()
+    # The prefix cut at the best step alone first, then all chosen together with the time left: one cut
+    # solves much sooner than several (docs/benchmarks.md, "Order-free scheduling and the any-order bound").
+    stopped: Termination | None = None
+    plans = [chosen[:1], chosen] if len(chosen) > 1 else [chosen] if chosen else []
+    for i, sizes in enumerate(plans):
+        left = time_limit - (time.perf_counter() - start)
+        if i > 0 and left < MIN_PROGRAM_S:
+            stopped = cut_short()  # no time for all of them: more effort may raise the bound
+            break
+        got = _solve_program(graph, rows.copy(), fastest, budget, sizes, max(0.05, left), recompute,
+                             prefix_recompute)
+        if got[0] is None or (answer[0] is not None and got[0] > answer[0]):
+            answer, used = got, tuple(sizes)
+        if got[0] is None:
+            break  # no schedule meets the cuts: settled
+        if got[1] is not Termination.PROVEN:
+            stopped = got[1]
+            break
     extra, termination, recomputed = answer
+    if stopped is not None and termination is Termination.PROVEN and extra is not None:
+        termination = stopped
     elapsed = time.perf_counter() - start
     info: dict[str, Any] = {"solve_time_s": elapsed, "cuts": cuts, "order_peak_at_least": peak_at_least,
-            "prefix_sizes": tuple(chosen) if answer is not first else (), "recompute_cuts": len(recompute)}
+            "prefix_sizes": used, "recompute_cuts": len(recompute)}
     if extra is None:
         return Bound(None, Termination.PROVEN, no_order_fits=True, **info)
     value = trivial + (int(np.ceil(extra - 1e-6)) if isinstance(trivial, int) else extra)
@@ -1020,10 +1152,10 @@ def _undominated(cuts: list[tuple[float, np.ndarray]]) -> list[tuple[float, np.n
 
 
 def _solve_program(graph: Graph, rows: _Rows, fastest: np.ndarray, budget: Number, sizes: list[int],
-                   seconds: float, recompute: list[_RecomputeCut] | None = None,
+                   seconds: float, recompute: list[_RecomputeCut] | None = None, prefix_recompute: bool = True,
                    ) -> tuple[float | None, Termination, tuple[str, ...]]:
-    """Least recomputation (duration) meeting the cuts in ``rows``, the prefix cuts of ``sizes`` and
-    the recomputation cuts ``recompute``.
+    """Least recomputation (duration) meeting the cuts in ``rows``, the prefix cuts of ``sizes`` (with
+    their recomputation term when ``prefix_recompute``) and the recomputation cuts ``recompute``.
 
     (extra duration or None when infeasible, why the program stopped (proven when solved), the values
     recomputed when solved).
@@ -1034,17 +1166,17 @@ def _solve_program(graph: Graph, rows: _Rows, fastest: np.ndarray, budget: Numbe
     num_cols = n
     cost, lo, hi, integer = [fastest], [np.zeros(n)], [np.ones(n)], [np.ones(n, dtype=bool)]
     if sizes:
-        block = _PrefixCut(graph, common_edges(graph))
-        b_lo, b_hi, b_int = block.bounds()
+        block = _PrefixCut(graph, common_edges(graph), prefix_recompute)
         for k in sizes:
+            b_lo, b_hi, b_int = block.bounds(k)
             coef = block.add(rows, k, num_cols, 0)
             nz = np.flatnonzero(coef)
             rows.add_row(num_cols + nz, coef[nz], -np.inf, float(budget) - block.fixed)
-            cost.append(np.zeros(3 * n))
+            cost.append(np.zeros(block.width))
             lo.append(b_lo)
             hi.append(b_hi)
             integer.append(b_int)
-            num_cols += 3 * n
+            num_cols += block.width
     for cut in recompute or []:
         cut.add(rows, num_cols, float(budget))
         c_lo, c_hi, c_int = cut.bounds()
