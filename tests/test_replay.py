@@ -20,10 +20,21 @@ from remat_bench.app.pipeline import run
 from remat_bench.core.errors import ScheduleError
 from remat_bench.core.graph import load_graph, save_graph
 from remat_bench.core.schedule import save_schedule
-from remat_bench.core.simulate import baseline, baseline_schedule
+from remat_bench.core.simulate import baseline, baseline_schedule, overhead_pct, simulate
 from remat_bench.methods import Status
+from remat_bench.torch import replay as replay_module
 from remat_bench.torch.importer import import_model
-from remat_bench.torch.replay import ATOL, RTOL, ReplayError, replay, replay_files, scratch_note
+from remat_bench.torch.measure import measure_peak
+from remat_bench.torch.replay import (
+    ATOL,
+    RTOL,
+    ReplayError,
+    interleaved_times,
+    paired_overhead,
+    replay,
+    replay_files,
+    scratch_note,
+)
 from tests.helpers import SHIPPED, graph_path
 
 REPLAY_KEYS = {"device", "measured_peak", "simulated_peak", "outputs_match", "max_abs_diff", "wall_time_s"}
@@ -140,3 +151,139 @@ def test_device_resolution():
         with pytest.raises(ReplayError, match="sees no CUDA device"):
             replay(g, baseline_schedule(g), "cuda")
         assert replay(g, baseline_schedule(g)).device == "cpu"
+
+
+# ---------------------------------------------------------------------- the overhead against the baseline
+
+OVERHEAD_KEYS = {"repeats", "step_time_s", "baseline_step_time_s", "measured_overhead_pct",
+                 "measured_overhead_min_pct", "measured_overhead_max_pct", "measured_overhead_spread",
+                 "modelled_overhead_pct", "overhead_error_pts", "baseline_measured_peak", "baseline_simulated_peak",
+                 "baseline_peak_error_pct", "baseline_note", "step_times_s", "baseline_step_times_s"}
+
+
+@pytest.fixture(scope="module")
+def mlp_files(tmp_path_factory):
+    """A small MLP (FLOPs durations) whose activations outweigh its parameters, and a greedy schedule with
+    recomputations at 0.8 of its baseline peak."""
+    folder = tmp_path_factory.mktemp("mlp")
+    g = import_model("mlp", batch=512, input_shape=(32,), in_features=32, hidden=64, depth=3)
+    result = solve(g, "greedy", "0.8", 30)
+    assert simulate(g, result.schedule).recomputations > 0
+    save_graph(g, folder / "g.json")
+    save_schedule(result.schedule, g, folder / "s.json")
+    return g, result.schedule, folder
+
+
+def test_paired_overhead_is_the_median_and_range_of_the_paired_ratios():
+    measured = paired_overhead([1.5, 1.25, 1.0, 3.0, 1.125], [1.0] * 5)  # +50, +25, 0, +200, +12.5
+    assert (measured.median_pct, measured.min_pct, measured.max_pct, measured.pairs) == (25.0, 0.0, 200.0, 5)
+    assert measured.spread == 200.0
+    # Ratios of pairs, not a ratio of medians: median(3, 5) / median(2, 4) - 1 would be 33.3%.
+    assert paired_overhead([3.0, 5.0], [2.0, 4.0]).median_pct == 37.5
+    with pytest.raises(ValueError, match="as many baseline times"):
+        paired_overhead([1.0, 2.0], [1.0])
+
+
+def test_interleaved_times_warm_up_each_then_alternate_and_on_cuda_wait_for_the_device(monkeypatch):
+    events: list[str] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append("sync"))
+
+    def runs(name: str):
+        def prepare():
+            events.append(f"prepare {name}")
+            return lambda: events.append(name)
+        return prepare
+
+    schedule, base = interleaved_times(torch.device("cuda"), runs("schedule"), runs("baseline"), 2)
+    assert len(schedule) == len(base) == 2 and all(t >= 0 for t in schedule + base)
+    expect = []
+    for name in ("baseline", "schedule") * 3:  # a warm-up of each, then two pairs
+        expect += [f"prepare {name}", "sync", name, "sync"]
+    assert events == expect  # each run prepared before its clock starts, timed from idle to idle
+    events.clear()
+    schedule, base = interleaved_times(torch.device("cpu"), runs("schedule"), None, 3)
+    assert len(schedule) == 3 and base == []
+    assert events == ["prepare schedule", "schedule"] * 4  # no device to wait for on the CPU
+
+
+def test_the_baseline_peak_on_cuda_comes_from_the_allocator_statistics(monkeypatch):
+    stats = {"allocated": 1000, "max": 0}
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: stats.update(max=1000))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: stats["allocated"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: stats["max"])
+    assert measure_peak(torch.device("cuda"), lambda: stats.update(max=5096)) == 4096
+
+
+def test_the_measured_overhead_is_computed_from_the_timings_exactly(mlp_files, monkeypatch):
+    g, schedule, _ = mlp_files
+    clock = iter([9.0, 9.0, 2.0, 3.0, 4.0, 5.0, 2.0, 2.5])  # warm-ups, then (baseline, schedule) x 3
+
+    def fake_timed(device, fn):
+        fn()
+        return next(clock)
+
+    monkeypatch.setattr(replay_module, "timed", fake_timed)
+    r = replay(g, schedule, "cpu", repeats=3)
+    assert r.baseline_step_times_s == [2.0, 4.0, 2.0] and r.step_times_s == [3.0, 5.0, 2.5]
+    measured = r.measured_overhead
+    assert (measured.median_pct, measured.min_pct, measured.max_pct) == (25.0, 25.0, 50.0)
+    assert r.step_time_s == r.wall_time_s == 3.0 and r.baseline_step_time_s == 2.0
+    base = baseline(g)
+    sim = simulate(g, schedule)
+    assert r.modelled_overhead_pct == overhead_pct(sim.duration, base.duration) > 0
+    assert r.overhead_error_pts == 25.0 - r.modelled_overhead_pct
+    # No operator of an MLP needs scratch: both peaks are the simulator's to the byte.
+    assert r.measured_peak == sim.peak and r.baseline_measured_peak == r.baseline_simulated_peak == base.peak
+    assert r.baseline_peak_error_pct == 0.0 and r.outputs_match
+
+
+def test_cli_replay_json_measures_the_overhead_against_the_baseline(mlp_files):
+    g, schedule, folder = mlp_files
+    r = CliRunner().invoke(main, ["replay", str(folder / "g.json"), str(folder / "s.json"), "--json",
+                                  "--device", "cpu", "--repeats", "3"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert set(data) >= REPLAY_KEYS | OVERHEAD_KEYS
+    assert data["repeats"] == 3 and len(data["step_times_s"]) == len(data["baseline_step_times_s"]) == 3
+    assert all(t > 0 for t in data["step_times_s"] + data["baseline_step_times_s"])
+    low, mid, high = (data[f"measured_overhead_{k}"] for k in ("min_pct", "pct", "max_pct"))
+    assert low <= mid <= high and data["measured_overhead_spread"] == pytest.approx(high - low)
+    assert data["modelled_overhead_pct"] == overhead_pct(simulate(g, schedule).duration, baseline(g).duration)
+    assert data["overhead_error_pts"] == pytest.approx(mid - data["modelled_overhead_pct"])
+    assert data["baseline_measured_peak"] == data["baseline_simulated_peak"] == baseline(g).peak
+    assert data["measured_peak"] < data["baseline_measured_peak"] and data["baseline_note"] == ""
+    r = CliRunner().invoke(main, ["replay", str(folder / "g.json"), str(folder / "s.json"), "--repeats", "2"])
+    assert r.exit_code == 0, r.output
+    assert "median of 2; baseline" in r.output and "paired runs: min" in r.output and "baseline peak" in r.output
+
+
+def test_no_baseline_skips_it(mlp_files):
+    _, _, folder = mlp_files
+    r = CliRunner().invoke(main, ["replay", str(folder / "g.json"), str(folder / "s.json"), "--json",
+                                  "--device", "cpu", "--repeats", "2", "--no-baseline"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert len(data["step_times_s"]) == 2 and data["baseline_step_times_s"] == []
+    assert data["measured_overhead_pct"] is None and data["baseline_measured_peak"] is None
+    assert data["modelled_overhead_pct"] > 0 and "--no-baseline" in data["baseline_note"]
+
+
+def test_a_baseline_that_does_not_fit_is_left_out_and_the_schedule_timed_alone(mlp_files, monkeypatch):
+    g, schedule, _ = mlp_files
+    need = baseline(g).peak - g.fixed_memory
+    monkeypatch.setattr(replay_module, "_available_bytes", lambda device: need)  # 80% of it is too little
+    r = replay(g, schedule, "cpu", repeats=1)
+    assert r.baseline_measured_peak is None and r.measured_overhead is None and r.baseline_step_times_s == []
+    assert r.baseline_note.startswith(f"it needs {need:,} bytes, more than 80% of the {need:,} bytes free on cpu")
+    assert len(r.step_times_s) == 1 and r.outputs_match
+
+
+def test_repeats_below_one_are_refused_in_one_sentence(mlp_files):
+    g, schedule, folder = mlp_files
+    r = CliRunner().invoke(main, ["replay", str(folder / "g.json"), str(folder / "s.json"), "--repeats", "0"])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: Invalid value for '--repeats': 0 is not in the range x>=1.")
+    with pytest.raises(ReplayError, match="at least once"):
+        replay(g, schedule, "cpu", repeats=0)

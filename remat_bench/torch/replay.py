@@ -35,8 +35,17 @@ during the schedule, above what was allocated when it started:
   after ``reset_peak_memory_stats``, less ``memory_allocated`` at the start
   (allocations are rounded up to 512 bytes there).
 
-Wall time is measured on a second, unprofiled run (the first one also warms
-up the kernels), and reported beside the schedule's modelled duration.
+Time. The schedule is timed against the baseline (every node once in file
+order, `remat_bench.core.simulate.baseline_schedule`: the reference of
+``overhead_pct``) in the same process, on the same parameters and batch:
+after one unprofiled warm-up run of each, ``repeats`` pairs run interleaved,
+baseline then schedule (`interleaved_times`), so that machine noise falls on
+both alike; on CUDA each run is timed from an idle device to an idle device
+(`remat_bench.torch.measure.timed`). The measured overhead is the median of
+the paired overheads ``100 * (t_schedule_i / t_baseline_i - 1)``, its spread
+their range, min to max (`paired_overhead`); the modelled overhead is the
+simulated duration over the baseline's simulated duration, less 1. The
+baseline's peak is measured too, beside its simulated one.
 
 Budget. The schedule file's budget (in the graph's memory units) is reported
 beside the measured peak: ``within_budget`` says whether the measured peak is
@@ -48,8 +57,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,17 +70,105 @@ from remat_bench.core.errors import RematBenchError, ScheduleError
 from remat_bench.core.graph import Graph, Number, load_graph, parse_json, read_text
 from remat_bench.core.machine import available_memory_bytes
 from remat_bench.core.schedule import COMPUTE, Schedule, schedule_from_dict
-from remat_bench.core.simulate import simulate
+from remat_bench.core.simulate import baseline, baseline_schedule, overhead_pct, simulate
 from remat_bench.torch.importer import program_for_graph, spec_of
 from remat_bench.torch.measure import measure_peak, measured_where, sync, timed
 from remat_bench.torch.program import ExecutionError, Executor, State, reference_step
 
 RTOL = 1e-5
 ATOL = 1e-6
+# Timed pairs (baseline, schedule) of a replay, after a warm-up of each: `remat-bench replay --repeats`.
+DEFAULT_REPEATS = 5
 
 
 class ReplayError(RematBenchError):
     """A replay that cannot run here: no such device, or not enough memory."""
+
+
+@dataclass(frozen=True)
+class PairedOverhead:
+    """A schedule's measured overhead over the baseline, from pairs of runs timed one after the other."""
+
+    median_pct: float  # the median of the paired overheads, in percent
+    min_pct: float
+    max_pct: float
+    pairs: int
+
+    @property
+    def spread(self) -> float:
+        """The range of the paired overheads, max - min, in percentage points."""
+        return self.max_pct - self.min_pct
+
+
+def paired_overhead(schedule_s: Sequence[float], baseline_s: Sequence[float]) -> PairedOverhead:
+    """The median and range of the paired overheads ``100 * (schedule_s[i] / baseline_s[i] - 1)``.
+
+    Each pair ran back to back (`interleaved_times`), so a slow spell of the
+    machine inflates both of its times and largely cancels in their ratio; the
+    median of the ratios resists the pair a burst of noise hit anyway, and
+    their range, min to max, says how far the pairs disagree.
+
+    Parameters
+    ----------
+    schedule_s : Sequence of float
+        The schedule's times, in s.
+    baseline_s : Sequence of float
+        The baseline's, in s, as many, pair i timed just before ``schedule_s[i]``.
+
+    Returns
+    -------
+    PairedOverhead
+        In percent (a pair whose baseline took no time counts as `overhead_pct` has it).
+
+    Raises
+    ------
+    ValueError
+        No pairs, or lists of different lengths.
+    """
+    if not schedule_s or len(schedule_s) != len(baseline_s):
+        raise ValueError(f"paired timings need as many baseline times as schedule times, at least one: "
+                         f"got {len(schedule_s)} and {len(baseline_s)}")
+    paired = [overhead_pct(s, b) for s, b in zip(schedule_s, baseline_s)]
+    return PairedOverhead(statistics.median(paired), min(paired), max(paired), len(paired))
+
+
+def interleaved_times(device: torch.device, run_schedule: Callable[[], Callable[[], None]],
+                      run_baseline: Callable[[], Callable[[], None]] | None,
+                      repeats: int) -> tuple[list[float], list[float]]:
+    """Time the schedule and the baseline in turns: a warm-up of each, then ``repeats`` pairs.
+
+    The order is baseline, schedule, baseline, schedule, ...: the two see the
+    same state of the machine (caches, clock, other load) as nearly as one
+    process can give them. Each run is prepared (``run_schedule()`` gives the
+    function to time) before its clock starts, and timed by
+    `remat_bench.torch.measure.timed`: on CUDA from an idle device to an idle
+    device.
+
+    Parameters
+    ----------
+    device : torch.device
+        Where the runs' kernels go.
+    run_schedule : callable
+        Prepares one run of the schedule and returns it (a function without arguments).
+    run_baseline : callable or None
+        The same for the baseline; None times the schedule alone.
+    repeats : int
+        Pairs timed, at least 1.
+
+    Returns
+    -------
+    tuple of (list of float, list of float)
+        The schedule's times and the baseline's (empty without a baseline), in s, in the order run.
+    """
+    runs = [fn for fn in (run_baseline, run_schedule) if fn is not None]
+    for prepare in runs:  # warm-up: allocator pools, kernel choices, caches
+        timed(device, prepare())
+    times: list[list[float]] = [[] for _ in runs]
+    for _ in range(repeats):
+        for i, prepare in enumerate(runs):
+            run = prepare()
+            times[i].append(timed(device, run))
+    return (times[-1], times[0] if run_baseline is not None else [])
 
 
 @dataclass
@@ -98,6 +196,51 @@ class ReplayResult:
     diffs: dict[str, float] = field(default_factory=dict)
     budget: Number | None = None  # the schedule file's, in the graph's memory units
     budget_note: str = ""  # why the measured peak is above the budget, when it is
+    # Against the baseline: each timed run's wall time in s, pair i being (baseline_step_times_s[i],
+    # step_times_s[i]); empty when not timed (the baseline's empty when it did not run).
+    step_times_s: list[float] = field(default_factory=list)
+    baseline_step_times_s: list[float] = field(default_factory=list)
+    modelled_overhead_pct: float | None = None  # simulated duration / baseline's simulated duration - 1
+    baseline_simulated_peak: Number | None = None
+    baseline_measured_peak: int | None = None  # None when the baseline did not run
+    baseline_note: str = ""  # why the baseline did not run, when it did not
+
+    @property
+    def repeats(self) -> int:
+        """The schedule's timed runs (pairs, with a baseline); 0 when not timed."""
+        return len(self.step_times_s)
+
+    @property
+    def step_time_s(self) -> float | None:
+        """The median of the schedule's timed runs, in s; None when not timed."""
+        return statistics.median(self.step_times_s) if self.step_times_s else None
+
+    @property
+    def baseline_step_time_s(self) -> float | None:
+        """The median of the baseline's timed runs, in s; None when not timed."""
+        return statistics.median(self.baseline_step_times_s) if self.baseline_step_times_s else None
+
+    @property
+    def measured_overhead(self) -> PairedOverhead | None:
+        """The overhead measured against the baseline (`paired_overhead`); None without both timed."""
+        if not self.step_times_s or len(self.baseline_step_times_s) != len(self.step_times_s):
+            return None
+        return paired_overhead(self.step_times_s, self.baseline_step_times_s)
+
+    @property
+    def overhead_error_pts(self) -> float | None:
+        """Measured overhead less modelled overhead, in percentage points; None without both."""
+        measured = self.measured_overhead
+        if measured is None or self.modelled_overhead_pct is None:
+            return None
+        return measured.median_pct - self.modelled_overhead_pct
+
+    @property
+    def baseline_peak_error_pct(self) -> float | None:
+        """How far the baseline's measured peak is above (+) its simulated one, in percent; None if not run."""
+        if self.baseline_measured_peak is None or not self.baseline_simulated_peak:
+            return None
+        return 100.0 * (self.baseline_measured_peak / self.baseline_simulated_peak - 1.0)
 
     @property
     def within_budget(self) -> bool | None:
@@ -120,8 +263,11 @@ class ReplayResult:
         -------
         dict
             The fields, ``peak_error_pct``, ``within_budget`` and the tolerance (None for a synthetic replay);
-            ``diffs`` and ``budget_note`` are left out.
+            the times against the baseline with the measured overhead (median of the paired overheads, with
+            their range: ``measured_overhead_min_pct`` to ``measured_overhead_max_pct``, ``spread`` = max -
+            min in points; None where not timed); ``diffs`` and ``budget_note`` are left out.
         """
+        measured = self.measured_overhead
         return {
             "device": self.device,
             "measured_peak": self.measured_peak,
@@ -145,6 +291,21 @@ class ReplayResult:
             "note": self.note,
             "budget": self.budget,
             "within_budget": self.within_budget,
+            "repeats": self.repeats,
+            "step_time_s": self.step_time_s,
+            "baseline_step_time_s": self.baseline_step_time_s,
+            "measured_overhead_pct": None if measured is None else measured.median_pct,
+            "measured_overhead_min_pct": None if measured is None else measured.min_pct,
+            "measured_overhead_max_pct": None if measured is None else measured.max_pct,
+            "measured_overhead_spread": None if measured is None else measured.spread,
+            "modelled_overhead_pct": self.modelled_overhead_pct,
+            "overhead_error_pts": self.overhead_error_pts,
+            "baseline_measured_peak": self.baseline_measured_peak,
+            "baseline_simulated_peak": self.baseline_simulated_peak,
+            "baseline_peak_error_pct": self.baseline_peak_error_pct,
+            "baseline_note": self.baseline_note,
+            "step_times_s": list(self.step_times_s),
+            "baseline_step_times_s": list(self.baseline_step_times_s),
         }
 
 
@@ -206,7 +367,8 @@ def load_schedule_for(graph: Graph, path: str | Path) -> Schedule:
     return schedule_from_dict(data, graph, str(path))
 
 
-def replay_files(graph_path: str | Path, schedule_path: str | Path, device: str | None = None) -> ReplayResult:
+def replay_files(graph_path: str | Path, schedule_path: str | Path, device: str | None = None, *,
+                 repeats: int = DEFAULT_REPEATS, with_baseline: bool = True) -> ReplayResult:
     """Load a graph and a schedule file (refusing one written for another graph) and replay it.
 
     Parameters
@@ -217,6 +379,10 @@ def replay_files(graph_path: str | Path, schedule_path: str | Path, device: str 
         The schedule file.
     device : str or None
         As `resolve_device` takes it.
+    repeats : int
+        Timed pairs, as `replay` takes them.
+    with_baseline : bool
+        Run the baseline beside the schedule, as `replay` does.
 
     Returns
     -------
@@ -232,14 +398,24 @@ def replay_files(graph_path: str | Path, schedule_path: str | Path, device: str 
         No such device, not enough memory, or an operator that fails.
     """
     graph = load_graph(graph_path)
-    return replay(graph, load_schedule_for(graph, schedule_path), device)
+    return replay(graph, load_schedule_for(graph, schedule_path), device, repeats=repeats,
+                  with_baseline=with_baseline)
 
 
-def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_run: bool = True) -> ReplayResult:
+def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_run: bool = True, *,
+           repeats: int = DEFAULT_REPEATS, with_baseline: bool = True) -> ReplayResult:
     """Execute ``schedule`` on ``graph`` with real tensors; measure the peak and check the outputs.
 
-    ``timing_run=False`` skips the second, unprofiled run and reports the
-    wall time of the profiled one (slower by the profiler's overhead).
+    First a profiled run of the schedule measures its peak, and its loss and
+    gradients are checked; then (``with_baseline``) a profiled run of the
+    baseline measures the baseline's peak; then one unprofiled warm-up run of
+    each, and ``repeats`` timed pairs, baseline then schedule
+    (`interleaved_times`). ``timing_run=False`` measures the schedule's peak
+    and outputs only: nothing is timed (the wall time is the profiled run's,
+    slower by the profiler's overhead) and the baseline does not run. A
+    baseline that does not fit in the device's free memory (over 80% of it) or
+    fails there is left out, and ``baseline_note`` says why; the schedule is
+    then timed alone.
 
     The schedule must be valid for the graph (the simulator decides): one that
     is not, including one written for another graph, is refused with a
@@ -254,38 +430,67 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
     device : str or None
         As `resolve_device` takes it (None: CUDA when present, else CPU).
     timing_run : bool
-        Whether to time a second, unprofiled run.
+        Whether to time the schedule (and run the baseline) after its profiled run.
+    repeats : int
+        Timed runs of the schedule, each paired with one of the baseline; at least 1.
+    with_baseline : bool
+        Run the baseline beside the schedule: its peak, and the pairs that give the measured overhead.
 
     Returns
     -------
     ReplayResult
-        Peaks in bytes, the wall time in s.
+        Peaks in bytes, times in s; ``wall_time_s`` is the median of the timed runs.
 
     Raises
     ------
     ScheduleError
         A schedule the simulator finds not valid for the graph.
     ReplayError
-        No such device, a synthetic replay that would not fit in the free memory, or an operator that
-        fails on real tensors.
+        ``repeats`` below 1, no such device, a synthetic replay that would not fit in the free memory, or
+        an operator that fails on real tensors.
     GraphError
         An imported graph whose model now traces to other nodes.
     """
+    if repeats < 1:
+        raise ReplayError(f"a replay times the schedule at least once; --repeats {repeats} is below 1")
     sim = simulate(graph, schedule)
     if not sim.valid:
         raise ScheduleError(f"refusing to replay a schedule that is not valid for graph '{graph.name}': "
                             f"{sim.violation}")
     dev = resolve_device(device)
     steps = list(zip(schedule.kinds.tolist(), schedule.nodes.tolist(), schedule.impls.tolist()))
+    base = baseline(graph)
+    base_steps: list[Step] | None = None
+    base_note = "" if timing_run else "the replay measured the peak only"
+    if timing_run and with_baseline:
+        base_sched = baseline_schedule(graph)
+        base_steps = list(zip(base_sched.kinds.tolist(), base_sched.nodes.tolist(), base_sched.impls.tolist()))
+    elif timing_run:
+        base_note = "left out with --no-baseline"
+    base_delta: int | None = None
+    times: tuple[list[float], list[float]] = ([], [])
     spec = spec_of(graph)
     run = _model_run(graph, dev) if spec is not None else _synthetic_run(graph, dev, sim.peak)
-    with run as (execute, fixed_bytes, finish):
+    with run as (prepare, fixed_bytes, finish):
+        profiled = prepare(steps, True)
         start = time.perf_counter()
-        measured_delta = measure_peak(dev, lambda: execute(steps))
-        wall = time.perf_counter() - start  # profiled: used only without a timing run
+        measured_delta = measure_peak(dev, profiled)
+        wall = time.perf_counter() - start  # profiled: used only without timed runs
         check = finish()
+        if base_steps is not None:
+            no_room = _no_room(dev, _as_bytes(base.peak - graph.fixed_memory))
+            if no_room:
+                base_note, base_steps = f"it needs {no_room}, beyond the fixed memory", None
+        if base_steps is not None:
+            try:
+                base_delta = measure_peak(dev, prepare(base_steps, False))
+            except (ReplayError, torch.OutOfMemoryError) as exc:
+                base_note, base_steps = f"it failed on {dev}: {exc}", None
         if timing_run:
-            wall = timed(dev, lambda: execute(steps))
+            times = interleaved_times(dev, lambda: prepare(steps, False),
+                                      None if base_steps is None else (lambda: prepare(base_steps, False)),
+                                      repeats)
+    step_times, base_times = times
     measured_peak = fixed_bytes + measured_delta
     result = ReplayResult(
         graph=graph.name,
@@ -295,7 +500,7 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
         simulated_peak=sim.peak,
         measured_fixed=fixed_bytes,
         fixed_memory=graph.fixed_memory,
-        wall_time_s=wall,
+        wall_time_s=statistics.median(step_times) if step_times else wall,
         simulated_duration=sim.duration,
         duration_unit=graph.units.get("duration", ""),
         steps=sim.num_steps,
@@ -309,6 +514,12 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
                      else "torch.cuda.max_memory_allocated"),
         note=scratch_note(graph, dev, measured_peak, sim.peak) if spec is not None else "",
         budget=schedule.budget,
+        step_times_s=step_times,
+        baseline_step_times_s=base_times,
+        modelled_overhead_pct=overhead_pct(sim.duration, base.duration),
+        baseline_simulated_peak=base.peak,
+        baseline_measured_peak=None if base_delta is None else fixed_bytes + base_delta,
+        baseline_note=base_note,
     )
     if result.within_budget is False:
         result.budget_note = over_budget_cause(graph, dev, result)
@@ -387,14 +598,16 @@ def scratch_note(graph: Graph, device: torch.device, measured_peak: int, simulat
 
 
 Step = tuple[int, int, int]  # (COMPUTE or FREE, node index, implementation position)
-Execute = Callable[[list[Step]], None]
+# prepare(steps, keep) builds what a run of ``steps`` needs and returns the run itself (timed apart from
+# its preparation); with ``keep`` the run's outputs stay alive until finish() compares them.
+Prepare = Callable[[list[Step], bool], Callable[[], None]]
 
 
 # ---------------------------------------------------------------------- imported graphs
 
 
 @contextlib.contextmanager
-def _model_run(graph: Graph, device: torch.device) -> Iterator[tuple[Execute, int, Callable[[], dict]]]:
+def _model_run(graph: Graph, device: torch.device) -> Iterator[tuple[Prepare, int, Callable[[], dict]]]:
     program = program_for_graph(graph)
     # The reference run comes first and is kept outside the measured region.
     try:
@@ -408,18 +621,25 @@ def _model_run(graph: Graph, device: torch.device) -> Iterator[tuple[Execute, in
     state = State.create(program.spec, device)
     executors: list[Executor] = []
 
-    def execute(steps: list[Step]) -> None:
+    def prepare(steps: list[Step], keep: bool) -> Callable[[], None]:
         ex = Executor(program, state)
-        try:
-            for kind, v, _ in steps:
-                if kind == COMPUTE:
-                    ex.compute(v)
-                else:
-                    ex.free(v)
-        except ExecutionError as exc:
-            raise ReplayError(f"replaying '{graph.name}': {exc}") from None
-        sync(device)
-        executors.append(ex)  # its outputs (loss, gradients) stay alive until finish()
+
+        def execute() -> None:
+            try:
+                for kind, v, _ in steps:
+                    if kind == COMPUTE:
+                        ex.compute(v)
+                    else:
+                        ex.free(v)
+            except ExecutionError as exc:
+                raise ReplayError(f"replaying '{graph.name}': {exc}") from None
+            sync(device)
+            if keep:
+                executors.append(ex)  # its outputs (loss, gradients) stay alive until finish()
+            else:
+                ex.values.clear()  # the outputs go at the end of the run, as those of a training step
+
+        return execute
 
     def finish() -> dict[str, Any]:
         loss, grads = executors[0].results()
@@ -428,7 +648,7 @@ def _model_run(graph: Graph, device: torch.device) -> Iterator[tuple[Execute, in
         return result
 
     try:
-        yield execute, state.nbytes, finish
+        yield prepare, state.nbytes, finish
     finally:
         executors.clear()
 
@@ -474,14 +694,11 @@ def _as_bytes(amount: Number) -> int:
 
 @contextlib.contextmanager
 def _synthetic_run(graph: Graph, device: torch.device,
-                   simulated_peak: Number) -> Iterator[tuple[Execute, int, Callable[[], dict]]]:
-    need = _as_bytes(simulated_peak)
-    available = _available_bytes(device)
-    if available is not None and need > 0.8 * available:
-        raise ReplayError(
-            f"graph '{graph.name}' needs {need:,} bytes at its simulated peak, more than 80% of the "
-            f"{available:,} bytes free on {device}; replay it on a larger machine"
-        )
+                   simulated_peak: Number) -> Iterator[tuple[Prepare, int, Callable[[], dict]]]:
+    no_room = _no_room(device, _as_bytes(simulated_peak))
+    if no_room:
+        raise ReplayError(f"graph '{graph.name}' needs {no_room} at its simulated peak; replay it on a larger "
+                          "machine")
     memory = [_as_bytes(m) for m in graph.memory.tolist()]
     op_inputs = graph.op_inputs
     op_start = graph.op_start.tolist()
@@ -491,6 +708,9 @@ def _synthetic_run(graph: Graph, device: torch.device,
     # amax into a buffer held from the start: the reduction allocates nothing, so the measured
     # peak is the simulated one to the byte, and a schedule at its budget is within it.
     largest = torch.zeros((), dtype=torch.uint8, device=device)
+
+    def prepare(steps: list[Step], keep: bool) -> Callable[[], None]:
+        return lambda: execute(steps)  # nothing to keep: there is nothing to compare
 
     def execute(steps: list[Step]) -> None:
         values: dict[int, torch.Tensor] = {}
@@ -515,9 +735,17 @@ def _synthetic_run(graph: Graph, device: torch.device,
         sync(device)
 
     try:
-        yield execute, int(fixed.numel()), lambda: {}  # nothing to check against
+        yield prepare, int(fixed.numel()), lambda: {}  # nothing to check against
     finally:
         del fixed
+
+
+def _no_room(device: torch.device, need: int) -> str:
+    """Why ``need`` more bytes do not fit on ``device`` (over 80% of its free memory); empty when they do."""
+    available = _available_bytes(device)
+    if available is not None and need > 0.8 * available:
+        return f"{need:,} bytes, more than 80% of the {available:,} bytes free on {device}"
+    return ""
 
 
 def _available_bytes(device: torch.device) -> int | None:

@@ -70,15 +70,21 @@ def import_torch(model: str, batch: int | None, input_shape: str | None, duratio
 @click.argument("graph")
 @click.argument("schedule", type=click.Path(path_type=Path))
 @click.option("--device", type=click.Choice(["cuda", "cpu"]), help="Default: cuda when present, else cpu.")
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Timed runs of the schedule, each paired with one of the baseline just before it.")
+@click.option("--no-baseline", is_flag=True,
+              help="Do not run the baseline: no measured overhead, no baseline peak.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def replay(graph: str, schedule: Path, device: str | None, as_json: bool) -> None:
-    """Run SCHEDULE with real tensors through PyTorch and measure the real peak.
+def replay(graph: str, schedule: Path, device: str | None, repeats: int, no_baseline: bool, as_json: bool) -> None:
+    """Run SCHEDULE with real tensors through PyTorch and measure the real peak and overhead.
 
     For a graph imported with `graphs import-torch`, every step runs the
     model's real operator and the loss and gradients are checked against
     plain autograd; for other graphs each node allocates its size and reads
-    its inputs. Exit status 1 when the outputs differ from autograd, or when
-    the measured peak is above the budget the schedule file holds.
+    its inputs. The baseline (every node once, in file order) runs in turns
+    with the schedule, so the overhead is measured as the simulator models
+    it. Exit status 1 when the outputs differ from autograd, or when the
+    measured peak is above the budget the schedule file holds.
     """
     _require_torch("replay")
     from remat_bench.torch.replay import load_schedule_for
@@ -86,8 +92,9 @@ def replay(graph: str, schedule: Path, device: str | None, as_json: bool) -> Non
 
     g = load(graph)
     sched = load_schedule_for(g, schedule)  # refuses a schedule written for another graph
-    with working(f"replaying {schedule.name} on {g.name}...", as_json):
-        result = run_replay(g, sched, device)
+    with working(f"replaying {schedule.name} on {g.name} ({repeats} timed runs"
+                 f"{'' if no_baseline else ', each beside the baseline'})...", as_json):
+        result = run_replay(g, sched, device, repeats=repeats, with_baseline=not no_baseline)
     show(result.to_json(), as_json, lambda: _replayed(g, result))
     if result.within_budget is False and result.budget is not None:
         unit = g.units.get("memory", "")
@@ -112,13 +119,35 @@ def _replayed(g: Graph, r: Any) -> Table:
         verdict = "[green]yes[/]" if r.outputs_match else "[red]no[/]"
         rows.append(("outputs match autograd", f"{verdict}  (max abs diff {r.max_abs_diff:.3g}, max rel diff "
                                                f"{r.max_rel_diff:.3g}; tolerance rtol 1e-5, atol 1e-6)"))
-    rows.append(("wall time", f"{r.wall_time_s:.3f} s  (modelled duration {format_amount(r.simulated_duration)} "
-                              f"{r.duration_unit})"))
+    rows += _timing_rows(r, unit)
     rows.append(("steps", f"{r.steps} ({r.computes} computes, {r.recomputations} recomputations)"))
     rows.append(("measured by", r.measurement))
     if r.note:
         rows.append(("note", r.note))
     return key_values(rows)
+
+
+def _timing_rows(r: Any, unit: str) -> list[tuple[str, str]]:
+    """Step times, measured against modelled overhead, and the baseline's peaks, as `_replayed` shows them."""
+    modelled = f"modelled duration {format_amount(r.simulated_duration)} {r.duration_unit}"
+    if r.step_time_s is None:
+        return [("wall time", f"{r.wall_time_s:.3f} s, profiled run  ({modelled})")]
+    rows = []
+    base = "" if r.baseline_step_time_s is None else f"; baseline {r.baseline_step_time_s:.3f} s"
+    rows.append(("step time", f"{r.step_time_s:.3f} s median of {r.repeats}{base}  ({modelled})"))
+    measured = r.measured_overhead
+    if measured is not None:
+        rows.append(("overhead", f"measured {measured.median_pct:+.2f}% (paired runs: min {measured.min_pct:+.2f}%, "
+                                 f"max {measured.max_pct:+.2f}%), modelled {r.modelled_overhead_pct:+.2f}%; "
+                                 f"error {r.overhead_error_pts:+.2f} points"))
+    else:
+        rows.append(("overhead", f"modelled {r.modelled_overhead_pct:+.2f}%; not measured: the baseline did not run "
+                                 f"({escape(r.baseline_note)})"))
+    if r.baseline_measured_peak is not None:
+        rows.append(("baseline peak", f"{format_amount(r.baseline_measured_peak, unit)} measured "
+                                      f"({r.baseline_peak_error_pct:+.3f}% vs simulated "
+                                      f"{format_amount(r.baseline_simulated_peak, unit)})"))
+    return rows
 
 
 def _require_torch(command: str) -> None:
