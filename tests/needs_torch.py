@@ -12,7 +12,7 @@ try:
     import torch
 except ImportError as exc:  # fail loudly: CI must run these tests
     raise ImportError(
-        "the PyTorch tests need torch: run `make install`, or `.venv/bin/pip install torch==2.13.0` "
+        "the PyTorch tests need torch: run `make install`, or `.venv/bin/pip install torch==2.14.1` "
         "(or `pip install remat-bench[torch]`)"
     ) from exc
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from remat_bench.core.errors import RematBenchError
 
-INSTALL_HINT = "install it with `pip install remat-bench[torch]` (CPU-only: `pip install torch==2.13.0`)"
+INSTALL_HINT = "install it with `pip install remat-bench[torch]` (CPU: `make install` or `pip install torch==2.14.1`)"
 
 
 class TorchMissingError(RematBenchError):

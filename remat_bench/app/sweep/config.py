@@ -72,7 +72,7 @@ from remat_bench.core.outcome import Termination
 from remat_bench.core.simulate import baseline
 
 TOP_KEYS = ("name", "description", "output", "graphs", "methods", "budgets", "time_limit", "grace",
-            "memory_limit", "repeats", "seeds", "executor", "address", "workers")
+            "memory_limit", "repeats", "seeds", "executor", "address", "workers", "replay")
 METHOD_KEYS = ("name", "params")
 GRAPH_KEYS = ("path", "glob", "generate", "torch")
 # Keys of a ``torch:`` graph entry: a PyTorch model traced into a training graph (`import_model`).
@@ -82,6 +82,9 @@ DEFAULT_TIME_LIMIT = 300.0
 # Seconds a model may take to be built and traced: far above what the zoo's largest models take
 # (docs/benchmarks.md, "Figures that used to live in the code"), so only a model that hangs reaches it.
 TRACE_TIME_LIMIT = 600.0
+# Keys of ``replay:`` (`ReplaySettings`): how the schedules of PyTorch graphs are replayed after the runs.
+REPLAY_KEYS = ("repeats", "device", "time_limit")
+REPLAY_DEVICES = ("cpu", "cuda")
 # What a config may hold, checked before anything is built: the project aims at sweeps of thousands of
 # runs on graphs of ~10,000 nodes, and these leave two orders of magnitude above that.
 MAX_CONFIG_BYTES = 2**20
@@ -277,11 +280,22 @@ class SweepConfig:
     grids: list[MethodGrid] = field(default_factory=list, repr=False)
     # Runs each graph gets (budgets x method settings x seeds x repeats): what a pending graph will add.
     runs_per_graph: int = 0
+    # Replay the schedules of graphs imported from PyTorch once the runs are done (``replay:``); None: do not.
+    replay: ReplaySettings | None = None
 
     @property
     def planned_runs(self) -> int:
         """Every run of the sweep, those of the ``torch:`` graphs still to be traced included."""
         return len(self.runs) + len(self.pending) * self.runs_per_graph
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    """How a sweep replays the schedules of its PyTorch graphs (``replay:``, `remat_bench.app.sweep.replays`)."""
+
+    repeats: int = 5  # timed pairs per schedule, as `remat-bench replay --repeats`
+    device: str | None = None  # None: CUDA when present, else the CPU
+    time_limit: float = 600.0  # s per replay; a replay that takes longer is stopped and recorded as failed
 
 
 @dataclass
@@ -562,6 +576,7 @@ def load_config(path: str | Path, *, output: str | Path | None = None,
         methods=list(dict.fromkeys(grid.name for grid in grids)), pending=pending, budgets=budgets,
         budget_lines=[n.start_mark.line + 1 for n in budget_nodes], grids=grids,
         runs_per_graph=len(expand([_PLACEHOLDER])),
+        replay=_replay_settings(doc, top["replay"][1]) if "replay" in top else None,
     )
 
 
@@ -607,6 +622,35 @@ def _settings(doc: _Document, top: dict[str, tuple[yaml.Node, yaml.Node]]) -> _S
         executor = "dask"  # a scheduler's address implies Dask, as --address does on the command line
     return _Settings(name=name, description=description, time_limit=time_limit, grace=grace, repeats=repeats,
                      workers=workers, memory_limit=memory_limit, seeds=seeds, executor=executor, address=address)
+
+
+def _replay_settings(doc: _Document, node: yaml.Node) -> ReplaySettings | None:
+    """``replay: true`` (the defaults), ``false`` (none), or a mapping of `REPLAY_KEYS`; PyTorch must be there."""
+    value = doc.value(node)
+    if isinstance(value, bool):
+        settings = ReplaySettings() if value else None
+    elif isinstance(node, yaml.MappingNode):
+        keys = doc.mapping(node, "replay", REPLAY_KEYS)
+        settings = ReplaySettings()
+        if "repeats" in keys:
+            settings = replace(settings, repeats=int(doc.number(keys["repeats"][1], "repeats", 1, integer=True,
+                                                                strict=False)))
+        if "time_limit" in keys:
+            settings = replace(settings, time_limit=doc.number(keys["time_limit"][1], "time_limit", 0))
+        if "device" in keys:
+            device = doc.text(keys["device"][1], "device")
+            if device not in REPLAY_DEVICES:
+                raise doc.error(keys["device"][1], f"replay device {_quote(device)} is not known; use cpu or cuda")
+            settings = replace(settings, device=device)
+    else:
+        raise doc.error(node, "'replay' must be true, false, or a mapping of repeats, device and time_limit")
+    if settings is not None:
+        from remat_bench.torch import torch_available
+
+        if not torch_available():
+            raise doc.error(node, "replaying schedules needs PyTorch: install it with `pip install "
+                                  "remat-bench[torch]` (`make install` does), or remove 'replay'")
+    return settings
 
 
 def _plain_name(doc: _Document, node: yaml.Node, name: str) -> str:
@@ -856,8 +900,8 @@ def _torch_entry(doc: _Document, node: yaml.Node) -> _Entry:
         from remat_bench.torch.program import INPUT_DTYPES
         from remat_bench.torch.zoo import TASKS, locate_factory
     except ImportError:
-        raise doc.error(node, "a torch graph needs PyTorch: install it with `pip install torch==2.13.0` "
-                              "(or remat-bench[torch])") from None
+        raise doc.error(node, "a torch graph needs PyTorch: install it with `pip install remat-bench[torch]` "
+                              "(`make install` does)") from None
     model_node = spec["model"][1]
     model = doc.text(model_node, "model")
     search = (str(doc.path.parent),)  # a factory written beside the config imports as `module:factory`
