@@ -64,13 +64,14 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.nn.modules.lazy import LazyModuleMixin
 
-from remat_bench.torch import TORCH_LOG_SWITCHES
+from remat_bench.torch import TORCH_LOG_SWITCHES, ecosystem
 from remat_bench.torch.zoo import (
     TASKS,
     ZOO,
     ModelSpecError,
     TrainingStep,
     build_module,
+    ecosystem_name,
     load_factory,
 )
 
@@ -199,7 +200,7 @@ def model_spec(model: str, batch: int | None = None, input_shape: tuple[int, ...
     """
     kwargs = dict(kwargs or {})
     load_factory(model)  # an unknown model or factory is named before anything else
-    entry = ZOO.get(model)
+    entry = ecosystem.entry(model, kwargs) if ecosystem_name(model) else ZOO.get(model)
     if batch is None:
         batch = 8
     if batch < 1:

@@ -442,6 +442,26 @@ class FactoryPlace:
     kind: str  # USER, INSTALLED or STANDARD
 
 
+# The ecosystem's models (`remat_bench.torch.ecosystem`), built by their libraries with random weights.
+ECOSYSTEM_PREFIXES = ("torchvision:", "timm:", "hf:")
+
+
+def ecosystem_name(model: str) -> bool:
+    """Whether ``model`` is ``torchvision:NAME``, ``timm:NAME`` or ``hf:FAMILY`` (`remat_bench.torch.ecosystem`),
+    which is never read as ``package.module:factory``.
+
+    Parameters
+    ----------
+    model : str
+        A model name.
+
+    Returns
+    -------
+    bool
+    """
+    return model.startswith(ECOSYSTEM_PREFIXES)
+
+
 def _rule() -> str:
     return FACTORY_RULE.format(zoo=", ".join(ZOO))
 
@@ -510,13 +530,13 @@ def locate_factory(model: str, search: Sequence[str] = ()) -> FactoryPlace | Non
     ModelSpecError
         A malformed name, a module not found, or a module of the standard library.
     """
-    if model in ZOO:
+    if model in ZOO or ecosystem_name(model):
         return None
     module_name, sep, attr = model.partition(":")
     if not sep or not module_name or not attr:
         raise ModelSpecError(
-            f"'{model}' is neither a zoo model ({', '.join(ZOO)}) nor a factory written as "
-            "package.module:factory"
+            f"'{model}' is neither a zoo model ({', '.join(ZOO)}), an ecosystem model (torchvision:NAME, "
+            "timm:NAME, hf:FAMILY) nor a factory written as package.module:factory"
         )
     parts = module_name.split(".")
     if not all(part.isidentifier() for part in (*parts, *attr.split("."))):
@@ -589,6 +609,10 @@ def load_factory(model: str) -> Callable[..., nn.Module]:
     """
     if model in ZOO:
         return ZOO[model].build
+    if ecosystem_name(model):
+        from remat_bench.torch import ecosystem
+
+        return ecosystem.factory(model)
     # Like `python -m`, look in the current folder first, so `mypkg.models:make` works from a checkout.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())

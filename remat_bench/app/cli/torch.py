@@ -43,13 +43,28 @@ from remat_bench.core.graph import Graph
 def import_torch(model: str, batch: int | None, input_shape: str | None, durations: str,
                  workspace: str | None, task: str | None, input_dtype: str | None, vocab: int | None,
                  kwargs: tuple[str, ...], time_limit: float, output: Path) -> None:
-    """Trace MODEL's training step into a graph: a zoo name or package.module:factory.
+    """Trace MODEL's training step into a graph: a zoo name, an ecosystem model or package.module:factory.
 
     Zoo: mlp, vgg11, resnet18, resnet50, unet, gpt. A factory runs only when it
     is an nn.Module subclass or a function in a file of your own (never the
     standard library). Tracing uses fake tensors, so any batch size imports
     without allocating it (except --durations profile and --workspace measure,
     which run the operators).
+
+    \b
+    The ecosystem's models, with random weights (never downloaded; needs
+    `pip install remat-bench[models]`), at their standard sizes unless --kwarg says:
+      torchvision:resnet50 --batch 32          any torchvision classification,
+                                               segmentation or video model
+      timm:vit_small_patch16_224 --kwarg img_size=64 --kwarg depth=6
+      hf:llama --kwarg layers=8 --kwarg width=1024 --kwarg heads=16
+               --kwarg kv_heads=4 --kwarg sequence=512
+      hf:gpt2 --kwarg layers=6 --kwarg vocab=8192
+      hf:bert --kwarg sequence=128             masked-LM logits at every position
+      (also hf:mistral, hf:qwen2)
+    hf: fields: layers, width, heads, kv_heads, ffn, vocab, max_positions, dropout,
+    sequence (tokens per sample), attention (sdpa or eager), or any field of
+    the family's transformers config.
     """
     _require_torch("graphs import-torch")
     from remat_bench.app.sweep.config import trace_model
