@@ -16,6 +16,9 @@ import tempfile
 # the start, so that no run depends on what an earlier one left in the user's cache. Set before
 # the package is imported: the process's cache reads it then, and child processes inherit it.
 os.environ["REMAT_BENCH_BOUND_CACHE"] = tempfile.mkdtemp(prefix="remat-bench-test-bounds-")
+# Operator costs measured by PyTorch imports likewise (remat_bench.torch.calibrate.CostCache): one file for the
+# session, so that the imports of one test run share what they measured, and no user's cache is read or written.
+os.environ["REMAT_BENCH_COST_CACHE"] = os.path.join(tempfile.mkdtemp(prefix="remat-bench-test-costs-"), "op-costs.json")
 
 import pytest
 

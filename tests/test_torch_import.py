@@ -29,6 +29,8 @@ from tests.helpers import ROOT, SHIPPED
 
 nn = torch.nn
 
+# Costs counted, nothing run: for the tests about the graph's structure (tests/test_costs.py: measured costs).
+FAST = {"durations": "flops", "workspace": "none"}
 VIEW_OPS = ("aten.view", "aten.t.", "aten.detach", "aten._unsafe_view", "aten.expand", "aten.permute",
             "aten.transpose", "aten.unsqueeze", "aten.squeeze", "aten.alias", "getitem")
 
@@ -58,12 +60,12 @@ def round_trip(g: Graph, tmp_path) -> Graph:
     ("resnet18", {"batch": 2, "input_shape": (3, 64, 64)}),
 ])
 def test_zoo_graphs_validate_and_their_baseline_peak_is_what_replay_measures(model, kwargs, tmp_path):
-    g = round_trip(import_model(model, **kwargs), tmp_path)
+    g = round_trip(import_model(model, **kwargs, **FAST), tmp_path)
     assert g.has_backward and g.units == {"memory": "bytes", "duration": "flops"}
     assert not g.op_workspace.any() and "workspace" not in g.metadata["torch"]
     # With the scratch memory of every operator measured on this machine, the simulator's
     # baseline peak is the allocator's, to the byte, whatever the processor's kernels allocate.
-    measured_g = round_trip(import_model(model, workspace="measure", **kwargs), tmp_path)
+    measured_g = round_trip(import_model(model, durations="flops", workspace="measure", **kwargs), tmp_path)
     assert measured_g.metadata["torch"]["workspace"]["threads"] == torch.get_num_threads()
     base = baseline(measured_g)
     measured = replay(measured_g, baseline_schedule(measured_g), "cpu", timing_run=False)
@@ -81,7 +83,7 @@ def test_zoo_graphs_validate_and_their_baseline_peak_is_what_replay_measures(mod
 
 
 def test_mlp_graph_counts_each_storage_once_in_bytes():
-    g = import_model("mlp", batch=64, depth=2)
+    g = import_model("mlp", batch=64, depth=2, **FAST)
     ops = [nd.op for nd in g.nodes]
     assert not any(op.startswith(VIEW_OPS) for op in ops), ops
     # Forward: addmm, relu per hidden layer, then the head and log-softmax; the loss is backward.
@@ -102,7 +104,7 @@ def test_mlp_graph_counts_each_storage_once_in_bytes():
 
 
 def test_gradients_are_outputs_held_by_their_node_or_copied_out_of_a_tuple():
-    g = import_model("resnet18", batch=2, input_shape=(3, 32, 32), width=8)
+    g = import_model("resnet18", batch=2, input_shape=(3, 32, 32), width=8, **FAST)
     grads = g.metadata["torch"]["gradients"]
     step = nn.Module()
     step.model = ZOO["resnet18"].build(width=8)
@@ -125,7 +127,7 @@ def test_gradients_are_outputs_held_by_their_node_or_copied_out_of_a_tuple():
 
 
 def test_kinds_and_grad_of_follow_autograd():
-    g = import_model("resnet18", batch=2, input_shape=(3, 32, 32), width=8)
+    g = import_model("resnet18", batch=2, input_shape=(3, 32, 32), width=8, **FAST)
     loss = g.index[g.metadata["torch"]["loss"]]
     assert all(g.is_forward[:loss]) and not any(
         g.is_forward[v] for v in range(loss, g.n) if g.nodes[v].op != "aten.copy_.default")
@@ -144,10 +146,10 @@ def test_kinds_and_grad_of_follow_autograd():
 
 
 def test_every_zoo_model_imports_with_fake_tensors_at_a_batch_that_would_not_fit():
-    g = import_model("resnet50", batch=4096)  # only shapes are traced: nothing of this is allocated
+    g = import_model("resnet50", batch=4096, **FAST)  # only shapes are traced: nothing of this is allocated
     assert baseline(g).peak > 5 * 10**11
     for name in ZOO:
-        g = import_model(name, batch=2)
+        g = import_model(name, batch=2, **FAST)
         assert g.n > 10 and g.has_backward
 
 
@@ -161,14 +163,14 @@ def test_shipped_torch_graphs_retrace_to_the_same_nodes():
 
 
 def test_a_graph_that_no_longer_matches_its_model_is_refused():
-    data = import_model("mlp", batch=8, depth=1).to_dict()
+    data = import_model("mlp", batch=8, depth=1, **FAST).to_dict()
     data["nodes"][2]["memory"] += 4
     with pytest.raises(GraphError, match=r"first difference at node 2 \('addmm_1'\)"):
         program_for_graph(graph_from_dict(data, "edited.json"))
 
 
 def test_user_factory_and_its_errors():
-    g = import_model("tests.test_torch_import:small_convnet", batch=4, input_shape=(3, 8, 8))
+    g = import_model("tests.test_torch_import:small_convnet", batch=4, input_shape=(3, 8, 8), **FAST)
     assert g.metadata["torch"]["spec"]["task"] == "classify"
     assert g.metadata["torch"]["spec"]["label_range"] == 5
     g = import_model("tests.test_torch_import:in_place_relu", batch=4, input_shape=(16,))
@@ -197,12 +199,14 @@ def test_profiled_durations_are_nanoseconds_and_measure_workspace():
 
 def test_cli_import_torch(tmp_path):
     out = tmp_path / "mlp.json"
-    r = CliRunner().invoke(main, ["graphs", "import-torch", "mlp", "--batch", "16", "-o", str(out)])
+    r = CliRunner().invoke(main, ["graphs", "import-torch", "mlp", "--batch", "16", "--durations", "flops",
+                                  "--workspace", "none", "-o", str(out)])
     assert r.exit_code == 0, r.output
     assert "wrote" in r.output and load_graph(out).metadata["torch"]["spec"]["batch"] == 16
     assert "workspace" not in load_graph(out).metadata["torch"]
     r = CliRunner().invoke(main, ["graphs", "import-torch", "tests.test_torch_import:small_convnet", "--batch", "4",
-                                  "--input-shape", "3x8x8", "--workspace", "measure", "-o", str(out)])
+                                  "--input-shape", "3x8x8", "--durations", "flops", "--workspace", "measure",
+                                  "-o", str(out)])
     assert r.exit_code == 0, r.output
     measured = load_graph(out)
     assert measured.metadata["torch"]["workspace"]["machine"] and measured.units["duration"] == "flops"
@@ -238,7 +242,7 @@ def test_without_torch_the_commands_say_how_to_install_it(tmp_path):
 
 
 def test_graph_file_keeps_the_spec_and_node_names(tmp_path):
-    g = round_trip(import_model("gpt", batch=2, input_shape=(16,), layers=1, width=32, vocab=64), tmp_path)
+    g = round_trip(import_model("gpt", batch=2, input_shape=(16,), layers=1, width=32, vocab=64, **FAST), tmp_path)
     data = json.loads((tmp_path / f"{g.name}.json").read_text())
     spec = data["metadata"]["torch"]["spec"]
     assert spec == {"model": "gpt", "batch": 2, "input_shape": [16], "task": "language",
@@ -252,7 +256,7 @@ def test_graph_file_keeps_the_spec_and_node_names(tmp_path):
 def test_torch_logging_stays_at_warnings_unless_asked():
     import logging
 
-    import_model("mlp", batch=4, depth=1)
+    import_model("mlp", batch=4, depth=1, **FAST)
     trace = logging.getLogger("torch.__trace")
     assert not trace.isEnabledFor(logging.DEBUG) and trace.level == logging.WARNING
     # A user who asks torch for its logs (TORCH_LOGS, TORCH_TRACE) gets them untouched.
@@ -265,7 +269,7 @@ def test_torch_logging_stays_at_warnings_unless_asked():
 
 
 def test_the_cpu_attention_kernel_is_counted_by_the_attention_formula():
-    g = import_model("gpt", batch=2, input_shape=(64,), vocab=256, max_seq=64, width=64, layers=2, heads=2)
+    g = import_model("gpt", batch=2, input_shape=(64,), vocab=256, max_seq=64, width=64, layers=2, heads=2, **FAST)
     b, h, s, d = 2, 2, 64, 32
     forward = [g.duration[v] for v, nd in enumerate(g.nodes) if nd.op.endswith("flash_attention_for_cpu.default")]
     backward = [g.duration[v] for v, nd in enumerate(g.nodes)

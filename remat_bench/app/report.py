@@ -38,6 +38,7 @@ from remat_bench.app.sweep.results import (
 from remat_bench.core.errors import RematBenchError
 from remat_bench.core.files import atomic_write_text
 from remat_bench.core.outcome import Status
+from remat_bench.core.provenance import CostSource, cost_source, mixed_sources
 
 MAX_GRAPH_CHARTS = 12
 
@@ -493,6 +494,9 @@ def write_report(results: str | Path, path: str | Path, title: str | None = None
         f"Results from `{results}`, on {hosts or 'an unknown host'}; {versions}. Report written "
         f"{_dt.datetime.now().strftime('%Y-%m-%d %H:%M')} by remat-bench {__version__}."
         + (f" Note: {skipped}." if (skipped := skipped_note(table)) else ""))
+    costs = cost_sources(results, table)
+    if (mixed := mixed_sources(costs)) is not None:
+        parts.append(f"\nNote: {mixed}.")
     parts += ["", "## Summary per method", "", summary_section(summarize(table)), ""]
     parts += ["## Best method at each budget", "", best_section(frame), ""]
     gaps = gap_section(frame)
@@ -537,6 +541,8 @@ def write_report(results: str | Path, path: str | Path, title: str | None = None
                   f"baseline peak {_cell(first['baseline_peak'], '{:,}')}, "
                   f"baseline duration {_cell(first['baseline_duration'], '{:,}')}; sha256 "
                   f"`{str(first['graph_sha256'])[:12]}`.", ""]
+        if costs.get(graph) is not None:
+            parts += [f"Costs: {costs[graph].describe()}.", ""]  # type: ignore[union-attr]
         if i < MAX_GRAPH_CHARTS:
             parts += _graph_charts(results, table, graph, figures, path, i)
         parts += [graph_table(mine), ""]
@@ -613,6 +619,33 @@ def _graph_charts(results: Path, table: pd.DataFrame, graph: str, figures: Path,
     lines += [f"When each value is held in the shortest of these schedules ({best_label}):", "",
               f"![intervals of {graph}]({_link(drawn, report)})", ""]
     return lines
+
+
+def cost_sources(results: str | Path, table: pd.DataFrame) -> dict[str, CostSource | None]:
+    """How each graph of a results table got its costs (`remat_bench.core.provenance`), read from its file.
+
+    Parameters
+    ----------
+    results : str or Path
+        The results folder (graph paths in the table are relative to it).
+    table : pandas.DataFrame
+        Its results table (`load_table`).
+
+    Returns
+    -------
+    dict
+        Graph name -> its cost source; None for a graph whose file cannot be read any more.
+    """
+    from remat_bench.core.graph import load_graph
+
+    sources: dict[str, CostSource | None] = {}
+    for graph, where in table.groupby("graph", sort=False)["graph_path"].first().items():
+        path = Path(str(where))
+        try:
+            sources[str(graph)] = cost_source(load_graph(path if path.is_absolute() else Path(results) / path))
+        except (RematBenchError, OSError):
+            sources[str(graph)] = None
+    return sources
 
 
 def _sweep_name(results: Path) -> str:

@@ -12,28 +12,39 @@ base, dead code dropped) and writes what the simulator needs:
   Parameter *gradients* are nodes, not fixed memory: they appear during the
   backward pass (PyTorch's ``zero_grad(set_to_none=True)`` default) and are
   outputs of the graph, so they must be resident at the end;
+- ``duration`` (``durations="calibrated"``, the default, units ``ns``): each
+  node's operator timed on this machine's device, the median of ``repeats``
+  runs after a warm-up, cached by operator signature so that the identical
+  operators of repeated layers, and a second import, are timed once
+  (`remat_bench.torch.calibrate`);
 - ``duration`` (``durations="flops"``, units ``flops``): FLOPs from
   ``torch.utils.flop_counter``'s formulas for the operators that have one
   (matrix products, convolutions, attention and their backward), and for
   every other operator one per element touched (the larger of the elements
   read and written): elementwise and normalisation kernels are memory-bound,
   so their cost follows their size, and a recomputation is never free;
-- ``duration`` (``durations="profile"``, units ``ns``): each node's operator
-  run on real tensors, the least of ``repeats`` runs after a warm-up; the
-  profile also measures each operator's ``workspace``, the scratch memory it
-  allocates beyond its output (oneDNN convolutions and batchnorm backward on
-  CPU allocate an output-sized buffer);
 - ``kind``: ``forward`` before the loss, ``backward`` from the loss on;
   ``grad_of``: for a backward operator, the forward node whose autograd
   function produced it (matched through autograd sequence numbers);
-- ``workspace``: 0 with ``durations="flops"``: fake tensors cannot tell
-  what scratch memory a kernel allocates inside itself, so a replay's
-  measured peak can exceed the simulated one by that much. With
-  ``workspace="measure"`` (implied by ``durations="profile"``) every operator
-  runs once on real tensors and its scratch is measured (`measure_workspace`);
-  the scratch depends on the processor (oneDNN picks its convolution kernels
-  by instruction set), so it is measured on the machine that will run the
-  schedule, and the graph's metadata says where (docs/pytorch.md).
+- ``workspace``: the scratch memory each operator allocates beyond its
+  output (oneDNN convolutions and batchnorm backward on CPU allocate an
+  output-sized buffer), which fake tensors cannot tell: ``workspace="auto"``
+  (the default) runs every operator once on real tensors and measures it
+  (`measure_workspace`; cached like durations, and known to be 0 without
+  measuring for gradient copies and buffer updates); ``"none"`` leaves it 0,
+  so a replay's measured peak can exceed the simulated one by that much. The
+  scratch depends on the processor (oneDNN picks its convolution kernels by
+  instruction set) and the thread count, so it is measured on the machine
+  that will run the schedule (docs/pytorch.md).
+
+Measuring runs the step in file order, which holds its baseline peak; when
+that peak, and a quarter more, is above the device's free memory, calibrated
+durations fall back to FLOPs and ``auto`` workspaces to 0 (``"measure"``
+refuses), said in a `remat_bench.core.provenance.CostWarning`. Either way
+``metadata["costs"]`` records how the costs were obtained: durations and
+workspace modes, as asked and as done, the device, processor, threads and
+torch version they were measured with, repeats, statistic, when, and why
+anything was not measured (`cost_record`).
 
 The graph's metadata keeps the model spec (model, batch, shapes, seed, task,
 input dtype and id range, constructor arguments) and the torch version; each
@@ -44,57 +55,66 @@ nodes, which is how the replay re-creates the operators of a graph file.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator, Mapping, Sequence
-from functools import partial
+import datetime as _dt
+import math
+import warnings
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 import torch.utils._pytree as pytree
 from torch import fx
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
+from remat_bench.core.budget import format_amount
 from remat_bench.core.errors import GraphError, RematBenchError
 from remat_bench.core.graph import Graph, Node
-from remat_bench.torch.measure import measure_peak, measured_where
+from remat_bench.core.provenance import CALIBRATED, COSTS_KEY, COUNTED, MEASURED, NONE, UNMEASURED, CostWarning
+from remat_bench.core.simulate import baseline
+from remat_bench.torch.calibrate import STATISTIC, WARMUP, Calibration, CostCache, calibrate
+from remat_bench.torch.measure import free_memory_bytes, measured_where
 from remat_bench.torch.program import (
     GRADIENT,
     OP,
     ExecutionError,
-    Executor,
     ModelSpec,
     Program,
     ProgramNode,
-    State,
     build_program,
     model_spec,
 )
 from remat_bench.torch.zoo import ModelSpecError
 
-DURATIONS = ("flops", "profile")
-WORKSPACES = ("none", "measure")
+# ``profile`` is the former name of ``calibrated``, kept for the scripts and configs that use it.
+DURATIONS = ("calibrated", "flops", "profile")
+WORKSPACES = ("auto", "measure", "none")
+DEFAULT_REPEATS = 5
 METADATA_KEY = "torch"
+# Running the step to measure it holds its baseline peak, and scratch memory no one has measured yet:
+# it runs here only when the free memory is at least this much more than that peak.
+MEASURE_HEADROOM = 1.25
 
 
 def import_model(
     model: str,
     batch: int | None = None,
     input_shape: Sequence[int] | None = None,
-    durations: str = "flops",
+    durations: str = CALIBRATED,
     seed: int = 0,
-    repeats: int = 3,
+    repeats: int = DEFAULT_REPEATS,
     device: str | None = None,
     name: str | None = None,
-    workspace: str | None = None,
+    workspace: str | None = "auto",
     *,
     task: str | None = None,
     input_dtype: str | None = None,
     input_range: int | None = None,
     model_kwargs: Mapping[str, Any] | None = None,
+    cost_cache: CostCache | None = None,
     **kwargs: Any,
 ) -> Graph:
-    """The training graph of ``model`` (a zoo name or ``package.module:factory``) at ``batch``.
+    """The training graph of ``model`` (a zoo name or ``package.module:factory``) at ``batch``, with costs
+    measured on this machine.
 
     ``input_shape`` is per sample (the zoo gives a default). ``task``
     (``classify``, ``segment``, ``language``, ``regress``; default: the zoo
@@ -103,11 +123,16 @@ def import_model(
     float32); ``input_range`` the number of token ids of integer inputs
     (default for ``language``: the vocabulary of the logits). ``model_kwargs``
     and ``kwargs`` go to the model's constructor (``model_kwargs`` for names
-    this function takes itself, such as ``batch``). ``durations="profile"``
-    runs every operator on real tensors (on ``device``, default cpu), so the
-    batch must fit in memory; so does ``workspace="measure"`` (the default
-    with profiled durations; with FLOPs the default is ``"none"``, every
-    workspace 0).
+    this function takes itself, such as ``batch``).
+
+    Costs (module docstring): ``durations="calibrated"`` times every operator on
+    ``device`` (the median of ``repeats`` runs, ns), ``"flops"`` counts FLOPs;
+    ``workspace="auto"`` measures every operator's scratch memory, ``"measure"``
+    too but refuses when the step cannot run here, ``"none"`` leaves it 0.
+    Measured costs come from and go to ``cost_cache``. When the step would not
+    fit in the device's free memory, calibrated durations fall back to FLOPs and
+    ``auto`` workspaces to 0, each said in a `CostWarning` and recorded in the
+    graph's ``metadata["costs"]``.
 
     Parameters
     ----------
@@ -118,17 +143,18 @@ def import_model(
     input_shape : Sequence of int or None
         One sample's shape (None: the zoo entry's; a model outside the zoo needs it).
     durations : str
-        ``flops`` (computed from the trace) or ``profile`` (measured on real tensors, ns).
+        ``calibrated`` (timed on ``device``, ns), ``flops`` (counted from the trace), or ``profile`` (the former
+        name of ``calibrated``).
     seed : int
         Seeds the parameters (``seed``) and the batch (``seed + 1``).
     repeats : int
-        Timed passes of a profile, after its warm-up; a node's duration is the least.
+        Timed runs of each operator after its warm-up; its duration is their median.
     device : str or None
-        Where operators run to be profiled or measured (None: cpu).
+        Where operators run to be timed or measured (None: cpu).
     name : str or None
         The graph's name (None: ``torch-<model>-b<batch>``).
     workspace : str or None
-        ``none`` or ``measure`` (None: ``measure`` with profiled durations, else ``none``).
+        ``auto``, ``measure`` or ``none`` (None: ``auto``).
     task : str or None
         ``classify``, ``segment``, ``language``, ``regress`` or ``auto`` (None: the zoo entry's, else auto).
     input_dtype : str or None
@@ -137,27 +163,33 @@ def import_model(
         Integer inputs lie in ``[0, input_range)``.
     model_kwargs : Mapping or None
         Constructor arguments, for names this function takes itself.
+    cost_cache : CostCache or None
+        Measured operator costs by signature (None: the user's, `remat_bench.torch.calibrate.cost_cache_path`).
     **kwargs : Any
         More constructor arguments.
 
     Returns
     -------
     Graph
-        Memory in bytes, durations in ``flops`` or ``ns``; its metadata keeps the spec (module docstring).
+        Memory in bytes, durations in ``ns`` or ``flops``; its metadata keeps the spec and how its costs were
+        obtained (module docstring).
 
     Raises
     ------
     GraphError
-        An unknown ``durations`` or ``workspace``.
+        An unknown ``durations`` or ``workspace``, or ``repeats`` below 1.
     ModelSpecError
         A model, factory, shape, task or argument that cannot be used, a model that cannot be traced,
-        or one that traces but fails on real tensors.
+        one that traces but fails on real tensors, or ``workspace="measure"`` for a step that cannot run here.
     """
     if durations not in DURATIONS:
         raise GraphError(f"durations must be one of {', '.join(DURATIONS)}, not {durations!r}")
-    workspace = workspace or ("measure" if durations == "profile" else "none")
+    workspace = workspace or "auto"
     if workspace not in WORKSPACES:
         raise GraphError(f"workspace must be one of {', '.join(WORKSPACES)}, not {workspace!r}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise GraphError(f"repeats must be a whole number of at least 1, not {repeats!r}")
+    wanted = CALIBRATED if durations == "profile" else durations
     constructor = dict(model_kwargs or {})
     twice = sorted(set(constructor) & set(kwargs))
     if twice:
@@ -168,25 +200,103 @@ def import_model(
                       kwargs=constructor)
     program = build_program(spec)
     dev = torch.device(device or "cpu")
-    scratch: list[int] | None = None
+    flops = [node_flops(node) for node in program.nodes]
+    counted = program_graph(program, flops, "flops", name=name)
+    short = _memory_short(int(baseline(counted).peak), dev)
     try:
-        if durations == "flops":
-            costs = [node_flops(node) for node in program.nodes]
-            if workspace == "measure":
-                scratch = measure_workspace(program, dev)
-        else:
-            costs, measured = profile_costs(program, dev, repeats)
-            scratch = measured if workspace == "measure" else None
+        measured = calibrate(program, dev, durations=wanted == CALIBRATED, workspace=workspace != NONE,
+                             repeats=repeats, cache=cost_cache if cost_cache is not None else CostCache.user(),
+                             may_run=not short) if wanted == CALIBRATED or workspace != NONE else None
     except ExecutionError as exc:  # traced with fake tensors, an operator can still fail on real ones
         raise ModelSpecError(f"model '{spec.model}' traces, but running it on real tensors fails: {exc}") from None
-    graph = program_graph(program, costs, "flops" if durations == "flops" else "ns", scratch, name=name)
-    if scratch is not None:
-        graph.metadata[METADATA_KEY]["workspace"] = measured_where(dev)
+    fell_back = measured is None and (wanted == CALIBRATED or workspace != NONE)
+    if fell_back and workspace == "measure":
+        raise ModelSpecError(f"model '{spec.model}' cannot run here to measure its workspaces: {short}; import it "
+                             "with --workspace auto (workspaces 0, said in the graph) or on a machine with more memory")
+    timed = measured is not None and measured.durations is not None
+    graph = program_graph(program, measured.durations if timed else flops,  # type: ignore[union-attr, arg-type]
+                          "ns" if timed else "flops",
+                          measured.workspace if measured is not None else None, name=name)
+    if measured is not None and measured.workspace is not None:
+        graph.metadata[METADATA_KEY]["workspace"] = measured_where(dev)  # where replay's note looks
+    notes = [_fallback_note(spec.model, short, wanted == CALIBRATED, workspace != NONE)] if fell_back else []
+    graph.metadata[COSTS_KEY] = cost_record(wanted, workspace, measured, repeats, notes)
+    for note in notes:
+        warnings.warn(note, CostWarning, stacklevel=2)
     return graph
 
 
+def _memory_short(peak: int, device: torch.device) -> str:
+    """Why the step cannot run on ``device`` to be measured, in a clause; empty when it can (or when the free
+    memory is not known: no refusal on a guess)."""
+    free = free_memory_bytes(device)
+    needed = math.ceil(MEASURE_HEADROOM * peak)
+    if free is None or needed <= free:
+        return ""
+    return (f"it needs about {format_amount(needed, 'bytes')} on {device} (its baseline peak "
+            f"{format_amount(peak, 'bytes')} and a quarter more for scratch memory), and "
+            f"{format_amount(free, 'bytes')} is free")
+
+
+def _fallback_note(model: str, short: str, durations: bool, workspace: bool) -> str:
+    """The sentence of an import whose costs could not be measured here."""
+    lost = " and ".join(part for part, asked in (("durations are FLOPs", durations),
+                                                 ("workspaces are 0", workspace)) if asked)
+    memory = ", so a real run's peak can exceed the simulated one" if workspace else ""
+    return (f"model '{model}' was not run to measure its costs because {short}: its {lost} (not measured)"
+            f"{memory}")
+
+
+def cost_record(durations: str, workspace: str, measured: Calibration | None, repeats: int,
+                notes: Sequence[str] = ()) -> dict[str, Any]:
+    """The graph's ``metadata["costs"]``: how its durations and workspaces were obtained (core.provenance).
+
+    Parameters
+    ----------
+    durations : str
+        ``calibrated`` or ``flops``, as asked.
+    workspace : str
+        ``auto``, ``measure`` or ``none``, as asked.
+    measured : Calibration or None
+        What was measured (None: nothing, as asked or because the step could not run here).
+    repeats : int
+        Timed runs per operator.
+    notes : Sequence of str
+        Sentences about costs not measured as asked.
+
+    Returns
+    -------
+    dict
+        ``durations``, ``duration_unit``, ``workspace``, ``requested``, ``measured_on`` (device, machine,
+        processor, CPU capability, threads, GPU, torch version; None when nothing was measured), ``repeats``,
+        ``warmup`` and ``statistic`` (calibrated only), ``counts`` (signatures timed and measured now,
+        nodes answered from the cache, workspaces known to be 0), ``when`` (UTC) and ``notes``.
+    """
+    timed = measured is not None and measured.durations is not None
+    if measured is not None and measured.workspace is not None:
+        ws = MEASURED
+    else:
+        ws = NONE if workspace == NONE else UNMEASURED
+    record: dict[str, Any] = {
+        "durations": CALIBRATED if timed else COUNTED, "duration_unit": "ns" if timed else "flops",
+        "workspace": ws, "requested": {"durations": durations, "workspace": workspace},
+        "measured_on": dict(measured.machine) if measured is not None else None,
+    }
+    if timed:
+        record.update(repeats=repeats, warmup=WARMUP, statistic=STATISTIC)
+    if measured is not None:
+        record["counts"] = {"timed": measured.timed, "measured": measured.measured,
+                            "from_cache": measured.from_cache, "known_zero": measured.known_zero}
+    record["when"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    record["notes"] = list(notes)
+    return record
+
+
 def import_model_reporting(options: dict[str, Any], search: Sequence[str] = ()) -> tuple[str, Any]:
-    """`import_model(**options)` for a child process: ``("graph", graph dict)`` or ``("refused", sentence)``.
+    """`import_model(**options)` for a child process: ``("graph", {"graph": dict, "warnings": sentences})``
+    or ``("refused", sentence)``.
+
+    The `CostWarning`s of the import are returned, not printed: the parent says them its own way.
 
     The model's factory is the user's code: whatever it raises, ``SystemExit`` and other
     ``BaseException``s included, becomes one sentence for the parent, which also enforces the time
@@ -203,7 +313,8 @@ def import_model_reporting(options: dict[str, Any], search: Sequence[str] = ()) 
     Returns
     -------
     tuple of (str, Any)
-        ``("graph", dict)``: the graph as `Graph.to_dict` gives it; or ``("refused", str)``: why not.
+        ``("graph", dict)``: the graph as `Graph.to_dict` gives it and the import's cost warnings; or
+        ``("refused", str)``: why not.
     """
     import sys
 
@@ -212,7 +323,11 @@ def import_model_reporting(options: dict[str, Any], search: Sequence[str] = ()) 
             sys.path.insert(0, folder)
     model = options.get("model", "?")
     try:
-        return "graph", import_model(**options).to_dict()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", CostWarning)
+            graph = import_model(**options)
+        said = [str(w.message) for w in caught if issubclass(w.category, CostWarning)]
+        return "graph", {"graph": graph.to_dict(), "warnings": said}
     except RematBenchError as exc:
         return "refused", str(exc)
     except BaseException as exc:  # the user's code may raise anything, SystemExit included
@@ -288,7 +403,7 @@ def program_graph(program: Program, durations: Sequence[int], duration_unit: str
             metadata=meta,
         ))
     spec = program.spec
-    metadata = {
+    metadata: dict[str, Any] = {
         METADATA_KEY: {
             "spec": spec.as_dict(),
             "torch_version": torch.__version__,
@@ -368,36 +483,20 @@ def node_flops(node: ProgramNode) -> int:
     return max(1, largest_read, _numel(val))
 
 
-def _in_file_order(program: Program, state: State) -> Iterator[tuple[int, Executor]]:
-    """Yield each node index of a pass in file order; inputs are freed after their last reader."""
-    n = len(program.nodes)
-    last_use = list(range(n))
-    for v, node in enumerate(program.nodes):
-        for u in node.inputs:
-            last_use[u] = max(last_use[u], v)
-    frees: dict[int, list[int]] = {}
-    for v in sorted(set(range(n)) - set(program.outputs())):
-        frees.setdefault(last_use[v], []).append(v)
-    ex = Executor(program, state)
-    for v in range(n):
-        yield v, ex  # the caller computes v
-        for u in frees.get(v, ()):
-            ex.free(u)
-
-
-def measure_workspace(program: Program, device: torch.device) -> list[int]:
+def measure_workspace(program: Program, device: torch.device, cache: CostCache | None = None) -> list[int]:
     """The scratch memory (bytes) each node's operator allocates beyond its output, on ``device``.
 
-    One pass in file order; each operator runs alone under the peak
-    measurement of `remat_bench.torch.measure.measure_peak` (the profiler's
-    memory events on CPU, the allocator's peak statistics on CUDA), and its
-    workspace is that peak less the node's memory. What a kernel allocates
-    inside itself depends on the machine: oneDNN picks its convolution
-    algorithm by the processor's instruction set and the thread count (on an
-    AVX2-only x86 processor a weight gradient of a 3x3 convolution may run as
-    an im2col GEMM with a scratch buffer four times the weights; with AVX-512
-    it runs a direct kernel with almost none), so a workspace is measured
-    where the schedule will run, with the same number of threads.
+    One pass in file order (`remat_bench.torch.calibrate.calibrate`); each
+    operator runs alone under the peak measurement of
+    `remat_bench.torch.measure.measure_peak` (the profiler's memory events on
+    CPU, the allocator's peak statistics on CUDA), and its workspace is that
+    peak less the node's memory. What a kernel allocates inside itself depends
+    on the machine: oneDNN picks its convolution algorithm by the processor's
+    instruction set and the thread count (on an AVX2-only x86 processor a
+    weight gradient of a 3x3 convolution may run as an im2col GEMM with a
+    scratch buffer four times the weights; with AVX-512 it runs a direct kernel
+    with almost none), so a workspace is measured where the schedule will run,
+    with the same number of threads.
 
     Parameters
     ----------
@@ -405,6 +504,8 @@ def measure_workspace(program: Program, device: torch.device) -> list[int]:
         The lowered training step; its operators run on real tensors.
     device : torch.device
         Where they run.
+    cache : CostCache or None
+        Workspaces measured before, by operator signature (None: none, every operator measured).
 
     Returns
     -------
@@ -416,52 +517,9 @@ def measure_workspace(program: Program, device: torch.device) -> list[int]:
     ExecutionError
         An operator that fails on real tensors.
     """
-    state = State.create(program.spec, device)
-    workspace = [0] * len(program.nodes)
-    for v, ex in _in_file_order(program, state):
-        peak = measure_peak(device, partial(ex.compute, v))
-        workspace[v] = max(0, peak - program.nodes[v].memory)
-    return workspace
-
-
-def profile_costs(program: Program, device: torch.device, repeats: int = 3) -> tuple[list[int], list[int]]:
-    """Measured cost of every node, running the nodes in file order on real tensors.
-
-    Returns (nanoseconds, workspace bytes). A warm-up pass comes first; the
-    time of a node is the least of ``repeats`` passes; its workspace is
-    measured in one more pass (`measure_workspace`).
-
-    Parameters
-    ----------
-    program : Program
-        The lowered training step; its operators run on real tensors.
-    device : torch.device
-        Where they run.
-    repeats : int
-        Timed passes after the warm-up.
-
-    Returns
-    -------
-    tuple of (list of int, list of int)
-        Each node's duration in ns (at least 1) and its workspace in bytes.
-
-    Raises
-    ------
-    ExecutionError
-        An operator that fails on real tensors.
-    """
-    state = State.create(program.spec, device)
-    best = np.full(len(program.nodes), np.iinfo(np.int64).max, dtype=np.int64)
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    for rep in range(repeats + 1):
-        for v, ex in _in_file_order(program, state):
-            sync()
-            start = time.perf_counter_ns()
-            ex.compute(v)
-            sync()
-            if rep:  # pass 0 warms up caches and kernels
-                best[v] = min(best[v], time.perf_counter_ns() - start)
-    return [max(1, int(t)) for t in best], measure_workspace(program, device)
+    measured = calibrate(program, device, durations=False, workspace=True, cache=cache)
+    assert measured is not None and measured.workspace is not None  # may_run: it always runs
+    return measured.workspace
 
 
 # ---------------------------------------------------------------------- re-creating a graph's program

@@ -1,9 +1,9 @@
-"""Measuring on real tensors: the peak of the allocator while a function runs, its wall time, and
-where a measurement was taken (processor, thread count, device).
+"""Measuring on real tensors: the peak of the allocator while a function runs, its wall time, the
+memory a device has free, and where a measurement was taken (processor, thread count, device).
 
-The importer measures operators' scratch memory with it, and replay the peak of a
-whole schedule; both must measure alike for a graph's workspaces to predict a
-replay's peak.
+The importer measures operators' scratch memory and times them with it
+(`remat_bench.torch.calibrate`), and replay the peak of a whole schedule; both
+must measure alike for a graph's workspaces to predict a replay's peak.
 """
 
 from __future__ import annotations
@@ -49,6 +49,55 @@ def timed(device: torch.device, fn: Callable[[], None]) -> float:
     fn()
     sync(device)
     return time.perf_counter() - start
+
+
+def time_ns(device: torch.device, fn: Callable[[], None]) -> int:
+    """Time ``fn`` takes on ``device``, in nanoseconds: CUDA events around it on CUDA (the kernels' own
+    time, waited for), else the wall clock.
+
+    Parameters
+    ----------
+    device : torch.device
+        Where ``fn`` runs its kernels.
+    fn : callable
+        The work, called once without arguments.
+
+    Returns
+    -------
+    int
+        Nanoseconds, at least 1.
+    """
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return max(1, round(start.elapsed_time(end) * 1e6))  # elapsed_time is in ms
+    begin = time.perf_counter_ns()
+    fn()
+    return max(1, time.perf_counter_ns() - begin)
+
+
+def free_memory_bytes(device: torch.device) -> int | None:
+    """Memory ``device`` has free now: CUDA's free device memory, else the machine's available memory.
+
+    Parameters
+    ----------
+    device : torch.device
+        The device.
+
+    Returns
+    -------
+    int or None
+        Bytes; None when the system does not say (`remat_bench.core.machine.available_memory_bytes`).
+    """
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    from remat_bench.core.machine import available_memory_bytes
+
+    return available_memory_bytes()
 
 
 def measure_peak(device: torch.device, fn: Callable[[], None]) -> int:

@@ -138,8 +138,20 @@ def graphs_show(graph: str, as_json: bool) -> None:
         "memory_floor_fraction": floor.amount / base.peak if base.peak else None,
         "total_memory": g.memory.sum().item(),
         "repeated_blocks": _blocks(g),
+        "costs": _costs(g),
     }
     show(data, as_json, lambda: key_values(_summary(data, g.units.get("memory", ""))))
+
+
+def _costs(g: Any) -> dict[str, Any]:
+    """How the graph's costs were obtained (`remat_bench.core.provenance`), with a sentence saying it."""
+    from dataclasses import asdict
+
+    from remat_bench.core.provenance import cost_source, unmeasured_memory_warning
+
+    source = cost_source(g)
+    return {**asdict(source), "notes": list(source.notes), "description": source.describe(),
+            "warning": unmeasured_memory_warning(g)}
 
 
 def _blocks(g: Any) -> dict[str, int] | None:
@@ -162,6 +174,9 @@ def _summary(data: dict[str, Any], unit: str) -> list[tuple[str, str]]:
             value = f"{value:.4f} of the baseline peak (no budget below it is feasible)"
         elif key == "outputs":
             value = ", ".join(value[:8]) + (f" ... ({len(value)} in all)" if len(value) > 8 else "")
+        elif key == "costs":
+            value = escape(value["description"]) + "".join(
+                f"\n[yellow]{escape(text)}[/]" for text in [*value["notes"], value["warning"]] if text)
         elif key == "repeated_blocks":
             value = "none found" if value is None else (
                 f"{value['copies']} copies of {value['forward_nodes_each']} forward nodes (knapsack's search drops "

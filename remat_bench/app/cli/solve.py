@@ -31,6 +31,7 @@ from remat_bench.app.cli.live import LiveProgress
 from remat_bench.core.budget import format_amount
 from remat_bench.core.errors import RematBenchError
 from remat_bench.core.graph import Graph
+from remat_bench.core.provenance import cost_source, unmeasured_memory_warning
 from remat_bench.core.simulate import baseline
 
 # ---------------------------------------------------------------------- solve
@@ -89,6 +90,8 @@ def solve(graph: str, methods: tuple[str, ...], budget: str, time_limit: float, 
     parsed_budget = parse_budget(budget, g)
     if parsed_budget.warning:
         err.print(f"[yellow]warning:[/] {escape(parsed_budget.warning)}")
+    if (unmeasured := unmeasured_memory_warning(g)) is not None:
+        err.print(f"[yellow]warning:[/] {escape(unmeasured)}")
 
     at_once = f", {min(jobs, len(methods))} at a time" if jobs > 1 and len(methods) > 1 else ""
     live = LiveProgress(f"solving {g.name} with {', '.join(methods)}{at_once} (limit {time_limit:g} s each)",
@@ -135,6 +138,7 @@ def _result(g: Graph, r: Any, output: Path | None) -> Iterator[RenderableType]:
     """One method's result, key by key; then `auto`'s members."""
     unit = g.units.get("memory", "")
     rows = [("graph", f"{g.name} ({g.n} nodes, {g.num_edges} edges)"),
+            ("costs", escape(cost_source(g).describe())),
             ("method", r.method + (f"  {r.params}" if r.params else "")),
             ("status", _status_text(r))]
     if r.message:
@@ -225,6 +229,7 @@ def _comparison(g: Graph, results: list[Any]) -> Iterator[RenderableType]:
         notes.append(f"gap to the any-order bound {format_amount(bound)} (baseline duration "
                      f"{format_amount(first.baseline_duration)})")
     yield "; ".join(notes)
+    yield f"costs: {escape(cost_source(g).describe())}"
     below = [r for r in results if r.below_floor]
     if below:  # the same sentence for every method: once, for the graph
         yield (f"{'every method' if len(below) == len(results) else ', '.join(r.method for r in below)}: "

@@ -64,6 +64,11 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
                        reporter=SweepProgress(err))
     if len(result.table):
         out.print(summary_table(summarize(result.table), title=f"{cfg.name}: {len(result.table)} runs"))
+        from remat_bench.app.report import cost_sources
+        from remat_bench.core.provenance import mixed_sources
+
+        if (mixed := mixed_sources(cost_sources(cfg.output, result.table))) is not None:
+            out.print(f"note: {mixed}", markup=False, highlight=False)
     if result.written:  # else the table could not be written, and result.failure says why
         out.print("wrote " + ", ".join(str(p) for p in result.written) + f" ({result.finished} runs this time)")
     if result.interrupted:

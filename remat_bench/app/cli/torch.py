@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from rich.table import Table
 from remat_bench.app.cli.helpers import SECONDS, check_output, err, key_values, load, out, show, working
 from remat_bench.core.budget import format_amount
 from remat_bench.core.graph import Graph
+from remat_bench.core.provenance import CostWarning, cost_source
 
 
 @click.command("import-torch")
@@ -22,11 +24,17 @@ from remat_bench.core.graph import Graph
 @click.option("--batch", type=click.IntRange(min=1), help="Batch size (default 8).")
 @click.option("--input-shape", metavar="DxDx...",
               help="Per-sample input shape, e.g. 3x32x32 (zoo models have a default).")
-@click.option("--durations", type=click.Choice(["flops", "profile"]), default="flops", show_default=True,
-              help="FLOPs from fake tensors, or each operator timed (ns) on real ones, with its workspace.")
-@click.option("--workspace", type=click.Choice(["none", "measure"]),
-              help="Scratch memory of each operator: 0, or measured on real tensors on this machine "
-                   "(default: measure with --durations profile, else none).")
+@click.option("--durations", type=click.Choice(["calibrated", "flops", "profile"]), default="calibrated",
+              show_default=True,
+              help="calibrated: each operator timed on this machine (median of --repeats runs, ns; cached by "
+                   "operator signature, so repeated layers and re-imports are timed once); flops: counted from "
+                   "the trace, no run; profile: the former name of calibrated. A step too large to run here "
+                   "falls back to flops, with a warning.")
+@click.option("--workspace", type=click.Choice(["auto", "measure", "none"]), default="auto", show_default=True,
+              help="Scratch memory of each operator: auto measures it on this machine (0, with a warning, when "
+                   "the step cannot run here); measure does too, and refuses when it cannot; none leaves it 0.")
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Timed runs of each operator after a warm-up, for calibrated durations.")
 @click.option("--task", type=click.Choice(["classify", "segment", "language", "regress"]),
               help="The loss: cross-entropy over (N, C), (N, C, ...) or next-token (N, T, V) logits, or "
                    "mean squared error (default: the zoo's; classify an (N, C) output, else regress).")
@@ -38,18 +46,20 @@ from remat_bench.core.graph import Graph
               help="Argument for the model's factory or constructor, repeatable; VALUE is read as a JSON "
                    "literal (16, true, [1, 2], \"text\") when it is one, else as a string.")
 @click.option("--time-limit", "-t", type=SECONDS, default=600.0, show_default=True,
-              help="Seconds to build and trace the model; it runs in a child process, stopped then.")
+              help="Seconds to build, trace and measure the model; it runs in a child process, stopped then.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
 def import_torch(model: str, batch: int | None, input_shape: str | None, durations: str,
-                 workspace: str | None, task: str | None, input_dtype: str | None, vocab: int | None,
+                 workspace: str, repeats: int, task: str | None, input_dtype: str | None, vocab: int | None,
                  kwargs: tuple[str, ...], time_limit: float, output: Path) -> None:
     """Trace MODEL's training step into a graph: a zoo name, an ecosystem model or package.module:factory.
 
     Zoo: mlp, vgg11, resnet18, resnet50, unet, gpt. A factory runs only when it
     is an nn.Module subclass or a function in a file of your own (never the
-    standard library). Tracing uses fake tensors, so any batch size imports
-    without allocating it (except --durations profile and --workspace measure,
-    which run the operators).
+    standard library). Tracing uses fake tensors, so any batch size traces
+    without allocating it; the costs are then measured by running the step
+    on real tensors here, when it fits in memory (--durations flops
+    --workspace none runs nothing). The graph records how its costs were
+    obtained (`graphs show` says).
 
     \b
     The ecosystem's models, with random weights (never downloaded; needs
@@ -73,12 +83,18 @@ def import_torch(model: str, batch: int | None, input_shape: str | None, duratio
     check_output(output, [], "remat-bench-graph")
     shape = _parse_shape(input_shape) if input_shape else None
     # In a child process: the factory and forward pass are the user's code, which may hang or exit.
-    g = trace_model(dict(model=model, batch=batch, input_shape=shape, durations=durations, workspace=workspace,
-                         task=task, input_dtype=input_dtype, input_range=vocab, model_kwargs=_parse_kwargs(kwargs)),
-                    time_limit)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CostWarning)
+        g = trace_model(dict(model=model, batch=batch, input_shape=shape, durations=durations, workspace=workspace,
+                             repeats=repeats, task=task, input_dtype=input_dtype, input_range=vocab,
+                             model_kwargs=_parse_kwargs(kwargs)), time_limit)
+    for w in caught:
+        if issubclass(w.category, CostWarning):
+            err.print(f"[yellow]warning:[/] {escape(str(w.message))}", highlight=False)
     save_graph(g, output)
     out.print(f"wrote {output}: {g.name} ({g.n} nodes, {g.num_edges} edges, fixed memory "
               f"{format_amount(g.fixed_memory, 'bytes')})")
+    out.print(f"costs: {escape(cost_source(g).describe())}", highlight=False)
 
 
 @click.command()

@@ -54,6 +54,7 @@ import os
 import re
 import stat
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -69,6 +70,7 @@ from remat_bench.core.errors import BudgetError, ConfigError, GraphError, Method
 from remat_bench.core.files import safe_name
 from remat_bench.core.graph import Graph
 from remat_bench.core.outcome import Termination
+from remat_bench.core.provenance import CostWarning
 from remat_bench.core.simulate import baseline
 
 TOP_KEYS = ("name", "description", "output", "graphs", "methods", "budgets", "time_limit", "grace",
@@ -76,7 +78,8 @@ TOP_KEYS = ("name", "description", "output", "graphs", "methods", "budgets", "ti
 METHOD_KEYS = ("name", "params")
 GRAPH_KEYS = ("path", "glob", "generate", "torch")
 # Keys of a ``torch:`` graph entry: a PyTorch model traced into a training graph (`import_model`).
-TORCH_KEYS = ("model", "batch", "input_shape", "task", "input_dtype", "vocab", "durations", "kwargs", "time_limit")
+TORCH_KEYS = ("model", "batch", "input_shape", "task", "input_dtype", "vocab", "durations", "workspace", "repeats",
+              "kwargs", "time_limit")
 EXECUTORS = ("local", "dask")
 DEFAULT_TIME_LIMIT = 300.0
 # Seconds a model may take to be built and traced: far above what the zoo's largest models take
@@ -896,7 +899,7 @@ def _torch_entry(doc: _Document, node: yaml.Node) -> _Entry:
         raise doc.error(node, "a torch spec needs a 'model': a zoo name (gpt, resnet50, unet, ...) or "
                               "module:factory")
     try:
-        from remat_bench.torch.importer import DURATIONS
+        from remat_bench.torch.importer import DURATIONS, WORKSPACES
         from remat_bench.torch.program import INPUT_DTYPES
         from remat_bench.torch.zoo import TASKS, locate_factory
     except ImportError:
@@ -925,9 +928,12 @@ def _torch_entry(doc: _Document, node: yaml.Node) -> _Entry:
         if not isinstance(shape_node, yaml.SequenceNode) or not shape_node.value:
             raise doc.error(shape_node, "'input_shape' must be a list of sizes per sample, such as [3, 32, 32]")
         fixed["input_shape"] = tuple(whole(n, "input_shape") for n in shape_node.value)
-    for key, allowed in (("task", TASKS), ("input_dtype", INPUT_DTYPES), ("durations", DURATIONS)):
+    for key, allowed in (("task", TASKS), ("input_dtype", INPUT_DTYPES), ("durations", DURATIONS),
+                         ("workspace", WORKSPACES)):
         if key in spec:
             fixed[key] = choice(key, allowed)
+    if "repeats" in spec:
+        fixed["repeats"] = whole(spec["repeats"][1], "repeats")
     if "vocab" in spec:
         fixed["input_range"] = whole(spec["vocab"][1], "vocab")
     limit = doc.number(spec["time_limit"][1], "time_limit", 0) if "time_limit" in spec else TRACE_TIME_LIMIT
@@ -1046,7 +1052,9 @@ def trace_model(options: Mapping[str, Any], time_limit: float = TRACE_TIME_LIMIT
         raise GraphError(f"model '{model}' could not be traced: {outcome.message} (did its code end the process?)")
     if kind != "graph":
         raise GraphError(payload)
-    return graph_from_dict(payload, source=str(options.get("name") or model))
+    for text in payload["warnings"]:  # costs not measured as asked: the caller says it its own way
+        warnings.warn(text, CostWarning, stacklevel=2)
+    return graph_from_dict(payload["graph"], source=str(options.get("name") or model))
 
 
 def trace_torch_graphs(config: SweepConfig, note: Callable[[str], None] | None = None) -> SweepConfig:
@@ -1061,7 +1069,8 @@ def trace_torch_graphs(config: SweepConfig, note: Callable[[str], None] | None =
     config : SweepConfig
         A loaded config; it is not changed.
     note : callable or None
-        Told, in one line, of each model as its tracing begins (None: nothing is told).
+        Told, in one line, of each model as its tracing begins, and of costs it could not measure as asked
+        (None: nothing is told).
 
     Returns
     -------
@@ -1082,9 +1091,14 @@ def trace_torch_graphs(config: SweepConfig, note: Callable[[str], None] | None =
         if note is not None:
             note(f"tracing {pending.name} ({i}/{len(config.pending)}): {pending.model}")
         try:
-            graph = trace_model(pending.options, pending.time_limit, pending.search)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", CostWarning)
+                graph = trace_model(pending.options, pending.time_limit, pending.search)
         except RematBenchError as exc:
             raise _error_at(config.path, pending.line, str(exc)) from None
+        for w in caught:  # costs not measured as asked (the step does not fit here)
+            if note is not None and issubclass(w.category, CostWarning):
+                note(f"warning: {w.message}")
         if graph.sha256 in known:
             continue
         known.add(graph.sha256)

@@ -1,0 +1,446 @@
+"""Operator costs measured on this machine: each operator timed and its scratch memory measured, cached
+by operator signature.
+
+A calibration runs the training step once in file order on real tensors (each
+value freed after its last reader, as the baseline schedule does). An operator
+whose duration is wanted runs again ``repeats`` times right where it stands,
+its first run having warmed it up (oneDNN builds its kernels then); its
+duration is the median of those runs, in nanoseconds (`remat_bench.torch.measure.time_ns`:
+CUDA events on CUDA, the wall clock on CPU). An operator whose workspace is
+wanted runs once more under the allocator's peak measurement
+(`remat_bench.torch.measure.measure_peak`): its workspace is that peak less
+its output's bytes.
+
+Both depend on the operator and what it is given, and on the machine:
+the signature of a node is its aten operator, the dtype, shape, strides and
+offset of every tensor it reads and writes, and its other arguments; the
+machine is the device (and GPU), processor, instruction set, thread count and
+torch version. A node whose signature was measured before on this machine is
+answered from the cache (`CostCache`), so identical operators of repeated
+layers are measured once, and a second import of a model runs nothing. A
+workspace is known without measuring for a gradient copy (a clone allocates
+its output only) and a buffer update (``copy_`` writes in place).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import statistics
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import fx
+
+from remat_bench.core.errors import OutputError
+from remat_bench.core.files import atomic_write_text, cache_dir
+from remat_bench.core.provenance import CostWarning
+from remat_bench.torch.measure import measure_peak, measured_where, time_ns
+from remat_bench.torch.program import GRADIENT, UPDATE, Executor, Program, ProgramNode, State
+
+# The environment variable naming the cost cache's file (``off`` for none).
+CACHE_SETTING = "REMAT_BENCH_COST_CACHE"
+CACHE_FORMAT = "remat-bench-op-costs"
+CACHE_VERSION = 1
+# Entries kept at most; past it the oldest are dropped when the file is written.
+MAX_ENTRIES = 50_000
+STATISTIC = "median"
+WARMUP = 1  # the operator's own run in the pass, before its timed runs
+
+Timer = Callable[[torch.device, Callable[[], None]], int]
+
+
+def cost_cache_path() -> Path | None:
+    """The file of the user's cost cache: $REMAT_BENCH_COST_CACHE, else ``<user cache>/op-costs.json``.
+
+    The user cache is $REMAT_BENCH_CACHE, else $XDG_CACHE_HOME/remat-bench, else
+    ~/.cache/remat-bench (`remat_bench.core.files.cache_dir`).
+
+    Returns
+    -------
+    Path or None
+        None when the setting is empty, ``off``, ``0`` or ``no`` (costs kept in memory only).
+    """
+    setting = os.environ.get(CACHE_SETTING)
+    if setting is not None:
+        return None if setting.strip().lower() in ("", "off", "0", "no") else Path(setting).expanduser()
+    return cache_dir() / "op-costs.json"
+
+
+class CostCache:
+    """Measured operator costs by signature and machine (`signature_key`), in memory and in one JSON file.
+
+    The file is read when first needed and written by `save`, atomically, merged with
+    what another process wrote meanwhile. A file that cannot be read or is not a cost
+    cache is ignored with a `CostWarning` (and written anew); an entry that is not as
+    expected is a miss. A cache that cannot be written costs time, never an import.
+
+    Parameters
+    ----------
+    path : Path or None
+        The file; None keeps the costs in memory only.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self._entries: dict[str, dict[str, Any]] | None = None
+        self._changed: dict[str, dict[str, Any]] = {}
+
+    @classmethod
+    def user(cls) -> CostCache:
+        """The user's cost cache, on `cost_cache_path`.
+
+        Returns
+        -------
+        CostCache
+        """
+        return cls(cost_cache_path())
+
+    def _read(self, warn: bool) -> dict[str, dict[str, Any]]:
+        if self.path is None:
+            return {}
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        except (OSError, UnicodeDecodeError) as exc:
+            return self._ignored(f"it cannot be read ({exc.__class__.__name__})", warn)
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return self._ignored("it is not JSON", warn)
+        if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or not isinstance(data.get("entries"),
+                                                                                              dict):
+            return self._ignored("it is not a remat-bench operator cost cache", warn)
+        if data.get("version") != CACHE_VERSION:
+            return {}  # another version's entries: measured again, and the file rewritten
+        return {k: v for k, v in data["entries"].items() if isinstance(k, str) and isinstance(v, dict)}
+
+    def _ignored(self, why: str, warn: bool) -> dict[str, dict[str, Any]]:
+        if warn:
+            warnings.warn(f"the operator cost cache {self.path} was ignored: {why}; operators are measured again "
+                          f"and the file written anew (set {CACHE_SETTING} to use another file)", CostWarning,
+                          stacklevel=4)
+        return {}
+
+    @property
+    def entries(self) -> dict[str, dict[str, Any]]:
+        """Every entry, by key (the file read on first use).
+
+        Returns
+        -------
+        dict
+        """
+        if self._entries is None:
+            self._entries = self._read(warn=True)
+        return self._entries
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The entry of ``key``, or None.
+
+        Parameters
+        ----------
+        key : str
+            A `signature_key`.
+
+        Returns
+        -------
+        dict or None
+            Its fields: ``ns`` (the median), ``samples``, ``repeats``, ``workspace`` (bytes), ``op``, ``when``.
+        """
+        return self.entries.get(key)
+
+    def put(self, key: str, **fields: Any) -> None:
+        """Add ``fields`` to the entry of ``key`` (made if missing); `save` writes it.
+
+        Parameters
+        ----------
+        key : str
+            A `signature_key`.
+        **fields : Any
+            JSON values.
+        """
+        entry = {**self.entries.get(key, {}), **fields,
+                 "when": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
+        self.entries[key] = entry
+        self._changed[key] = entry
+
+    def save(self) -> None:
+        """Write the entries added since the last save into the file, merged with what it holds now.
+
+        A file that cannot be written is said once in a `CostWarning`; the entries stay in memory.
+        """
+        if self.path is None or not self._changed:
+            return
+        merged = {**self._read(warn=False), **self._changed}
+        if len(merged) > MAX_ENTRIES:
+            oldest = sorted(merged, key=lambda k: str(merged[k].get("when", "")))
+            for key in oldest[:len(merged) - MAX_ENTRIES]:
+                del merged[key]
+        text = json.dumps({"format": CACHE_FORMAT, "version": CACHE_VERSION, "entries": merged},
+                          separators=(",", ":"), sort_keys=True)
+        try:
+            atomic_write_text(self.path, text)
+        except OutputError as exc:
+            warnings.warn(f"the operator cost cache was not written ({exc}); the costs are measured again next "
+                          f"time (set {CACHE_SETTING} to use another file)", CostWarning, stacklevel=2)
+        self._changed = {}
+
+
+# ---------------------------------------------------------------------- signatures
+
+
+def _describe(value: Any) -> Any:
+    """A JSON value standing for ``value``: a tensor by dtype, shape, strides and offset; an FX node by its value."""
+    if isinstance(value, fx.Node):
+        value = value.meta.get("val")
+    if isinstance(value, torch.Tensor):
+        return ["tensor", str(value.dtype), list(value.shape), list(value.stride()), int(value.storage_offset())]
+    if isinstance(value, (list, tuple)):
+        return [_describe(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _describe(v) for k, v in value.items()}
+    if isinstance(value, (bool, int, str)) or value is None:
+        return value
+    if isinstance(value, float):
+        return repr(value)  # nan and inf too
+    return str(value)  # dtypes, devices, layouts, memory formats
+
+
+def op_signature(node: ProgramNode) -> dict[str, Any] | None:
+    """What a node's cost depends on, apart from the machine: its operator and what it reads and writes.
+
+    Parameters
+    ----------
+    node : ProgramNode
+        A node of a traced program.
+
+    Returns
+    -------
+    dict or None
+        ``op``, ``args``, ``kwargs`` and ``out`` (`_describe`d); None for a node that runs nothing.
+    """
+    n = node.fx
+    if n is None:
+        return None
+    if node.role == GRADIENT:
+        return {"op": "clone (gradient copy)", "out": _describe(n)}
+    return {"op": str(n.target), "role": node.role, "args": _describe(list(n.args)),
+            "kwargs": _describe(dict(n.kwargs)), "out": _describe(n)}
+
+
+def machine_key(device: torch.device) -> dict[str, Any]:
+    """What a measured cost depends on besides the operator: device, processor, threads, torch version.
+
+    Parameters
+    ----------
+    device : torch.device
+        Where operators run.
+
+    Returns
+    -------
+    dict
+        `remat_bench.torch.measure.measured_where` and ``torch``, the torch version.
+    """
+    return {**measured_where(device), "torch": torch.__version__}
+
+
+def signature_key(signature: dict[str, Any], machine: dict[str, Any]) -> str:
+    """The cache key of an operator signature measured on a machine.
+
+    Parameters
+    ----------
+    signature : dict
+        `op_signature`.
+    machine : dict
+        `machine_key`.
+
+    Returns
+    -------
+    str
+        32 hex digits of the SHA-256 of both, as canonical JSON.
+    """
+    text = json.dumps([signature, machine], sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def workspace_known_zero(node: ProgramNode) -> bool:
+    """Whether a node's workspace is 0 without measuring it: a gradient copy allocates exactly its output
+    (`torch.clone` of the gradient), a buffer update writes into the buffer and allocates nothing.
+
+    Parameters
+    ----------
+    node : ProgramNode
+        A node of a traced program.
+
+    Returns
+    -------
+    bool
+    """
+    return node.fx is None or node.role in (GRADIENT, UPDATE)
+
+
+# ---------------------------------------------------------------------- calibrating
+
+
+@dataclass
+class Calibration:
+    """What a calibration gives: per node, its duration (ns) and workspace (bytes), and how each was known.
+
+    ``durations`` or ``workspace`` is None when it was not asked for. ``timed`` and
+    ``measured`` count the distinct signatures run now; ``from_cache`` the nodes
+    answered from the cache; ``known_zero`` the workspaces known without measuring
+    (`workspace_known_zero`); ``ran`` whether the step ran at all.
+    """
+
+    durations: list[int] | None
+    workspace: list[int] | None
+    machine: dict[str, Any]
+    repeats: int
+    timed: int = 0
+    measured: int = 0
+    from_cache: int = 0
+    known_zero: int = 0
+    ran: bool = False
+
+
+def _in_file_order(program: Program, state: State) -> Iterator[tuple[int, Executor]]:
+    """Yield each node index of a pass in file order; inputs are freed after their last reader."""
+    n = len(program.nodes)
+    last_use = list(range(n))
+    for v, node in enumerate(program.nodes):
+        for u in node.inputs:
+            last_use[u] = max(last_use[u], v)
+    frees: dict[int, list[int]] = {}
+    for v in sorted(set(range(n)) - set(program.outputs())):
+        frees.setdefault(last_use[v], []).append(v)
+    ex = Executor(program, state)
+    for v in range(n):
+        yield v, ex  # the caller computes v
+        for u in frees.get(v, ()):
+            ex.free(u)
+
+
+def _usable_ns(entry: dict[str, Any] | None, repeats: int) -> int | None:
+    """An entry's duration when it was timed with at least ``repeats`` runs."""
+    if not entry:
+        return None
+    ns, runs = entry.get("ns"), entry.get("repeats")
+    if isinstance(ns, int) and not isinstance(ns, bool) and ns >= 1 and isinstance(runs, int) and runs >= repeats:
+        return ns
+    return None
+
+
+def _usable_workspace(entry: dict[str, Any] | None) -> int | None:
+    if not entry:
+        return None
+    ws = entry.get("workspace")
+    return ws if isinstance(ws, int) and not isinstance(ws, bool) and ws >= 0 else None
+
+
+def calibrate(program: Program, device: torch.device, *, durations: bool = True, workspace: bool = True,
+              repeats: int = 5, cache: CostCache | None = None, may_run: bool = True,
+              timer: Timer | None = None) -> Calibration | None:
+    """Each node's duration and workspace on ``device``: from the cache where it knows them, else measured.
+
+    Parameters
+    ----------
+    program : Program
+        The lowered training step.
+    device : torch.device
+        Where its operators run.
+    durations : bool
+        Whether durations are wanted (the median of ``repeats`` timed runs, ns).
+    workspace : bool
+        Whether workspaces are wanted (bytes beyond the node's output).
+    repeats : int
+        Timed runs of each operator after its warm-up; an entry of the cache timed with fewer is timed again.
+    cache : CostCache or None
+        Where measured costs are looked up and added (None: in memory, for this call only).
+    may_run : bool
+        Whether the step may run here; when it may not and the cache does not know every cost asked, the
+        answer is None (nothing is run).
+    timer : callable or None
+        ``timer(device, fn)``: nanoseconds ``fn`` takes (None: `remat_bench.torch.measure.time_ns`).
+
+    Returns
+    -------
+    Calibration or None
+        None only when the step would have to run and ``may_run`` is false.
+
+    Raises
+    ------
+    ExecutionError
+        An operator that fails on real tensors.
+    """
+    cache = cache if cache is not None else CostCache(None)
+    machine = machine_key(device)
+    nodes = program.nodes
+    keys = [None if (sig := op_signature(nd)) is None else signature_key(sig, machine) for nd in nodes]
+    out = Calibration(durations=[1] * len(nodes) if durations else None,
+                      workspace=[0] * len(nodes) if workspace else None, machine=machine, repeats=repeats)
+    time_now: set[int] = set()  # nodes whose signature is timed in this pass (its first node)
+    measure_now: set[int] = set()
+    first: dict[str, int] = {}
+    for v, (node, key) in enumerate(zip(nodes, keys)):
+        if key is None:
+            continue
+        entry = cache.get(key)
+        cached_ns, cached_ws = _usable_ns(entry, repeats), _usable_workspace(entry)
+        leader = first.setdefault(key, v) == v
+        known = workspace_known_zero(node)
+        if durations and cached_ns is None and leader:
+            time_now.add(v)
+        if workspace and not known and cached_ws is None and leader:
+            measure_now.add(v)
+        out.known_zero += bool(workspace and known)
+        out.from_cache += bool((not durations or cached_ns is not None)
+                               and (not workspace or known or cached_ws is not None))
+    if (time_now or measure_now) and not may_run:
+        return None
+    if time_now or measure_now:
+        _run(program, device, keys, time_now, measure_now, repeats, cache, timer or time_ns)
+        out.timed, out.measured, out.ran = len(time_now), len(measure_now), True
+    # Every node takes the costs of its signature: cached before, or measured now on its first node.
+    for v, key in enumerate(keys):
+        entry = cache.get(key) if key is not None else None
+        if out.durations is not None and key is not None:
+            out.durations[v] = _usable_ns(entry, repeats) or 1
+        if out.workspace is not None and key is not None and not workspace_known_zero(nodes[v]):
+            out.workspace[v] = _usable_workspace(entry) or 0
+    cache.save()
+    return out
+
+
+def _run(program: Program, device: torch.device, keys: list[str | None], time_now: set[int],
+         measure_now: set[int], repeats: int, cache: CostCache, timer: Timer) -> None:
+    """The calibration pass: the step in file order, timing ``time_now`` and measuring ``measure_now``."""
+    nodes = program.nodes
+    state = State.create(program.spec, device)
+    for v, ex in _in_file_order(program, state):
+        ex.compute(v)  # the pass's run: it makes v's value for its readers, and warms v up
+        key = keys[v]
+        if key is None:
+            continue
+        if v in time_now:
+            samples = []
+            for _ in range(repeats):
+                ex.free(v)
+                samples.append(int(timer(device, partial(ex.compute, v))))
+            cache.put(key, op=_op_text(nodes[v]), ns=max(1, round(statistics.median(samples))), samples=samples,
+                      repeats=repeats, statistic=STATISTIC)
+        if v in measure_now:
+            ex.free(v)
+            peak = measure_peak(device, partial(ex.compute, v))
+            cache.put(key, op=_op_text(nodes[v]), workspace=max(0, int(peak) - int(nodes[v].memory)))
+
+
+def _op_text(node: ProgramNode) -> str:
+    return "clone (gradient copy)" if node.role == GRADIENT else str(node.runs().target)
