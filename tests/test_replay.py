@@ -166,7 +166,8 @@ def mlp_files(tmp_path_factory):
     """A small MLP (FLOPs durations) whose activations outweigh its parameters, and a greedy schedule with
     recomputations at 0.8 of its baseline peak."""
     folder = tmp_path_factory.mktemp("mlp")
-    g = import_model("mlp", batch=512, input_shape=(32,), in_features=32, hidden=64, depth=3)
+    g = import_model("mlp", batch=512, input_shape=(32,), in_features=32, hidden=64, depth=3, durations="flops",
+                     workspace="none")
     result = solve(g, "greedy", "0.8", 30)
     assert simulate(g, result.schedule).recomputations > 0
     save_graph(g, folder / "g.json")

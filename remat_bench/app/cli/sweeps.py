@@ -26,18 +26,24 @@ from remat_bench.core.errors import RematBenchError
 @click.option("--resume", is_flag=True, help="Continue the sweep in the output folder, skipping finished runs.")
 @click.option("--csv", is_flag=True, help="Write results.csv beside results.parquet.")
 @click.option("--dry-run", is_flag=True, help="Check the config and count the runs; run nothing.")
+@click.option("--replay", "replay", is_flag=True,
+              help="Then replay the schedules of PyTorch graphs with real tensors, one at a time, against the "
+                   "baseline (as the config's `replay:` does; its settings, else 5 repeats).")
 def sweep(config: Path, output: Path | None, workers: int | None, executor: str | None, address: str | None,
-          resume: bool, csv: bool, dry_run: bool) -> None:
+          resume: bool, csv: bool, dry_run: bool, replay: bool) -> None:
     """Run every graph x method x parameters x budget x seed x repeat of CONFIG, each in its own process.
 
     Every finished run is appended to <output>/journal.jsonl at once; the table
     is <output>/results.parquet. Exit status 0 when every run was recorded, 1
     when some were lost by the executor or failed for reasons of the sweep
     itself (rerun with --resume), 2 for a bad config or a results folder that
-    cannot be written or is in use, 130 when interrupted (rerun with --resume).
+    cannot be written or is in use, 130 when interrupted (rerun with --resume). A failed replay is recorded
+    in its run's row and does not change the exit status.
     """
+    from dataclasses import replace
+
     from remat_bench.app.sweep import load_config, plan, run_sweep, summarize
-    from remat_bench.app.sweep.config import floor_notes, trace_torch_graphs
+    from remat_bench.app.sweep.config import ReplaySettings, floor_notes, trace_torch_graphs
     from remat_bench.app.sweep.progress import SweepProgress, summary_table
     from remat_bench.app.sweep.runner import check_output as check_results_folder
 
@@ -45,6 +51,13 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
         raise click.BadParameter("--address names a Dask scheduler; use it with --executor dask",
                                  param_hint="--address")
     cfg = load_config(config, output=output)
+    if replay and cfg.replay is None:
+        from remat_bench.torch import torch_available
+
+        if not torch_available():
+            raise click.BadParameter("replaying schedules needs PyTorch: install it with `pip install "
+                                     "remat-bench[torch]` (`make install` does)", param_hint="--replay")
+        cfg = replace(cfg, replay=ReplaySettings())
     if dry_run:
         check_results_folder(cfg.output, csv, create=False)  # tried, nothing made
         pending, skipped = plan(cfg, resume)
@@ -54,6 +67,10 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
                   f"{len(cfg.methods)} methods), {skipped} already in {cfg.output}, "
                   f"{len(pending) + cfg.planned_runs - len(cfg.runs)} to run; time limit {cfg.time_limit:g} s "
                   f"(+{cfg.grace:g} s grace) per run{traced}", markup=False, highlight=False)
+        if cfg.replay is not None:
+            out.print(f"then the schedules of PyTorch graphs are replayed one at a time ({cfg.replay.repeats} timed "
+                      f"pairs against the baseline, at most {cfg.replay.time_limit:g} s each)", markup=False,
+                      highlight=False)
         for note in floor_notes(cfg):
             out.print(f"warning: {note}", markup=False, highlight=False)
         return
@@ -69,6 +86,10 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
 
         if (mixed := mixed_sources(cost_sources(cfg.output, result.table))) is not None:
             out.print(f"note: {mixed}", markup=False, highlight=False)
+    if result.replayed:
+        failed = f" ({result.replay_failures} failed: see replay_message)" if result.replay_failures else ""
+        out.print(f"replayed {result.replayed} schedules of PyTorch graphs{failed}; `remat-bench report` sets "
+                  "prediction against measurement", markup=False, highlight=False)
     if result.written:  # else the table could not be written, and result.failure says why
         out.print("wrote " + ", ".join(str(p) for p in result.written) + f" ({result.finished} runs this time)")
     if result.interrupted:

@@ -90,6 +90,37 @@ def describe(row: dict[str, Any]) -> str:
     return text
 
 
+def describe_replay(row: dict[str, Any]) -> str:
+    """``greedy on torch-mlp-b64 at 0.8: overhead measured +3.10% (+1.02% to +5.20%), modelled +2.95%; peak
+    +0.000% against the simulator``; a failed replay with its reason.
+
+    Parameters
+    ----------
+    row : dict
+        A run's row with its replay columns (`remat_bench.app.sweep.replays`).
+
+    Returns
+    -------
+    str
+        One line, without markup.
+    """
+    run = f"{method_label(row['method'], row.get('params'))} on {row['graph']} at {row['budget_text']}"
+    if row.get("replay_status") != "measured":
+        return f"replay of {run} failed: {row.get('replay_message') or 'no reason given'}"
+    parts = []
+    if row.get("measured_overhead_pct") is not None:
+        parts.append(f"overhead measured {row['measured_overhead_pct']:+.2f}% "
+                     f"({row['measured_overhead_min_pct']:+.2f}% to {row['measured_overhead_max_pct']:+.2f}%), "
+                     f"modelled {row['modelled_overhead_pct']:+.2f}%")
+    else:
+        parts.append(f"overhead modelled {row['modelled_overhead_pct']:+.2f}%, not measured")
+    parts.append(f"peak {row['peak_error_pct']:+.3f}% against the simulator"
+                 + (", above the budget" if row.get("measured_within_budget") is False else ""))
+    if row.get("outputs_match") is False:
+        parts.append("outputs differ from autograd")
+    return f"{run}: " + "; ".join(parts)
+
+
 class SweepProgress:
     """A `remat_bench.app.sweep.runner.Reporter` for the terminal (stderr)."""
 
@@ -175,6 +206,46 @@ class SweepProgress:
             The line to show, printed as it is (no markup).
         """
         (self.progress.console if self.progress is not None else self.console).print(text, markup=False)
+
+    def replaying(self, total: int) -> None:
+        """The replays begin: say how many, and start a bar of their own on a terminal.
+
+        Parameters
+        ----------
+        total : int
+            The schedules to replay now.
+        """
+        self.close()  # the runs' bar is complete
+        self.done, self.total, self.failures = 0, total, 0
+        if not total:
+            return
+        self.console.print(f"replaying {total} schedule{'s' if total != 1 else ''} of PyTorch graphs with real "
+                           "tensors, one at a time, each timed against the baseline", markup=False)
+        if self.bar:
+            self.progress = Progress(
+                TextColumn("[bold]replay"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("[red]{task.fields[failures]} failed"), TextColumn("elapsed"), TimeElapsedColumn(),
+                TextColumn("ETA"), TimeRemainingColumn(), console=self.console, transient=False)
+            self.progress.start()
+            self.task = self.progress.add_task("replay", total=total, failures=0)
+
+    def replayed(self, row: dict[str, Any]) -> None:
+        """One replay ended: advance the bar and print its line (a failure with its message).
+
+        Parameters
+        ----------
+        row : dict
+            The run's row with its replay columns.
+        """
+        self.done += 1
+        failed = row.get("replay_status") != "measured"
+        self.failures += failed
+        line = f"[{self.done:>{len(str(self.total))}}/{self.total}] {describe_replay(row)}"
+        if self.progress is not None:
+            self.progress.update(self.task, advance=1, failures=self.failures)
+            self.progress.console.print(line, markup=False, highlight=False)
+        else:
+            self.console.print(line, markup=False, highlight=False)
 
     def close(self) -> None:
         """Stop the bar, leaving it on the terminal; a second call does nothing."""

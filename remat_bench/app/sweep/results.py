@@ -77,6 +77,25 @@ COLUMNS: dict[str, str] = {
     "python_version": "string",
     "host": "string",
     "finished_at": "string",
+    # The replay of the run's schedule with real tensors (`remat_bench.app.sweep.replays`): filled for graphs
+    # imported from PyTorch by a sweep with `replay:`, empty otherwise. replay_status is `measured` or
+    # `failed` (replay_message says why, in one sentence).
+    "replay_status": "string",
+    "replay_message": "string",
+    "replay_device": "string",
+    "replay_repeats": "Int64",
+    "measured_peak": "Int64",
+    "peak_error_pct": "Float64",  # measured peak against the simulated one
+    "measured_within_budget": "boolean",
+    "outputs_match": "boolean",  # loss and gradients against plain autograd
+    "step_time_s": "Float64",  # medians of the timed runs
+    "baseline_step_time_s": "Float64",
+    "measured_overhead_pct": "Float64",  # median of the paired overheads against the baseline
+    "measured_overhead_min_pct": "Float64",
+    "measured_overhead_max_pct": "Float64",
+    "measured_overhead_spread": "Float64",  # max - min of the paired overheads, in points
+    "modelled_overhead_pct": "Float64",
+    "baseline_measured_peak": "Int64",
 }
 SUCCESS = (Status.OPTIMAL.value, Status.FEASIBLE.value)
 # Statuses that answer the question, schedule or not: a proof that nothing fits (`infeasible`, often

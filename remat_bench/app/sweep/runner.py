@@ -108,6 +108,26 @@ class Reporter(Protocol):
         """
         ...
 
+    def replaying(self, total: int) -> None:
+        """The runs are done and ``total`` schedules of PyTorch graphs are to be replayed, one at a time.
+
+        Parameters
+        ----------
+        total : int
+            The replays to do now (those a resumed sweep has done already are not counted).
+        """
+        ...
+
+    def replayed(self, row: dict[str, Any]) -> None:
+        """A replay ended and the run's row, with it, is journalled.
+
+        Parameters
+        ----------
+        row : dict
+            The run's row with its replay columns (`remat_bench.app.sweep.replays`).
+        """
+        ...
+
     def close(self) -> None:
         """The sweep's runs are over (or interrupted): nothing more is told."""
         ...
@@ -124,6 +144,12 @@ class _Silent:
         pass
 
     def note(self, text: str) -> None:
+        pass
+
+    def replaying(self, total: int) -> None:
+        pass
+
+    def replayed(self, row: dict[str, Any]) -> None:
         pass
 
     def close(self) -> None:
@@ -148,6 +174,9 @@ class SweepOutcome:
     # Why the sweep itself stopped before its runs were done (no Dask workers, a journal that cannot be
     # written), in one sentence; None when it did not.
     failure: str | None = None
+    # Schedules replayed this time (`replay:`), and how many of those replays failed.
+    replayed: int = 0
+    replay_failures: int = 0
 
 
 def plan(config: SweepConfig, resume: bool) -> tuple[list[RunSpec], int]:
@@ -403,6 +432,9 @@ def _run(config: SweepConfig, pending: list[RunSpec], skipped: int, workers: int
                 stop_all()
                 for future in futures:
                     future.cancel()
+        # After the executor has shut down: no run shares the machine with the replays' timings.
+        if config.replay is not None and not outcome.interrupted and outcome.failure is None:
+            _replay(config, journal, outcome, reporter)
     finally:
         reporter.close()
         outcome.table = build_table(journal.rows())
@@ -469,6 +501,30 @@ def _collect(futures: dict[Future, RunSpec], pool: Executor, journal: Journal, o
                                f"runs were waiting; {remedy}")
             _abandon(futures, waiting, outcome, "not run: no Dask workers")
             return
+
+
+def _replay(config: SweepConfig, journal: Journal, outcome: SweepOutcome, reporter: Reporter) -> None:
+    """Replay, one at a time, every schedule of a PyTorch graph the journal holds without a replay; journal each."""
+    from remat_bench.app.sweep.replays import FAILED, pending_replays, replay_row
+
+    assert config.replay is not None  # the caller checks
+    pending = pending_replays(journal.rows(), config.output)
+    reporter.replaying(len(pending))
+    for row in pending:
+        try:
+            replayed = replay_row(row, config.output, config.replay)
+        except KeyboardInterrupt:
+            outcome.interrupted = True  # this replay is not recorded: --resume does it again
+            return
+        try:
+            journal.append(replayed)
+        except OSError as exc:
+            outcome.failure = (f"cannot record replays in {journal.path} ({exc}); the sweep stopped, the replays "
+                               "recorded before are kept, and --resume does the others once it can be written")
+            return
+        outcome.replayed += 1
+        outcome.replay_failures += replayed.get("replay_status") == FAILED
+        reporter.replayed(replayed)
 
 
 def _abandon(futures: dict[Future, RunSpec], waiting: set[Future], outcome: SweepOutcome, why: str) -> None:
