@@ -2,6 +2,9 @@
 
 - `remat_bench.torch.zoo`: the built-in models (mlp, vgg11, resnet18,
   resnet50, unet, gpt), defined here without torchvision;
+- `remat_bench.torch.ecosystem`: torchvision, timm and transformers models by
+  name (``torchvision:resnet50``, ``timm:vit_small_patch16_224``,
+  ``hf:llama``), built with random weights (the optional ``models`` extra);
 - `remat_bench.torch.program`: tracing a training step into one joint aten
   graph with fake tensors, lowering it to remat-bench nodes, running nodes;
 - `remat_bench.torch.importer`: `import_model` -> `Graph` (memory in bytes,
