@@ -310,3 +310,17 @@ def test_mixed_cost_sources_are_said_in_one_sentence(tmp_path):
     assert text.count("Note: these graphs' durations come from different sources") == 1
     assert "Costs: durations calibrated (median of 1 run, ns); workspaces measured; on cpu" in text
     assert "Costs: durations counted (flops, not timed); workspaces measured; on cpu" in text
+
+
+def test_a_sweeps_torch_entry_takes_the_same_cost_options(tmp_path):
+    from remat_bench.core.errors import ConfigError
+
+    config = tmp_path / "c.yaml"
+    config.write_text("graphs:\n  - torch: {model: mlp, batch: 2, durations: flops, workspace: none, repeats: 3}\n"
+                      "methods: [none]\nbudgets: [0.9]\n")
+    (pending,) = load_config(config).pending
+    assert pending.options["durations"] == "flops" and pending.options["workspace"] == "none"
+    assert pending.options["repeats"] == 3
+    config.write_text("graphs:\n  - torch: {model: mlp, workspace: sometimes}\nmethods: [none]\nbudgets: [0.9]\n")
+    with pytest.raises(ConfigError, match=r"line 2: 'workspace' must be one of auto, measure, none, not 'sometimes'"):
+        load_config(config)

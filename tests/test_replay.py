@@ -37,6 +37,8 @@ from remat_bench.torch.replay import (
 )
 from tests.helpers import SHIPPED, graph_path
 
+# Costs counted, no workspace measured (import_model measures both by default: tests/test_costs.py).
+FLOPS = {"durations": "flops", "workspace": "none"}
 REPLAY_KEYS = {"device", "measured_peak", "simulated_peak", "outputs_match", "max_abs_diff", "wall_time_s"}
 
 
@@ -49,7 +51,7 @@ def solve(g, method: str, budget: str, time_limit: float):
 
 def test_checkmate_schedules_match_autograd_and_their_measured_peak_falls_with_the_budget():
     # An MLP whose activations outweigh its parameters (else no budget below ~0.9 is feasible).
-    g = import_model("mlp", batch=2048, input_shape=(32,), in_features=32, hidden=128, depth=3)
+    g = import_model("mlp", batch=2048, input_shape=(32,), in_features=32, hidden=128, depth=3, **FLOPS)
     runs = [replay(g, baseline_schedule(g), "cpu", timing_run=False)]
     for budget in ("0.85", "0.7"):
         result = solve(g, "checkmate", budget, 60)
@@ -70,7 +72,7 @@ def test_a_moccasin_schedule_for_resnet18_matches_autograd_and_saves_memory():
     # Workspaces measured here: the scratch of oneDNN's convolutions differs by processor (on
     # an AVX2-only x86 one a 3x3 weight gradient runs as an im2col GEMM with four times the
     # weights in scratch), and a schedule is only as exact as the workspaces it was solved with.
-    g = import_model("resnet18", batch=32, input_shape=(3, 64, 64), width=16, workspace="measure")
+    g = import_model("resnet18", batch=32, input_shape=(3, 64, 64), width=16, durations="flops", workspace="measure")
     result = solve(g, "moccasin", "0.7", 15)  # CP-SAT finds a schedule within a few seconds
     before = replay(g, baseline_schedule(g), "cpu", timing_run=False)
     after = replay(g, result.schedule, "cpu", timing_run=False)
@@ -83,7 +85,7 @@ def test_a_moccasin_schedule_for_resnet18_matches_autograd_and_saves_memory():
 
 
 def test_replay_says_when_operators_allocate_scratch_the_graph_does_not_model():
-    g = import_model("resnet18", batch=2, input_shape=(3, 32, 32), width=8)
+    g = import_model("resnet18", batch=2, input_shape=(3, 32, 32), width=8, **FLOPS)
     r = replay(g, baseline_schedule(g), "cpu", timing_run=False)
     # Measured with 1 thread; a graph whose workspaces say 64 threads was measured elsewhere.
     g.metadata["torch"]["workspace"] = {"threads": 64}
@@ -95,8 +97,8 @@ def test_replay_says_when_operators_allocate_scratch_the_graph_does_not_model():
 
 
 def test_a_schedule_for_another_graph_is_refused(tmp_path):
-    small = import_model("mlp", batch=16, depth=1)
-    large = import_model("mlp", batch=32, depth=1)
+    small = import_model("mlp", batch=16, depth=1, **FLOPS)
+    large = import_model("mlp", batch=32, depth=1, **FLOPS)
     save_graph(small, tmp_path / "small.json")
     save_graph(large, tmp_path / "large.json")
     save_schedule(baseline_schedule(small).with_meta(method="none"), small, tmp_path / "s.json")
@@ -104,7 +106,7 @@ def test_a_schedule_for_another_graph_is_refused(tmp_path):
     with pytest.raises(ScheduleError, match=r"was written for graph 'torch-mlp-b16'.*refusing to replay"):
         replay_files(tmp_path / "large.json", tmp_path / "s.json", "cpu")
     # Given as a Schedule object (no file, no hash), the simulator refuses it: the nodes differ.
-    other = import_model("mlp", batch=16, depth=2)
+    other = import_model("mlp", batch=16, depth=2, **FLOPS)
     with pytest.raises(ScheduleError, match="not valid for graph"):
         replay(other, baseline_schedule(small), "cpu")
     r = CliRunner().invoke(main, ["replay", str(tmp_path / "large.json"), str(tmp_path / "s.json")])
@@ -112,7 +114,7 @@ def test_a_schedule_for_another_graph_is_refused(tmp_path):
 
 
 def test_cli_replay_json_prints_the_design_fields(tmp_path):
-    g = import_model("mlp", batch=16, depth=1)
+    g = import_model("mlp", batch=16, depth=1, **FLOPS)
     save_graph(g, tmp_path / "g.json")
     save_schedule(baseline_schedule(g).with_meta(method="none"), g, tmp_path / "s.json")
     r = CliRunner().invoke(main, ["replay", str(tmp_path / "g.json"), str(tmp_path / "s.json"), "--json",

@@ -32,12 +32,12 @@ GPT_ARGS = {"batch": 4, "input_shape": (32,), "vocab": 64, "max_seq": 32, "width
 
 @pytest.fixture(scope="module")
 def gpt() -> Graph:
-    return import_model("gpt", **GPT_ARGS)
+    return import_model("gpt", **GPT_ARGS, durations="flops", workspace="none")
 
 
 @pytest.fixture(scope="module")
 def resnet() -> Graph:
-    return import_model("resnet18", batch=16, input_shape=(3, 32, 32), width=4)
+    return import_model("resnet18", batch=16, input_shape=(3, 32, 32), width=4, durations="flops", workspace="none")
 
 
 def lowered(g: Graph, plan: torch_partition.TorchPlan, transient: bool = False) -> tuple[int, int, set[str]]:

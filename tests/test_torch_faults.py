@@ -155,7 +155,7 @@ def test_a_transformer_encoder_imports_and_replays_to_the_byte():
     # TransformerEncoder deep-copies its layer; under a plain FakeTensorMode the copies belonged to a
     # copy of the mode ("Mixing fake modes NYI" at the first operator).
     g = import_model("tests.test_torch_faults:transformer_encoder", batch=2, input_shape=(8, 32),
-                     workspace="measure")
+                     durations="flops", workspace="measure")
     spec = g.metadata["torch"]["spec"]
     assert spec["task"] == "regress" and spec["label_shape"] == [2, 8, 32]
     per_layer = (3 * 32 * 32 + 3 * 32) + (32 * 32 + 32) + (32 * 2048 + 2048) + (2048 * 32 + 32) + 2 * 2 * 32
@@ -174,7 +174,7 @@ def test_a_regression_loss_is_held_in_the_bytes_the_graph_counts():
     # mse_loss returns its scalar inside the 64x64 buffer of squares; held as the loss, that buffer
     # stayed resident to the end, 16,380 bytes the graph does not count.
     g = import_model("tests.test_torch_faults:regressor", batch=64, input_shape=(16,), task="regress",
-                     workspace="measure")
+                     durations="flops", workspace="measure")
     loss = g.nodes[g.index[g.metadata["torch"]["loss"]]]
     assert loss.op == "aten.mse_loss.default" and loss.memory == FLOAT and loss.workspace >= 64 * 64 * FLOAT
     measured = replay(g, baseline_schedule(g), "cpu", timing_run=False)
@@ -186,7 +186,8 @@ def test_a_regression_loss_is_held_in_the_bytes_the_graph_counts():
 
 
 def test_lazy_modules_are_materialized_on_the_input_shape():
-    g = import_model("tests.test_torch_faults:lazy_convnet", batch=4, input_shape=(2, 6, 6), workspace="measure")
+    g = import_model("tests.test_torch_faults:lazy_convnet", batch=4, input_shape=(2, 6, 6), durations="flops",
+                     workspace="measure")
     conv, bn, head = 4 * 2 * 3 * 3 + 4, 2 * 4, 4 * 4 * 4 * 3 + 3
     assert g.metadata["torch"]["fixed_memory"] == {
         "parameters": FLOAT * (conv + bn + head),
@@ -226,7 +227,7 @@ def test_a_token_id_language_model_imports_and_replays_through_the_cli(tmp_path)
     r = runner.invoke(main, ["graphs", "import-torch", "tests.test_torch_faults:token_lm", "--batch", "2",
                              "--input-shape", "6", "--task", "language", "--vocab", "40", "--kwarg", "vocab=40",
                              "--kwarg", "width=12", "--kwarg", "act=gelu", "--kwarg", "bias=true",
-                             "--workspace", "measure", "-o", str(path)])
+                             "--durations", "flops", "--workspace", "measure", "-o", str(path)])
     assert r.exit_code == 0, r.output
     g = load_graph(path)
     assert g.metadata["torch"]["spec"] == {
@@ -237,7 +238,8 @@ def test_a_token_id_language_model_imports_and_replays_through_the_cli(tmp_path)
     assert g.fixed_memory == FLOAT * params + 8 * 2 * 6 * 2  # int64 ids and int64 next-token labels
     # The Python API takes the same options and gives the same graph.
     same = import_model("tests.test_torch_faults:token_lm", batch=2, input_shape=(6,), task="language",
-                        input_range=40, model_kwargs={"vocab": 40, "width": 12, "act": "gelu"}, bias=True)
+                        input_range=40, model_kwargs={"vocab": 40, "width": 12, "act": "gelu"}, bias=True,
+                        durations="flops", workspace="none")
     assert same.metadata["torch"]["spec"] == g.metadata["torch"]["spec"]
     assert [nd.id for nd in same.nodes] == [nd.id for nd in g.nodes]
     # Replay re-creates the step from the spec in the file: ids in [0, 40), the factory's arguments.
@@ -249,7 +251,8 @@ def test_a_token_id_language_model_imports_and_replays_through_the_cli(tmp_path)
     assert data["measured_peak"] == data["simulated_peak"] == baseline(g).peak
     # Without --vocab a language model reads the ids of the vocabulary its logits cover.
     r = runner.invoke(main, ["graphs", "import-torch", "tests.test_torch_faults:token_lm", "--input-shape", "6",
-                             "--task", "language", "-o", str(tmp_path / "lm50.json")])
+                             "--task", "language", "--durations", "flops", "--workspace", "none",
+                             "-o", str(tmp_path / "lm50.json")])
     assert r.exit_code == 0, r.output
     assert load_graph(tmp_path / "lm50.json").metadata["torch"]["spec"]["input_range"] == 50
 
@@ -276,12 +279,12 @@ def test_the_language_options_refuse_bad_input_in_one_sentence(tmp_path, options
 def test_a_model_that_fails_only_on_real_tensors_is_one_sentence(tmp_path):
     runner = CliRunner()
     r = runner.invoke(main, ["graphs", "import-torch", "tests.test_torch_faults:real_only_failure", "--input-shape",
-                             "8", "--workspace", "measure", "-o", str(tmp_path / "x.json")])
+                             "8", "--durations", "flops", "--workspace", "measure", "-o", str(tmp_path / "x.json")])
     assert r.exit_code == 2 and r.output.splitlines() == [
         "error: model 'tests.test_torch_faults:real_only_failure' traces, but running it on real tensors fails: "
         "node 'index' (aten.index.Tensor) failed on cpu: index 99 is out of bounds for dimension 0 with size 4"]
     r = runner.invoke(main, ["graphs", "import-torch", "tests.test_torch_faults:real_only_failure", "--input-shape",
-                             "8", "-o", str(tmp_path / "g.json")])
+                             "8", "--durations", "flops", "--workspace", "none", "-o", str(tmp_path / "g.json")])
     assert r.exit_code == 0, r.output
     g = load_graph(tmp_path / "g.json")
     save_schedule(baseline_schedule(g), g, tmp_path / "s.json")
@@ -297,9 +300,10 @@ def test_a_model_that_fails_only_on_real_tensors_is_one_sentence(tmp_path):
 def test_replay_reports_the_budget_and_fails_when_the_measured_peak_is_above_it(tmp_path):
     # Without measured workspaces the graph does not count mse_loss's buffer of squares, where this
     # model peaks: a schedule at its simulated peak measures that buffer above its budget.
-    g = import_model("tests.test_torch_faults:regressor", batch=64, input_shape=(16,), task="regress")
+    g = import_model("tests.test_torch_faults:regressor", batch=64, input_shape=(16,), task="regress",
+                     durations="flops", workspace="none")
     real = import_model("tests.test_torch_faults:regressor", batch=64, input_shape=(16,), task="regress",
-                        workspace="measure")
+                        durations="flops", workspace="measure")
     simulated, measured_peak = baseline(g).peak, baseline(real).peak
     assert measured_peak > simulated
     save_graph(g, tmp_path / "g.json")
@@ -347,7 +351,7 @@ def test_replay_reports_the_budget_and_fails_when_the_measured_peak_is_above_it(
 
 def test_a_schedule_over_its_own_budget_says_so():
     g = import_model("tests.test_torch_faults:regressor", batch=8, input_shape=(16,), task="regress",
-                     workspace="measure")
+                     durations="flops", workspace="measure")
     peak = baseline(g).peak
     result = replay(g, baseline_schedule(g).with_meta(budget=peak - 1), "cpu", timing_run=False)
     assert result.measured_peak == peak and result.within_budget is False
