@@ -211,9 +211,9 @@ def test_a_default_import_models_scratch_memory_so_a_replay_peaks_where_the_simu
 def test_a_step_too_large_to_run_here_falls_back_to_flops_and_says_so(monkeypatch, counted, tmp_path):
     timer, peak = counted
     monkeypatch.setattr(importer, "free_memory_bytes", lambda device: 1000)
-    said = (r"model 'mlp' was not run to measure its costs because it needs about .* on cpu \(its baseline peak "
-            r".* and a quarter more for scratch memory\), and 1,000 is free: its durations are FLOPs and workspaces "
-            r"are 0 \(not measured\), so a real run's peak can exceed the simulated one$")
+    said = (r"^the costs of model 'mlp' were not measured: running its step needs about .* on cpu \(its baseline "
+            r"peak .* and a quarter more for scratch memory\), and 1,000 is free; its durations are FLOPs and "
+            r"workspaces are 0, so a real run's peak can exceed the simulated one$")
     with pytest.warns(CostWarning, match=said):
         g = import_model("mlp", batch=4, depth=1, cost_cache=CostCache(tmp_path / "c.json"))
     assert (timer.calls, peak.calls) == (0, 0)
@@ -221,7 +221,7 @@ def test_a_step_too_large_to_run_here_falls_back_to_flops_and_says_so(monkeypatc
     assert g.units["duration"] == "flops" and not g.workspace.any() and "workspace" not in g.metadata["torch"]
     assert costs["durations"] == "flops" and costs["workspace"] == "unmeasured" and costs["measured_on"] is None
     assert costs["requested"] == {"durations": "calibrated", "workspace": "auto"} and len(costs["notes"]) == 1
-    assert "could not run here" in cost_source(g).describe()
+    assert "could not be measured here" in cost_source(g).describe()
     with pytest.raises(ModelSpecError, match="cannot run here to measure its workspaces"):
         import_model("mlp", batch=4, depth=1, workspace="measure", cost_cache=CostCache(tmp_path / "c.json"))
     # What the cache already knows needs no run, whatever the memory.
@@ -234,6 +234,37 @@ def test_a_step_too_large_to_run_here_falls_back_to_flops_and_says_so(monkeypatc
     assert known.metadata["costs"]["durations"] == "calibrated"
 
 
+def test_a_step_not_measured_in_time_falls_back_and_keeps_what_it_measured(monkeypatch, counted, tmp_path):
+    timer, peak = counted
+
+    class Clock:  # the deadline passes at the 20th node of the pass
+        calls = 0
+
+        @classmethod
+        def time(cls) -> float:
+            cls.calls += 1
+            return 0.0 if cls.calls < 20 else 100.0
+
+    monkeypatch.setattr(calibrate_module, "time", Clock)
+    with pytest.warns(CostWarning, match=r"^the costs of model 'mlp' were not measured: not every operator was "
+                                         r"measured in the time allowed \(those measured are cached: importing it "
+                                         r"again goes on from there\); its durations are FLOPs and workspaces are 0"):
+        g = import_model("mlp", batch=4, depth=3, repeats=1, cost_cache=CostCache(tmp_path / "c.json"),
+                         measure_deadline=50.0)
+    assert g.units["duration"] == "flops" and g.metadata["costs"]["workspace"] == "unmeasured"
+    first = timer.calls + peak.calls
+    assert first > 0
+    monkeypatch.undo()
+    timer.calls = peak.calls = 0
+    monkeypatch.setattr(calibrate_module, "time_ns", timer)
+    monkeypatch.setattr(calibrate_module, "measure_peak", peak)
+    again = import_model("mlp", batch=4, depth=3, repeats=1, cost_cache=CostCache(tmp_path / "c.json"))
+    assert again.units["duration"] == "ns" and 0 < again.metadata["costs"]["counts"]["from_cache"] < again.n
+    full = import_model("mlp", batch=4, depth=3, repeats=1, cost_cache=CostCache(None))
+    counts = full.metadata["costs"]["counts"]
+    assert timer.calls + peak.calls < 2 * (counts["timed"] + counts["measured"])  # the first run's share not again
+
+
 def test_the_command_line_warns_of_the_fallback_in_one_sentence(monkeypatch, tmp_path):
     from remat_bench.toolkit import child
 
@@ -244,9 +275,10 @@ def test_the_command_line_warns_of_the_fallback_in_one_sentence(monkeypatch, tmp
                                   "-o", str(out)])
     assert r.exit_code == 0, r.output
     said = " ".join(r.stderr.split())
-    assert said.startswith("warning: model 'mlp' was not run to measure its costs because") and said.count(". ") == 0
-    assert "costs: durations counted (flops, not timed); workspaces 0 (not measured: the step could not run here)" \
-        in " ".join(r.stdout.split())
+    assert said.startswith("warning: the costs of model 'mlp' were not measured: running its step needs about")
+    assert said.count(". ") == 0 and r.stderr.strip().count("\n") == 0
+    assert "costs: durations counted (flops, not timed); workspaces 0 (not measured: the step could not be measured " \
+        "here)" in " ".join(r.stdout.split())
     r = CliRunner().invoke(main, ["graphs", "import-torch", "mlp", "--batch", "4", "--workspace", "measure",
                                   "-o", str(out)])
     assert r.exit_code == 2 and "cannot run here to measure its workspaces" in r.output and "Traceback" not in r.output

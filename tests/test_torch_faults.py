@@ -53,10 +53,6 @@ def transformer_encoder() -> nn.Module:
     return nn.TransformerEncoder(nn.TransformerEncoderLayer(d_model=32, nhead=4, batch_first=True, dropout=0.0), 2)
 
 
-def transformer_encoder_with_dropout() -> nn.Module:
-    return nn.TransformerEncoder(nn.TransformerEncoderLayer(d_model=32, nhead=4, batch_first=True), 2)
-
-
 def regressor() -> nn.Module:
     return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 64))
 
@@ -165,9 +161,7 @@ def test_a_transformer_encoder_imports_and_replays_to_the_byte():
     assert measured.outputs_match and measured.max_abs_diff == 0.0
     assert measured.measured_fixed == g.fixed_memory
     assert measured.measured_peak == measured.simulated_peak == baseline(g).peak
-    # The layer's default dropout is refused as any random operator is, in one sentence.
-    with pytest.raises(ModelSpecError, match=r"random operator aten\.bernoulli"):
-        import_model("tests.test_torch_faults:transformer_encoder_with_dropout", batch=2, input_shape=(8, 32))
+    # The layer's default dropout is imported and replayed too: tests/test_torch_random.py.
 
 
 def test_a_regression_loss_is_held_in_the_bytes_the_graph_counts():

@@ -118,7 +118,7 @@ class CostSource:
             durations = f"durations counted ({self.duration_unit}, not timed)"
         workspace = {MEASURED: "workspaces measured",
                      NONE: "workspaces 0 (not measured)",
-                     UNMEASURED: "workspaces 0 (not measured: the step could not run here)",
+                     UNMEASURED: "workspaces 0 (not measured: the step could not be measured here)",
                      "file": "workspaces as the file gives them"}.get(self.workspace, f"workspaces {self.workspace}")
         where = self.machine()
         text = f"{durations}; {workspace}"

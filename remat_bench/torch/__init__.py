@@ -7,6 +7,8 @@
   ``hf:llama``), built with random weights (the optional ``models`` extra);
 - `remat_bench.torch.program`: tracing a training step into one joint aten
   graph with fake tensors, lowering it to remat-bench nodes, running nodes;
+- `remat_bench.torch.randomness`: random operators (dropout) seeded one by
+  one, so that a recomputation and eager autograd draw the same values;
 - `remat_bench.torch.importer`: `import_model` -> `Graph` (memory in bytes,
   durations in FLOPs or measured nanoseconds);
 - `remat_bench.torch.replay`: `replay(graph, schedule)` runs a schedule with

@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import statistics
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -55,6 +56,10 @@ STATISTIC = "median"
 WARMUP = 1  # the operator's own run in the pass, before its timed runs
 
 Timer = Callable[[torch.device, Callable[[], None]], int]
+
+
+class OutOfTime(Exception):
+    """The calibration passed its deadline; what it measured until then is in the cache."""
 
 
 def cost_cache_path() -> Path | None:
@@ -347,7 +352,7 @@ def _usable_workspace(entry: dict[str, Any] | None) -> int | None:
 
 def calibrate(program: Program, device: torch.device, *, durations: bool = True, workspace: bool = True,
               repeats: int = 5, cache: CostCache | None = None, may_run: bool = True,
-              timer: Timer | None = None) -> Calibration | None:
+              timer: Timer | None = None, deadline: float | None = None) -> Calibration | None:
     """Each node's duration and workspace on ``device``: from the cache where it knows them, else measured.
 
     Parameters
@@ -369,6 +374,8 @@ def calibrate(program: Program, device: torch.device, *, durations: bool = True,
         answer is None (nothing is run).
     timer : callable or None
         ``timer(device, fn)``: nanoseconds ``fn`` takes (None: `remat_bench.torch.measure.time_ns`).
+    deadline : float or None
+        Wall-clock time (``time.time()``) by which measuring stops (None: none).
 
     Returns
     -------
@@ -379,6 +386,9 @@ def calibrate(program: Program, device: torch.device, *, durations: bool = True,
     ------
     ExecutionError
         An operator that fails on real tensors.
+    OutOfTime
+        The deadline passed before every cost asked was measured; those measured are saved in the cache, so
+        that a calibration given the time again goes on from there.
     """
     cache = cache if cache is not None else CostCache(None)
     machine = machine_key(device)
@@ -406,7 +416,10 @@ def calibrate(program: Program, device: torch.device, *, durations: bool = True,
     if (time_now or measure_now) and not may_run:
         return None
     if time_now or measure_now:
-        _run(program, device, keys, time_now, measure_now, repeats, cache, timer or time_ns)
+        try:
+            _run(program, device, keys, time_now, measure_now, repeats, cache, timer or time_ns, deadline)
+        finally:
+            cache.save()
         out.timed, out.measured, out.ran = len(time_now), len(measure_now), True
     # Every node takes the costs of its signature: cached before, or measured now on its first node.
     for v, key in enumerate(keys):
@@ -415,16 +428,17 @@ def calibrate(program: Program, device: torch.device, *, durations: bool = True,
             out.durations[v] = _usable_ns(entry, repeats) or 1
         if out.workspace is not None and key is not None and not workspace_known_zero(nodes[v]):
             out.workspace[v] = _usable_workspace(entry) or 0
-    cache.save()
     return out
 
 
 def _run(program: Program, device: torch.device, keys: list[str | None], time_now: set[int],
-         measure_now: set[int], repeats: int, cache: CostCache, timer: Timer) -> None:
+         measure_now: set[int], repeats: int, cache: CostCache, timer: Timer, deadline: float | None) -> None:
     """The calibration pass: the step in file order, timing ``time_now`` and measuring ``measure_now``."""
     nodes = program.nodes
     state = State.create(program.spec, device)
     for v, ex in _in_file_order(program, state):
+        if deadline is not None and time.time() > deadline:
+            raise OutOfTime
         ex.compute(v)  # the pass's run: it makes v's value for its readers, and warms v up
         key = keys[v]
         if key is None:

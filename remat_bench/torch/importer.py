@@ -48,7 +48,9 @@ anything was not measured (`cost_record`).
 
 The graph's metadata keeps the model spec (model, batch, shapes, seed, task,
 input dtype and id range, constructor arguments) and the torch version; each
-node's metadata names its FX node (and, for gradient nodes, the parameter).
+node's metadata names its FX node (and, for gradient nodes, the parameter; for
+a random operator, its number ``random``, whose seeding ``metadata.torch.random``
+states: `remat_bench.torch.randomness`).
 `program_for_graph` re-traces the spec and checks that it gives the same
 nodes, which is how the replay re-creates the operators of a graph file.
 """
@@ -71,7 +73,7 @@ from remat_bench.core.errors import GraphError, RematBenchError
 from remat_bench.core.graph import Graph, Node
 from remat_bench.core.provenance import CALIBRATED, COSTS_KEY, COUNTED, MEASURED, NONE, UNMEASURED, CostWarning
 from remat_bench.core.simulate import baseline
-from remat_bench.torch.calibrate import STATISTIC, WARMUP, Calibration, CostCache, calibrate
+from remat_bench.torch.calibrate import STATISTIC, WARMUP, Calibration, CostCache, OutOfTime, calibrate
 from remat_bench.torch.measure import free_memory_bytes, measured_where
 from remat_bench.torch.program import (
     GRADIENT,
@@ -83,6 +85,7 @@ from remat_bench.torch.program import (
     build_program,
     model_spec,
 )
+from remat_bench.torch.randomness import SEEDING
 from remat_bench.torch.zoo import ModelSpecError
 
 # ``profile`` is the former name of ``calibrated``, kept for the scripts and configs that use it.
@@ -111,6 +114,7 @@ def import_model(
     input_range: int | None = None,
     model_kwargs: Mapping[str, Any] | None = None,
     cost_cache: CostCache | None = None,
+    measure_deadline: float | None = None,
     **kwargs: Any,
 ) -> Graph:
     """The training graph of ``model`` (a zoo name or ``package.module:factory``) at ``batch``, with costs
@@ -130,9 +134,9 @@ def import_model(
     ``workspace="auto"`` measures every operator's scratch memory, ``"measure"``
     too but refuses when the step cannot run here, ``"none"`` leaves it 0.
     Measured costs come from and go to ``cost_cache``. When the step would not
-    fit in the device's free memory, calibrated durations fall back to FLOPs and
-    ``auto`` workspaces to 0, each said in a `CostWarning` and recorded in the
-    graph's ``metadata["costs"]``.
+    fit in the device's free memory, or is not measured by ``measure_deadline``,
+    calibrated durations fall back to FLOPs and ``auto`` workspaces to 0, each
+    said in a `CostWarning` and recorded in the graph's ``metadata["costs"]``.
 
     Parameters
     ----------
@@ -165,6 +169,8 @@ def import_model(
         Constructor arguments, for names this function takes itself.
     cost_cache : CostCache or None
         Measured operator costs by signature (None: the user's, `remat_bench.torch.calibrate.cost_cache_path`).
+    measure_deadline : float or None
+        Wall-clock time (``time.time()``) by which measuring stops (None: none); what was measured is cached.
     **kwargs : Any
         More constructor arguments.
 
@@ -180,7 +186,8 @@ def import_model(
         An unknown ``durations`` or ``workspace``, or ``repeats`` below 1.
     ModelSpecError
         A model, factory, shape, task or argument that cannot be used, a model that cannot be traced,
-        one that traces but fails on real tensors, or ``workspace="measure"`` for a step that cannot run here.
+        one that traces but fails on real tensors, or ``workspace="measure"`` for a step that cannot run here
+        (or in time).
     """
     if durations not in DURATIONS:
         raise GraphError(f"durations must be one of {', '.join(DURATIONS)}, not {durations!r}")
@@ -206,13 +213,18 @@ def import_model(
     try:
         measured = calibrate(program, dev, durations=wanted == CALIBRATED, workspace=workspace != NONE,
                              repeats=repeats, cache=cost_cache if cost_cache is not None else CostCache.user(),
-                             may_run=not short) if wanted == CALIBRATED or workspace != NONE else None
+                             may_run=not short, deadline=measure_deadline) \
+            if wanted == CALIBRATED or workspace != NONE else None
     except ExecutionError as exc:  # traced with fake tensors, an operator can still fail on real ones
         raise ModelSpecError(f"model '{spec.model}' traces, but running it on real tensors fails: {exc}") from None
+    except OutOfTime:
+        measured, short = None, ("not every operator was measured in the time allowed (those measured are cached: "
+                                 "importing it again goes on from there)")
     fell_back = measured is None and (wanted == CALIBRATED or workspace != NONE)
     if fell_back and workspace == "measure":
         raise ModelSpecError(f"model '{spec.model}' cannot run here to measure its workspaces: {short}; import it "
-                             "with --workspace auto (workspaces 0, said in the graph) or on a machine with more memory")
+                             "with --workspace auto (workspaces 0, said in the graph), with more time, or on a "
+                             "machine with more memory")
     timed = measured is not None and measured.durations is not None
     graph = program_graph(program, measured.durations if timed else flops,  # type: ignore[union-attr, arg-type]
                           "ns" if timed else "flops",
@@ -233,18 +245,17 @@ def _memory_short(peak: int, device: torch.device) -> str:
     needed = math.ceil(MEASURE_HEADROOM * peak)
     if free is None or needed <= free:
         return ""
-    return (f"it needs about {format_amount(needed, 'bytes')} on {device} (its baseline peak "
+    return (f"running its step needs about {format_amount(needed, 'bytes')} on {device} (its baseline peak "
             f"{format_amount(peak, 'bytes')} and a quarter more for scratch memory), and "
             f"{format_amount(free, 'bytes')} is free")
 
 
-def _fallback_note(model: str, short: str, durations: bool, workspace: bool) -> str:
-    """The sentence of an import whose costs could not be measured here."""
+def _fallback_note(model: str, why: str, durations: bool, workspace: bool) -> str:
+    """The sentence of an import whose costs could not be measured here, ``why`` saying why."""
     lost = " and ".join(part for part, asked in (("durations are FLOPs", durations),
                                                  ("workspaces are 0", workspace)) if asked)
     memory = ", so a real run's peak can exceed the simulated one" if workspace else ""
-    return (f"model '{model}' was not run to measure its costs because {short}: its {lost} (not measured)"
-            f"{memory}")
+    return f"the costs of model '{model}' were not measured: {why}; its {lost}{memory}"
 
 
 def cost_record(durations: str, workspace: str, measured: Calibration | None, repeats: int,
@@ -382,6 +393,8 @@ def program_graph(program: Program, durations: Sequence[int], duration_unit: str
         meta: dict[str, Any] = {"fx": node.fx.name if node.fx is not None else None}
         if node.parameter is not None:
             meta["parameter"] = node.parameter
+        if node.random is not None:
+            meta["random"] = node.random  # k: seeded with random_key(seed, step, k) (torch.randomness)
         if i in holds:
             meta["gradient_of_parameter"] = holds[i]
         module = node.module()
@@ -414,6 +427,9 @@ def program_graph(program: Program, durations: Sequence[int], duration_unit: str
         },
         "importer": "remat_bench.torch: make_fx(functionalize(grad_and_value(step))), fake tensors",
     }
+    random = [node.id for node in nodes if node.random is not None]
+    if random:
+        metadata[METADATA_KEY]["random"] = {"nodes": random, "seeding": SEEDING}
     return Graph(out, name=name or default_name(spec), outputs=[nodes[i].id for i in program.outputs()],
                  fixed_memory=program.fixed_memory,
                  units={"memory": "bytes", "duration": duration_unit}, metadata=metadata,

@@ -37,8 +37,12 @@ the one value it produces):
   gets a *gradient* node that copies it out, so that the rest of the tuple can
   be freed; the copy is counted.
 
-Nodes nothing needs (dead code) are dropped. A model with a random operator
-(dropout) is refused: a recomputed value must equal the first computation.
+Nodes nothing needs (dead code) are dropped. Random operators (dropout's
+``bernoulli``) are numbered in graph order, the order eager autograd runs
+them; the `Executor` runs random operator k with the generators seeded from
+the spec's seed, the training step and k, so that a recomputation draws the
+first computation's values, and `reference_step` runs eager autograd under
+`remat_bench.torch.randomness.seeded_random_ops`, which draws the same.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.nn.modules.lazy import LazyModuleMixin
 
 from remat_bench.torch import TORCH_LOG_SWITCHES, ecosystem
+from remat_bench.torch.randomness import is_random_call, random_key, seeded_generators, seeded_random_ops
 from remat_bench.torch.zoo import (
     TASKS,
     ZOO,
@@ -615,7 +620,8 @@ class ProgramNode:
     ``fx``: the FX node it runs (for a gradient node, the FX value it copies).
     ``aliases``: the alias FX nodes (views, getitems) it must evaluate from
     its inputs' values, in graph order. ``inputs``: indices of the program
-    nodes whose values it reads.
+    nodes whose values it reads. ``random``: for a random operator, its
+    number k among the step's random operators (`remat_bench.torch.randomness`).
     """
 
     id: str
@@ -627,6 +633,7 @@ class ProgramNode:
     forward: bool = True
     grad_of: int | None = None
     parameter: str | None = None
+    random: int | None = None
 
     def runs(self) -> FxNode:
         """The FX node an op or update node runs (only a gradient node may have none).
@@ -751,15 +758,9 @@ def _same_storage(a: fx.Node, b: Any) -> bool:
 
 
 def _is_random(node: fx.Node) -> bool:
-    """A seeded random operator; attention with ``dropout_p == 0`` is deterministic and allowed."""
-    if torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
-        return False
-    schema = node.target._schema  # type: ignore[union-attr]  # an OpOverload: it carries tags
-    for k, arg in enumerate(schema.arguments):
-        if arg.name == "dropout_p":
-            value = node.args[k] if k < len(node.args) else node.kwargs.get("dropout_p", arg.default_value)
-            return bool(value != 0.0)
-    return True
+    """A seeded random operator (`remat_bench.torch.randomness.is_random_call`); attention with
+    ``dropout_p == 0`` is deterministic."""
+    return is_random_call(node.target, node.args, node.kwargs)
 
 
 def build_program(spec: ModelSpec) -> Program:
@@ -907,6 +908,7 @@ class FxValues:
     allocates: dict[fx.Node, int] = field(default_factory=dict)  # op node -> bytes of the storages it creates
     updates: list[fx.Node] = field(default_factory=list)  # nodes that only write into a buffer
     base: dict[fx.Node, fx.Node | None] = field(default_factory=dict)  # -> allocating node owning its storage
+    random: dict[fx.Node, int] = field(default_factory=dict)  # random operator -> its number k in the step
 
     def alias_closure(self, reads: list[fx.Node]) -> tuple[fx.Node, ...]:
         """The alias FX nodes to evaluate to get ``reads`` from base values, in graph order.
@@ -934,7 +936,8 @@ class FxValues:
 
 def sort_fx_nodes(spec: ModelSpec, gm: fx.GraphModule, storages: Storages) -> FxValues:
     """Sort FX nodes: allocating (op), writing into a buffer only (update), or aliasing (folded into
-    the value whose storage it shares); refuses random operators and writes into intermediate values.
+    the value whose storage it shares); numbers the random operators in graph order (``random``),
+    refuses writes into intermediate values.
 
     Parameters
     ----------
@@ -953,7 +956,8 @@ def sort_fx_nodes(spec: ModelSpec, gm: fx.GraphModule, storages: Storages) -> Fx
     Raises
     ------
     ModelSpecError
-        A random operator, a write into an intermediate value, or a node aliasing several values.
+        A write into an intermediate value, a node aliasing several values, or a random operator
+        that allocates nothing of its own (it could not be seeded where it runs).
     """
     graph = gm.graph
     values = FxValues(order={n: i for i, n in enumerate(graph.nodes)})
@@ -968,12 +972,8 @@ def sort_fx_nodes(spec: ModelSpec, gm: fx.GraphModule, storages: Storages) -> Fx
             continue
         if n.op != "call_function":
             continue
-        if _is_random(n):
-            raise ModelSpecError(
-                f"model '{spec.model}' uses the random operator {n.target} (node '{n.name}'); a "
-                "recomputation would differ from the first computation: remove dropout and other "
-                "random layers"
-            )
+        if _is_random(n):  # numbered in the order eager autograd runs them (remat_bench.torch.randomness)
+            values.random[n] = len(values.random)
         for a in _written_args(n):
             if storages.owners(a.meta.get("val")) - {None}:
                 raise ModelSpecError(
@@ -996,6 +996,9 @@ def sort_fx_nodes(spec: ModelSpec, gm: fx.GraphModule, storages: Storages) -> Fx
             raise ModelSpecError(f"model '{spec.model}': node '{n.name}' aliases several values at once")
         else:  # a view, detach, getitem, _unsafe_view ...: folded into the value it aliases
             base_fx[n] = next(iter(aliased)) if aliased else None
+        if n in values.random and n not in allocates:
+            raise ModelSpecError(f"model '{spec.model}': the random operator {n.target} (node '{n.name}') "
+                                 "writes into a value it does not allocate, which remat-bench cannot replay")
     return values
 
 
@@ -1074,8 +1077,9 @@ class _ProgramBuilder:
                     inputs.append(self.index[b])
         if role == OP and n is not None:
             self.index[n] = len(self.nodes)
+        random = values.random.get(n) if role == OP and n is not None else None
         self.nodes.append(ProgramNode(id=node_id, role=role, fx=n, inputs=tuple(inputs), memory=memory,
-                                      aliases=aliases, parameter=parameter))
+                                      aliases=aliases, parameter=parameter, random=random))
 
     def add_tail(self, b: fx.Node | None) -> None:
         """The gradient and update nodes whose last input is ``b``."""
@@ -1180,12 +1184,17 @@ class Executor:
     (views and getitems are re-derived from their base values each time: they
     cost no memory) and keeps the result; ``free`` drops the reference to it,
     the last one, so the allocator gets the memory back. A gradient node copies
-    its gradient out of a tuple; an update node writes into a buffer.
+    its gradient out of a tuple; an update node writes into a buffer. A random
+    node runs with the generators seeded by its key for training step ``step``
+    (`remat_bench.torch.randomness.random_key`), so that every computation of
+    it, first or recomputed, draws what eager autograd under
+    `remat_bench.torch.randomness.seeded_random_ops` draws.
     """
 
-    def __init__(self, program: Program, state: State) -> None:
+    def __init__(self, program: Program, state: State, step: int = 0) -> None:
         self.program = program
         self.state = state
+        self.step = step
         self.values: dict[int, Any] = {}
         self._placeholders: dict[str, torch.Tensor] = {}
         for name, (kind, key) in program.placeholders.items():
@@ -1270,7 +1279,12 @@ class Executor:
                 local: dict[fx.Node, Any] = {}
                 for a in node.aliases:
                     local[a] = self._call(a, local)
-                value = self._call(node.runs(), local)
+                if node.random is None:
+                    value = self._call(node.runs(), local)
+                else:
+                    key = random_key(self.program.spec.seed, self.step, node.random)
+                    with seeded_generators(self.state.device, key):
+                        value = self._call(node.runs(), local)
                 self.values[i] = self._compact(i, value) if node.role == OP else value
         except Exception as exc:
             raise ExecutionError(f"node '{node.id}' ({node.fx.target if node.fx is not None else 'gradient'}) "
@@ -1325,8 +1339,12 @@ class Executor:
         return loss, grads
 
 
-def reference_step(spec: ModelSpec, device: torch.device) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def reference_step(spec: ModelSpec, device: torch.device, step: int = 0
+                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """A plain autograd training step: the loss and every parameter's gradient, for comparison.
+
+    Random operators (dropout) draw what the program's random nodes draw in training step ``step``
+    (`remat_bench.torch.randomness.seeded_random_ops`); the global random state is left as it was.
 
     Parameters
     ----------
@@ -1334,16 +1352,19 @@ def reference_step(spec: ModelSpec, device: torch.device) -> tuple[torch.Tensor,
         The model, its parameters' seed and its batch.
     device : torch.device
         Where the step runs.
+    step : int
+        The training step whose random values are drawn.
 
     Returns
     -------
     tuple of (torch.Tensor, dict)
         The loss, and parameter name -> gradient (zeros for a parameter the loss does not use).
     """
-    step = build_step(spec).to(device)
+    model = build_step(spec).to(device)
     inputs, labels = make_batch(spec, device)
-    loss = step(inputs, labels)
-    params = list(step.parameters())
-    grads = torch.autograd.grad(loss, params, allow_unused=True)
-    names = [k for k, _ in step.named_parameters()]
+    params = list(model.parameters())
+    with seeded_random_ops(spec.seed, step, device):
+        loss = model(inputs, labels)
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+    names = [k for k, _ in model.named_parameters()]
     return loss.detach(), {k: (torch.zeros_like(p) if g is None else g) for k, g, p in zip(names, grads, params)}

@@ -26,8 +26,9 @@ Tasks (the loss is part of the traced training step):
 - ``regress``: any output, a target of the output's shape, mean squared error
   (the default for a user's own model whose output is not (N, C)).
 
-No model uses dropout or another random operator: a recomputed value must
-equal the first computation, which the replay checks.
+No model uses dropout, so their shipped graphs stay as they were; a model
+with dropout imports and replays exactly all the same (random operators are
+seeded one by one: `remat_bench.torch.randomness`).
 """
 
 from __future__ import annotations

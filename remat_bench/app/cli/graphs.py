@@ -138,6 +138,7 @@ def graphs_show(graph: str, as_json: bool) -> None:
         "memory_floor_fraction": floor.amount / base.peak if base.peak else None,
         "total_memory": g.memory.sum().item(),
         "repeated_blocks": _blocks(g),
+        "random_operators": sum(1 for nd in g.nodes if "random" in (nd.metadata or {})),
         "costs": _costs(g),
     }
     show(data, as_json, lambda: key_values(_summary(data, g.units.get("memory", ""))))
@@ -181,6 +182,12 @@ def _summary(data: dict[str, Any], unit: str) -> list[tuple[str, str]]:
             value = "none found" if value is None else (
                 f"{value['copies']} copies of {value['forward_nodes_each']} forward nodes (knapsack's search drops "
                 "one place of every copy at a time)")
+        if key == "random_operators":
+            if value:  # an imported model's dropout: say why recomputing it is exact
+                rows.append(("random operators", f"{value}, each seeded by its own key from the model's seed: every "
+                                                 "computation draws the same values, as the autograd step replay "
+                                                 "checks against does"))
+            continue
         if key == "total_memory":
             rows.append(("all values at once", f"{value}: every node's value held together, the fixed memory "
                                                "not included"))

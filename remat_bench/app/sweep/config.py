@@ -85,6 +85,8 @@ DEFAULT_TIME_LIMIT = 300.0
 # Seconds a model may take to be built and traced: far above what the zoo's largest models take
 # (docs/benchmarks.md, "Figures that used to live in the code"), so only a model that hangs reaches it.
 TRACE_TIME_LIMIT = 600.0
+# The share of a torch graph's time limit its costs may take to measure (`trace_model`).
+MEASURE_SHARE = 0.8
 # Keys of ``replay:`` (`ReplaySettings`): how the schedules of PyTorch graphs are replayed after the runs.
 REPLAY_KEYS = ("repeats", "device", "time_limit")
 REPLAY_DEVICES = ("cpu", "cuda")
@@ -1012,7 +1014,8 @@ def trace_model(options: Mapping[str, Any], time_limit: float = TRACE_TIME_LIMIT
     returns is stopped, and one that exits (``sys.exit``) or raises anything is one sentence, a
     `GraphError`, instead of ending or hanging this process. ``search`` folders come first on the
     child's import path. Where no child can start (a script read from standard input), the call runs
-    here, without the time limit.
+    here, without the time limit. Measuring the step's costs stops at `MEASURE_SHARE` of the limit, and
+    the graph then has counted costs, said in a `CostWarning` re-raised here.
 
     Parameters
     ----------
@@ -1038,6 +1041,8 @@ def trace_model(options: Mapping[str, Any], time_limit: float = TRACE_TIME_LIMIT
 
     model = options.get("model", "?")
     end = time.monotonic() + time_limit
+    # Measuring a large step's costs can take most of the limit: it stops in time to answer with counted costs.
+    options = {"measure_deadline": time.time() + MEASURE_SHARE * time_limit, **options}
     outcome = (run_in_child(import_model_reporting, (dict(options), list(search)), lambda: time.monotonic() > end)
                if can_spawn() else None)
     if outcome is None or outcome.termination is Termination.NOT_APPLICABLE:
