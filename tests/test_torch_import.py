@@ -173,7 +173,7 @@ def test_user_factory_and_its_errors():
     g = import_model("tests.test_torch_import:small_convnet", batch=4, input_shape=(3, 8, 8), **FAST)
     assert g.metadata["torch"]["spec"]["task"] == "classify"
     assert g.metadata["torch"]["spec"]["label_range"] == 5
-    g = import_model("tests.test_torch_import:in_place_relu", batch=4, input_shape=(16,))
+    g = import_model("tests.test_torch_import:in_place_relu", batch=4, input_shape=(16,), **FAST)
     assert replay(g, baseline_schedule(g), "cpu", timing_run=False).outputs_match
     g = import_model("tests.test_torch_import:with_dropout", batch=4, input_shape=(16,), **FAST)  # test_torch_random
     assert replay(g, baseline_schedule(g), "cpu", timing_run=False).outputs_match
