@@ -30,7 +30,7 @@ def gpt(layers: int) -> Graph:
     from remat_bench.torch.importer import import_model
 
     return import_model("gpt", batch=8, input_shape=(512,), vocab=8192, max_seq=512, width=768, layers=layers,
-                        heads=12)
+                        heads=12, durations="flops", workspace="none")
 
 
 def cases() -> list[tuple[str, Graph, str, float]]:

@@ -44,7 +44,8 @@ def user_model(factory: str, batch: int, shape: tuple[int, ...], name: str, **kw
     if folder not in sys.path:
         sys.path.insert(0, folder)
     ids = kwargs.pop("vocab_ids", None)
-    return import_model(factory, batch=batch, input_shape=shape, name=name, input_range=ids, **kwargs)
+    return import_model(factory, batch=batch, input_shape=shape, name=name, input_range=ids, durations="flops",
+                        workspace="none", **kwargs)
 
 
 CASES = [
@@ -59,7 +60,8 @@ def zoo(model: str, batch: int, shape: tuple[int, ...] | None, name: str, **kwar
     from remat_bench.torch.importer import import_model
 
     ids = kwargs.pop("vocab_ids", None)
-    return import_model(model, batch=batch, input_shape=shape, name=name, input_range=ids, **kwargs)
+    return import_model(model, batch=batch, input_shape=shape, name=name, input_range=ids, durations="flops",
+                        workspace="none", **kwargs)
 
 
 def zoo_gpt(layers: int) -> Graph:

@@ -34,13 +34,14 @@ def gpt(layers: int) -> Graph:
     from remat_bench.torch.importer import import_model
 
     return import_model("gpt", batch=8, input_shape=(512,), vocab=8192, max_seq=512, width=768, layers=layers,
-                        heads=12, name=f"gpt-{layers}")
+                        heads=12, name=f"gpt-{layers}", durations="flops", workspace="none")
 
 
 def zoo(model: str, batch: int, shape: tuple[int, ...] | None = None) -> Graph:
     from remat_bench.torch.importer import import_model
 
-    return import_model(model, batch=batch, input_shape=shape, name=f"{model}-b{batch}")
+    return import_model(model, batch=batch, input_shape=shape, name=f"{model}-b{batch}", durations="flops",
+                        workspace="none")
 
 
 # (label, graph factory, budgets, auto's limit in seconds, bound effort in seconds)
