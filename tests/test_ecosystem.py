@@ -35,7 +35,7 @@ from remat_bench.torch.zoo import ModelSpecError, locate_factory  # noqa: E402
 FAST = {"durations": "flops", "workspace": "none"}
 # A Llama-style decoder small enough for a CPU: 2 layers of width 64, 4 heads over 2 key-value heads.
 LLAMA = {"layers": 2, "width": 64, "heads": 4, "kv_heads": 2, "ffn": 128, "vocab": 256, "sequence": 16}
-# GPT-2 and BERT drop out at 0.1 by default; a random operator is refused until its import lands.
+# GPT-2 and BERT drop out at 0.1 by default; most tests turn it off, one replays it.
 GPT2 = {"layers": 2, "width": 64, "heads": 4, "vocab": 256, "sequence": 16, "dropout": 0.0}
 BERT = {**GPT2, "ffn": 128}
 
@@ -183,6 +183,17 @@ def test_hf_gpt2_ties_its_head_to_the_embedding():
     assert eager.n > g.n  # scores, mask and softmax as operators of their own
     longer = import_model("hf:gpt2", batch=1, **{**GPT2, "sequence": 2048}, **FAST)
     assert longer.metadata["torch"]["fixed_memory"]["parameters"] == 4 * (params + 1024 * 64)  # 2,048 positions
+
+
+def test_hf_gpt2_with_its_default_dropout_replays_the_same_draws():
+    small = {k: v for k, v in GPT2.items() if k != "dropout"}  # GPT-2's dropout, 0.1 in three places
+    g = import_model("hf:gpt2", batch=4, **small, **FAST)
+    without = import_model("hf:gpt2", batch=4, **GPT2, **FAST)
+    assert g.n > without.n and g.fixed_memory == without.fixed_memory  # dropout adds operators, no parameters
+    result = run(g, "greedy", "0.97", 20, {}, bound=False)
+    assert result.status.value == "feasible" and result.schedule is not None
+    measured = replay(g, result.schedule, "cpu", timing_run=False)
+    assert measured.recomputations > 0 and measured.outputs_match is True
 
 
 def test_hf_bert_trains_its_masked_lm_head_at_every_position():
