@@ -10,7 +10,11 @@
 - `remat_bench.torch.randomness`: random operators (dropout) seeded one by
   one, so that a recomputation and eager autograd draw the same values;
 - `remat_bench.torch.importer`: `import_model` -> `Graph` (memory in bytes,
-  durations in FLOPs or measured nanoseconds);
+  durations measured in nanoseconds or counted in FLOPs, workspaces measured);
+- `remat_bench.torch.calibrate`: operators timed and their scratch memory
+  measured on this machine, cached by operator signature;
+- `remat_bench.torch.measure`: allocator peaks, timing, free memory, and
+  where a measurement was taken;
 - `remat_bench.torch.replay`: `replay(graph, schedule)` runs a schedule with
   real tensors and measures the real peak.
 
