@@ -53,7 +53,7 @@ import logging
 import operator
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -204,7 +204,7 @@ def model_spec(model: str, batch: int | None = None, input_shape: tuple[int, ...
         on its input, or an output the task cannot use.
     """
     kwargs = dict(kwargs or {})
-    load_factory(model)  # an unknown model or factory is named before anything else
+    model_factory(model)  # an unknown model or factory is named before anything else
     entry = ecosystem.entry(model, kwargs) if ecosystem_name(model) else ZOO.get(model)
     if batch is None:
         batch = 8
@@ -408,6 +408,28 @@ def _materialize_lazy(module: nn.Module, model: str, input_shape: tuple[int, ...
                              "have no shape; remove them or give them their input size")
 
 
+def model_factory(model: str) -> Callable[..., nn.Module]:
+    """What builds ``model``: `remat_bench.torch.ecosystem.factory` for an ecosystem name, else `load_factory`.
+
+    Parameters
+    ----------
+    model : str
+        A zoo name, an ecosystem name (``torchvision:NAME``, ``timm:NAME``, ``hf:FAMILY``) or
+        ``package.module:factory``.
+
+    Returns
+    -------
+    callable
+        Called with the model's keyword arguments, it returns the ``nn.Module``.
+
+    Raises
+    ------
+    ModelSpecError
+        A name neither resolves, or a factory that may not be called.
+    """
+    return ecosystem.factory(model) if ecosystem_name(model) else load_factory(model)
+
+
 def build_model(model: str, kwargs: dict[str, Any], input_shape: tuple[int, ...], input_dtype: str,
                 fake_mode: FakeTensorMode | None = None) -> nn.Module:
     """The model with its lazy modules materialized; with ``fake_mode``, its tensors are fake ones of it.
@@ -438,19 +460,19 @@ def build_model(model: str, kwargs: dict[str, Any], input_shape: tuple[int, ...]
         A model that cannot be built, or whose lazy modules cannot be materialized.
     """
     if fake_mode is None:
-        module = build_module(model, kwargs)
+        module = build_module(model, kwargs, model_factory(model))
         _materialize_lazy(module, model, input_shape, input_dtype)
         return module
     try:
         with fake_mode, _building_fake():
-            return build_module(model, kwargs)
+            return build_module(model, kwargs, model_factory(model))
     except ModelSpecError as exc:
         if not _from_lazy_module(exc.__cause__):
             raise
     # A lazy module's uninitialized parameter cannot be a fake tensor: build the model with real
     # tensors (its parameters and one sample's activations), materialize it, copy it into the mode.
     with unset_fake_temporarily():
-        module = build_module(model, kwargs)
+        module = build_module(model, kwargs, model_factory(model))
         _materialize_lazy(module, model, input_shape, input_dtype)
     with FakeCopyMode(fake_mode):
         return copy.deepcopy(module)

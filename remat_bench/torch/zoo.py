@@ -611,9 +611,9 @@ def load_factory(model: str) -> Callable[..., nn.Module]:
     if model in ZOO:
         return ZOO[model].build
     if ecosystem_name(model):
-        from remat_bench.torch import ecosystem
-
-        return ecosystem.factory(model)
+        # Resolved by `remat_bench.torch.ecosystem`, which builds on this module (its errors, ZooModel):
+        # `remat_bench.torch.program` asks it first, so this module never imports it.
+        raise ModelSpecError(f"'{model}' is an ecosystem model: build it with remat_bench.torch.ecosystem.factory")
     # Like `python -m`, look in the current folder first, so `mypkg.models:make` works from a checkout.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -644,7 +644,8 @@ def load_factory(model: str) -> Callable[..., nn.Module]:
     raise ModelSpecError(f"'{model}' is {what}, so it is not called; {_rule()}")
 
 
-def build_module(model: str, kwargs: dict[str, Any]) -> nn.Module:
+def build_module(model: str, kwargs: dict[str, Any],
+                 factory: Callable[..., nn.Module] | None = None) -> nn.Module:
     """Build the model; the factory's own errors become one sentence.
 
     Parameters
@@ -653,6 +654,9 @@ def build_module(model: str, kwargs: dict[str, Any]) -> nn.Module:
         A zoo name or ``package.module:factory``.
     kwargs : dict
         The factory's keyword arguments.
+    factory : callable or None
+        What builds it (None: `load_factory` of ``model``; an ecosystem model's comes from
+        `remat_bench.torch.ecosystem.factory`).
 
     Returns
     -------
@@ -664,7 +668,7 @@ def build_module(model: str, kwargs: dict[str, Any]) -> nn.Module:
         A factory `load_factory` refuses, one that raises (the cause chained), or one that returns
         something else than an ``nn.Module``.
     """
-    factory = load_factory(model)
+    factory = factory or load_factory(model)
     try:
         module = factory(**kwargs)
     except TypeError as exc:
