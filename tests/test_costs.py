@@ -315,6 +315,15 @@ def test_cuda_timing_and_free_memory_with_cpu_stand_ins(monkeypatch):
     assert signature_key(signature, gpu) != signature_key(signature, cpu)
 
 
+def test_measuring_on_a_cuda_device_that_is_not_there_is_one_sentence(monkeypatch):
+    from remat_bench.core.errors import GraphError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(GraphError, match=r"^device 'cuda' is not available here to measure the costs on"):
+        import_model("mlp", batch=4, depth=1, device="cuda")
+    assert import_model("mlp", batch=4, depth=1, device="cuda", durations="flops", workspace="none").n > 0
+
+
 def test_mixed_cost_sources_are_said_in_one_sentence(tmp_path):
     counted = CostSource("flops", "flops", "none", True)
     given = CostSource("file", "flops", "file", False)

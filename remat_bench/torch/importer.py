@@ -183,7 +183,7 @@ def import_model(
     Raises
     ------
     GraphError
-        An unknown ``durations`` or ``workspace``, or ``repeats`` below 1.
+        An unknown ``durations`` or ``workspace``, ``repeats`` below 1, or a CUDA ``device`` where there is none.
     ModelSpecError
         A model, factory, shape, task or argument that cannot be used, a model that cannot be traced,
         one that traces but fails on real tensors, or ``workspace="measure"`` for a step that cannot run here
@@ -207,20 +207,23 @@ def import_model(
                       kwargs=constructor)
     program = build_program(spec)
     dev = torch.device(device or "cpu")
+    measuring = wanted == CALIBRATED or workspace != NONE
+    if dev.type == "cuda" and measuring and not torch.cuda.is_available():
+        raise GraphError(f"device '{device}' is not available here to measure the costs on (torch sees no CUDA "
+                         "device); measure on cpu, or import with durations='flops' and workspace='none'")
     flops = [node_flops(node) for node in program.nodes]
     counted = program_graph(program, flops, "flops", name=name)
-    short = _memory_short(int(baseline(counted).peak), dev)
+    short = _memory_short(int(baseline(counted).peak), dev) if measuring else ""
     try:
         measured = calibrate(program, dev, durations=wanted == CALIBRATED, workspace=workspace != NONE,
                              repeats=repeats, cache=cost_cache if cost_cache is not None else CostCache.user(),
-                             may_run=not short, deadline=measure_deadline) \
-            if wanted == CALIBRATED or workspace != NONE else None
+                             may_run=not short, deadline=measure_deadline) if measuring else None
     except ExecutionError as exc:  # traced with fake tensors, an operator can still fail on real ones
         raise ModelSpecError(f"model '{spec.model}' traces, but running it on real tensors fails: {exc}") from None
     except OutOfTime:
         measured, short = None, ("not every operator was measured in the time allowed (those measured are cached: "
                                  "importing it again goes on from there)")
-    fell_back = measured is None and (wanted == CALIBRATED or workspace != NONE)
+    fell_back = measured is None and measuring
     if fell_back and workspace == "measure":
         raise ModelSpecError(f"model '{spec.model}' cannot run here to measure its workspaces: {short}; import it "
                              "with --workspace auto (workspaces 0, said in the graph), with more time, or on a "
