@@ -13,6 +13,8 @@ import sys
 
 import numpy as np
 import pytest
+import torch
+from torch import nn
 
 from remat_bench.app.pipeline import run
 from remat_bench.core.graph import Graph, load_graph
@@ -230,3 +232,31 @@ def test_no_knob_that_fits_says_the_lowest_peak_it_reached(gpt):
     assert result.status is Status.NO_SOLUTION
     assert result.message == ("no value of PyTorch's activation_memory_budget gives a schedule within the budget "
                               "153.75 KiB: the lowest peak over the 21 values tried is 501.13 KiB")
+
+
+def hardswish_net() -> nn.Module:
+    """Convolution, batch norm and an in-place hardswish, as torchvision's MobileNetV3 blocks have them."""
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.Hardswish(inplace=True),
+                         nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.Hardswish(inplace=True),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+
+
+@pytest.mark.parametrize("model, shape", [("tests.test_torch_random:transformer_encoder", (16, 32)),
+                                          ("tests.test_torch_budget:hardswish_net", (3, 16, 16))])
+def test_dropout_and_in_place_activations_align_and_replay(model, shape):
+    # AOTAutograd turns dropout into native_dropout (the importer's trace: bernoulli, div, mul) unless its
+    # Python kernels are set aside, and keeps an in-place hardswish's input for the backward in a clone
+    # of it: both align with the imported graph's nodes, and PyTorch's plan replays as autograd runs.
+    task = "regress" if "encoder" in model else None
+    g = import_model(model, batch=8, input_shape=shape, task=task, durations="flops", workspace="none")
+    joint = joint_graph(g)
+    assert joint.unaligned == {}
+    if "encoder" in model:
+        assert sum(n.target is torch.ops.aten.bernoulli.p for n in joint.module.graph.nodes) == 8
+    else:
+        clones = [n.name for n in joint.module.graph.nodes if n.target is torch.ops.aten.clone.default]
+        assert clones and all(joint.owner[c] is not None for c in clones)
+    result = TorchBudget().solve(g, None, None, **TorchBudget.parse_params({"fraction": 0.0}))
+    assert result.status is Status.FEASIBLE and result.stats["schedule_recomputed_nodes"] > 0
+    measured = replay(g, result.schedule, "cpu", timing_run=False)
+    assert measured.outputs_match and measured.max_abs_diff == 0.0

@@ -33,7 +33,9 @@ program: AOTAutograd functionalises batch norm into ``_native_batch_norm_legit_f
 operators that allocate memory (views fold into the value whose storage they share, as the
 importer folds them) are aligned by operator: the k-th of a kind in PyTorch's forward pass,
 in execution order, is the k-th of that kind in the imported graph, with the same output
-shape. A value maps to the node owning its storage; a value stored in a parameter, buffer
+shape. Dropout is traced as the importer traces it (`_dropout_as_imported`), and a clone that
+AOTAutograd makes of an in-place operator's input (for its backward) maps to the value it copies.
+A value maps to the node owning its storage; a value stored in a parameter, buffer
 or the batch is fixed memory, no node. An operator that cannot be aligned fails the
 partition that saves or recomputes it, in one sentence.
 
@@ -49,12 +51,14 @@ import copy
 import logging
 import warnings
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
 from torch import fx
+from torch._C import DispatchKey
 from torch._functorch import config as functorch_config
 from torch._functorch import partitioners
 from torch._functorch.aot_autograd import aot_function
@@ -78,7 +82,10 @@ from remat_bench.torch.program import (
 )
 
 # AOTAutograd's name for an operator the importer's trace records under another (its functional form).
-SAME_OPERATOR = {"aten._native_batch_norm_legit_functional.default": "aten.native_batch_norm.default"}
+SAME_OPERATOR = {"aten._native_batch_norm_legit_functional.default": "aten.native_batch_norm.default",
+                 # The uninitialised buffer dropout draws its noise into: functionalization records some as
+                 # ``empty.memory_format``, in either trace (both allocate the value's shape and dtype).
+                 "aten.empty.memory_format": "aten.empty_like.default"}
 
 # Joint graphs traced in this process, by graph hash; the bisection partitions one many times.
 _CACHE_SIZE = 2
@@ -259,11 +266,32 @@ def _trace_joint(spec: ModelSpec) -> tuple[fx.GraphModule, list[Any], int, int]:
 
     compiled = aot_function(loss_fn, fw_compiler=lambda gm, _: gm, partition_fn=capture)
     try:
-        with mode:
+        with mode, _dropout_as_imported():
             compiled(list(params.values()), list(buffers.values()), inputs, labels)
     except _Captured as got:
         return got.module, got.inputs, got.num_fwd_outputs, len(names) + len(buffer_names)
     raise PartitionError(f"model '{spec.model}': AOTAutograd traced the training step without partitioning it")
+
+
+@contextlib.contextmanager
+def _dropout_as_imported() -> Iterator[None]:
+    """Trace ``aten.dropout`` as the importer's trace (and eager autograd on the CPU) runs it.
+
+    Under AOTAutograd's Python dispatcher, ``torch._decomp`` turns ``dropout`` into
+    ``native_dropout`` (output and a boolean mask); the importer's trace goes through ATen's own
+    composite, which on the CPU draws a Bernoulli noise, scales it and multiplies (``bernoulli``,
+    ``div``, ``mul``). Without the Python kernels the joint graph takes the same path, so its
+    forward operators align with the imported graph's one for one.
+    """
+    op = torch.ops.aten.dropout.default
+    keys = (DispatchKey.Autograd, DispatchKey.CompositeImplicitAutograd)
+    saved = {k: op.py_kernels.pop(k) for k in keys if k in op.py_kernels}
+    op._dispatch_cache.clear()
+    try:
+        yield
+    finally:
+        op.py_kernels.update(saved)
+        op._dispatch_cache.clear()
 
 
 def _aligned(graph: Graph, program: Program, module: fx.GraphModule, inputs: list[Any], num_fwd_outputs: int,
@@ -278,7 +306,8 @@ def _aligned(graph: Graph, program: Program, module: fx.GraphModule, inputs: lis
     ours: dict[str, list[int]] = {}
     for i, node in enumerate(program.nodes):
         if node.role == OP and (node.forward or i == program.loss):
-            ours.setdefault(str(node.runs().target), []).append(i)
+            target = str(node.runs().target)
+            ours.setdefault(SAME_OPERATOR.get(target, target), []).append(i)
     theirs: dict[str, list[fx.Node]] = {}
     for n in module.graph.nodes:  # execution order
         if n in values.allocates and info.is_required_fw(n):
@@ -294,7 +323,8 @@ def _aligned(graph: Graph, program: Program, module: fx.GraphModule, inputs: lis
             continue
         for k, (n, i) in enumerate(zip(nodes, mine)):
             theirs_shape, ours_shape = _shape(n), _shape(program.nodes[i].runs())
-            if theirs_shape != ours_shape:
+            # An uninitialised buffer may be traced at its final shape or resized into it later: order decides.
+            if theirs_shape != ours_shape and op != "aten.empty_like.default":
                 unaligned[n.name] = (f"the {_ordinal(k + 1)} {op} has shape {theirs_shape} in PyTorch's trace and "
                                      f"{ours_shape} in the imported graph ('{graph.ids[i]}')")
             else:
@@ -307,6 +337,12 @@ def _aligned(graph: Graph, program: Program, module: fx.GraphModule, inputs: lis
             owner[n.name] = index[base]
         elif base.name in unaligned:
             unaligned.setdefault(n.name, unaligned[base.name])
+    # A clone AOTAutograd adds to keep the input of an in-place operator (``hardswish_``) for the backward
+    # holds the value it copies; the imported graph's backward reads that value itself.
+    for n in module.graph.nodes:
+        if (n.target is torch.ops.aten.clone.default and n.name not in owner and n.name not in unaligned
+                and isinstance(n.args[0], fx.Node) and n.args[0].name in owner):
+            owner[n.name] = owner[n.args[0].name]
     forward_ops = frozenset(n.name for nodes in theirs.values() for n in nodes)
     return JointGraph(graph, module, inputs, num_fwd_outputs, static_inputs, owner, unaligned, forward_ops,
                       {n.name: n for n in module.graph.nodes})
