@@ -22,7 +22,9 @@ ALLOWED = {
     "core": {"core"},
     "toolkit": {"core", "toolkit"},
     "generators": {"core", "generators"},
-    "torch": {"core", "torch"},
+    # torch.compiled lowers a schedule's saved set with the shared lowering (toolkit.lowering): what runs
+    # under torch.compile, scored as torch-budget scores PyTorch's own partitions. The toolkit imports no torch.
+    "torch": {"core", "toolkit", "torch"},
     # torch-budget runs PyTorch's partitioner (remat_bench.torch.partition), imported inside its solve.
     "methods": {"core", "toolkit", "methods", "torch"},
     "app": {"core", "toolkit", "generators", "torch", "methods", "app"},

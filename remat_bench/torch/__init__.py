@@ -16,7 +16,10 @@
 - `remat_bench.torch.measure`: allocator peaks, timing, free memory, and
   where a measurement was taken;
 - `remat_bench.torch.replay`: `replay(graph, schedule)` runs a schedule with
-  real tensors and measures the real peak.
+  real tensors and measures the real peak;
+- `remat_bench.torch.compiled`: a schedule's plan under ``torch.compile``
+  (`compiled_plan`, `compile_training_step`), and PyTorch's own memory budget
+  (`compile_with_memory_budget`).
 
 Importing this package does not import torch; `require_torch` says, in one
 sentence, how to install it when it is missing. docs/pytorch.md walks through

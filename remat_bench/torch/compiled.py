@@ -1,0 +1,697 @@
+"""Training with a schedule's plan under ``torch.compile``: its saved set and recomputations as recompute
+decisions on the joint graph, so that inductor fuses and runs it.
+
+The mechanism. ``torch.compile`` (inductor) traces the training step into one joint forward-backward
+aten graph (AOTAutograd, with inductor's decompositions), runs its joint-graph passes, and splits it
+into a forward and a backward graph with the min-cut partitioner
+(``torch._functorch.partitioners.min_cut_rematerialization_partition``, torch 2.14). The partitioner
+honours the tags selective activation checkpointing puts on joint-graph nodes,
+``node.meta["recompute"]`` (``torch.utils.checkpoint.CheckpointPolicy``): a ``MUST_RECOMPUTE`` node is
+joined to the sink of its min cut by an infinite edge, so the backward graph recomputes it; a
+``MUST_SAVE`` node is banned from recomputation (joined to the source), so the forward graph saves it
+whenever the backward, or a recomputation, reads it. `compile_training_step` sets inductor's
+``custom_partitioner_fn`` (``torch._inductor.config``) to a partitioner that tags the joint graph from
+the plan, calls the min-cut partitioner, and reads back what it did: the forward graph's outputs after
+the real ones are the values it saves, the forward operators in the backward graph those it recomputes
+(`PartitionCheck`). Tagging there rather than in ``joint_custom_pre_pass`` (which exists too) tags the
+graph the partitioner is given, after inductor's joint-graph pattern passes, which may replace nodes.
+No ``ac_graph_id`` is set: ``cleanup_recompute_tags`` only rewrites tags between checkpointed regions
+that carry one. The partitioner has no cache key (``uuid`` None), so inductor's caches are bypassed and
+the partition runs at every compilation, where the check is read.
+
+The mapping. The joint graph is decomposed (``native_layer_norm`` into ``var_mean``, ``rsqrt``, ...),
+the imported graph is not. Every operator call of the forward pass carries its autograd sequence
+number (``seq_nr``) and the operator before decomposition (``original_aten``) onto each node it
+decomposes into: consecutive forward nodes with the same pair are one call, the one remat-bench node
+of that operator. Calls are aligned as `remat_bench.torch.partition` aligns them: the k-th call of an
+operator in execution order is the k-th node of that operator in the imported graph (forward nodes and
+the loss), with the same output shape. Calls that only alias (views) have no node and are not tagged.
+
+The tags. Every call of a node the plan recomputes is ``MUST_RECOMPUTE``, all its nodes. For any other
+node, the nodes of its call whose value leaves the call in the forward pass (its results) are
+``MUST_SAVE``; its inner nodes are left to the partitioner, which recomputes cheap ones (a layer norm's
+normalised input, rebuilt from its saved input and statistics, as the backward of the undecomposed
+operator reads them) rather than save them: a saved inner value counts as its node saved. The loss's
+call is ``MUST_SAVE`` throughout (PyTorch's forward graph ends with the loss; remat-bench's backward
+begins with it).
+
+The plan. `compiled_plan` reads a schedule as a saved set: the forward values alive when its backward
+begins (its first backward node) that a later step reads. The plan as it will run, ``as_compiled``, is
+that set lowered by the shared lowering (`remat_bench.toolkit.lowering`, as ``torch-budget`` lowers
+PyTorch's own partitions): the forward pass once in file order, the saved values kept, every other
+value the backward reads recomputed once, with what it needs, just before its first backward use and
+held until its last (``reordering_to_mimic_autograd_engine`` places recomputations so). What a
+partition cannot express is said in one sentence each (`CompiledPlan.differences`): recomputations
+inside the forward, several recomputations of one value, a value kept into the backward and recomputed
+later, steps in another order. Values the loss reads stay resident, as the lowering keeps them, and
+random operators are never recomputed: their draws are saved.
+
+Randomness. Dropout in a compiled graph draws from inductor's generator (``fallback_random`` off: its
+own kernels, philox-based on CUDA), not from eager PyTorch's, so a compiled step with dropout draws
+other masks than eager autograd or `remat_bench.torch.replay` (seeded per operator): its losses agree
+with eager's only in distribution, and tests compare losses on dropout-free models. Without
+randomness a compiled step computes eager's values up to floating-point reassociation: inductor fuses
+pointwise operators and reductions into C++ (or Triton) loops that sum in another order, a relative
+difference of order 1e-6 in float32 on the small models of the tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import operator
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import torch
+import torch.utils._pytree as pytree
+from torch import fx, nn
+from torch._functorch import config as functorch_config
+from torch._functorch import partitioners
+from torch._inductor.custom_graph_pass import CustomPartitionerFn
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils.checkpoint import CheckpointPolicy
+
+from remat_bench.core.errors import GraphError, ScheduleError
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.schedule import COMPUTE, FREE, Schedule
+from remat_bench.core.simulate import simulate
+from remat_bench.toolkit.lowering import Plan, lower_plan
+from remat_bench.torch.importer import METADATA_KEY, program_for_graph, spec_of
+from remat_bench.torch.partition import SAME_OPERATOR
+from remat_bench.torch.program import OP, ModelSpec, Storages, logger_quiet, sort_fx_nodes
+
+# ---------------------------------------------------------------------- the plan
+
+
+@dataclass
+class CompiledPlan:
+    """A schedule's plan as recompute decisions for ``torch.compile`` (module docstring, "The plan").
+
+    ``saved``: forward nodes whose values the forward keeps for the backward (the loss aside);
+    ``recomputed``: forward nodes the backward recomputes, once each. ``exact``: the schedule is the plan
+    as compiled, step for step (``differences`` is empty); else each difference is one sentence.
+    ``as_compiled``: the plan as it will run, a schedule over the same graph for the simulator.
+    """
+
+    graph: Graph
+    saved: frozenset[int]
+    recomputed: frozenset[int]
+    exact: bool
+    differences: list[str]
+    as_compiled: Schedule
+
+    def recompute(self, v: int) -> bool:
+        """Whether node ``v`` is recomputed by the backward (``MUST_RECOMPUTE``), else computed once.
+
+        Parameters
+        ----------
+        v : int
+            A node index.
+
+        Returns
+        -------
+        bool
+        """
+        return v in self.recomputed
+
+
+@dataclass
+class _Phases:
+    """How a schedule runs each node: computations before and from its first backward node, and which
+    forward values alive then a later step reads (the schedule's saved set)."""
+
+    start: int  # step of the first backward computation
+    before: np.ndarray  # computations per node before it
+    after: np.ndarray  # computations per node from it on
+    saved: frozenset[int]
+
+
+def _loss(graph: Graph) -> int:
+    """The loss node of an imported graph (its metadata names it)."""
+    return graph.index[graph.metadata[METADATA_KEY]["loss"]]
+
+
+def _phases(graph: Graph, schedule: Schedule) -> _Phases:
+    kinds, nodes = schedule.kinds.tolist(), schedule.nodes.tolist()
+    loss = _loss(graph)
+    is_forward = graph.is_forward
+    start = next((s for s, (k, v) in enumerate(zip(kinds, nodes)) if k == COMPUTE and not is_forward[v]), None)
+    if start is None:
+        raise ScheduleError(f"graph '{graph.name}': the schedule computes no backward node, so it has no "
+                            "saved set for a training step")
+    before = np.zeros(graph.n, dtype=np.int64)
+    after = np.zeros(graph.n, dtype=np.int64)
+    live: set[int] = set()
+    for k, v in zip(kinds[:start], nodes[:start]):
+        if k == COMPUTE:
+            before[v] += 1
+            live.add(v)
+        elif k == FREE:
+            live.discard(v)
+    pending = {v for v in live if is_forward[v]}  # forward instances still alive since the backward began
+    saved: set[int] = set()
+    for s in range(start, len(kinds)):
+        k, v = kinds[s], nodes[s]
+        if k == COMPUTE:
+            after[v] += 1
+            if v != loss:  # the loss runs at the end of PyTorch's forward graph: what it reads is no saved value
+                saved.update(u for u in graph.inputs[v] if u in pending)
+            pending.discard(v)
+        elif k == FREE:
+            pending.discard(v)
+    return _Phases(start, before, after, frozenset(saved))
+
+
+def _random_nodes(graph: Graph) -> frozenset[int]:
+    return frozenset(v for v in graph.forward_indices if (graph.nodes[v].metadata or {}).get("random") is not None)
+
+
+def compiled_plan(graph: Graph, schedule: Schedule) -> CompiledPlan:
+    """The plan of ``schedule`` as ``torch.compile`` can run it: its saved set, its recomputations, and
+    what differs from the schedule (module docstring, "The plan").
+
+    The saved set is the forward values alive when the schedule's backward begins that a later step
+    reads, random operators' values among those it recomputes added; ``as_compiled`` lowers it with
+    the shared lowering (held recomputations), and the caller scores it with the simulator.
+
+    Parameters
+    ----------
+    graph : Graph
+        A graph imported from PyTorch (`remat_bench.torch.importer.import_model`).
+    schedule : Schedule
+        A valid schedule over ``graph``.
+
+    Returns
+    -------
+    CompiledPlan
+
+    Raises
+    ------
+    GraphError
+        A graph not imported from PyTorch.
+    ScheduleError
+        A schedule the simulator refuses, or one without a backward node.
+    """
+    if spec_of(graph) is None:
+        raise GraphError(f"graph '{graph.name}' was not imported from PyTorch (no 'torch' model spec in its "
+                         "metadata): torch.compile runs the model it came from")
+    sim = simulate(graph, schedule)
+    if not sim.valid:
+        raise ScheduleError(f"graph '{graph.name}': the schedule is not valid ({sim.violation}), so it has no plan")
+    phases = _phases(graph, schedule)
+    random = _random_nodes(graph)
+    segments = tuple((v,) for v in graph.forward_indices)
+    kept = set(phases.saved)
+    while True:  # random operators the lowering would recompute are saved instead
+        lowered = lower_plan(graph, Plan(frozenset(kept), segments), transient=False)
+        counts = np.bincount(lowered.nodes[lowered.kinds == COMPUTE], minlength=graph.n)
+        again = {v for v in random if counts[v] > 1} - kept
+        if not again:
+            break
+        kept |= again
+    as_compiled = Schedule(lowered.kinds, lowered.nodes, lowered.impls, method=schedule.method,
+                           params=dict(schedule.params), budget=schedule.budget,
+                           solver={"as_compiled": "the schedule's saved set kept, the rest recomputed once"})
+    recomputed = frozenset(v for v in graph.forward_indices if counts[v] > 1)
+    saved = frozenset(v for v in _phases(graph, as_compiled).saved if graph.is_forward[v]) - recomputed
+    differences = _differences(graph, schedule, sim.peak, phases, as_compiled, counts, random)
+    return CompiledPlan(graph, saved, recomputed, not differences, differences, as_compiled)
+
+
+def _differences(graph: Graph, schedule: Schedule, peak: Number, phases: _Phases, as_compiled: Schedule,
+                 counts: np.ndarray, random: frozenset[int]) -> list[str]:
+    """One sentence per way the schedule differs from its plan as compiled."""
+    ids = graph.ids
+    said: set[int] = set()
+    out: list[str] = []
+
+    def say(v: int, sentence: str) -> None:
+        said.add(v)
+        out.append(sentence)
+
+    sinks = {v for v in graph.forward_indices if not any(graph.is_forward[w] for w in graph.consumers[v])}
+    for v in graph.forward_indices:
+        before, after = int(phases.before[v]), int(phases.after[v])
+        if before > 1:
+            say(v, f"the schedule frees and recomputes '{ids[v]}' inside the forward ({before} computations "
+                   "before the backward begins); compiled, the forward computes it once")
+        if before == 0:
+            say(v, f"the schedule first computes the forward node '{ids[v]}' after the backward has begun; "
+                   "compiled, the forward computes it")
+        if v in phases.saved and after:
+            say(v, f"the schedule keeps '{ids[v]}' into the backward, then frees and recomputes it "
+                   f"({after} times); compiled, it is saved and held until its last backward use")
+        elif after > 1:
+            say(v, f"'{ids[v]}' is recomputed {after} times in the backward; compiled, it is recomputed once, "
+                   "before its first backward use, and held until its last")
+        elif after and v in random:
+            say(v, f"the schedule recomputes the random operator '{ids[v]}'; compiled, its draw is saved, "
+                   "not drawn again")
+        elif after and v in sinks:
+            say(v, f"the schedule frees '{ids[v]}', which the loss reads, and recomputes it; compiled, it is "
+                   "saved (the loss runs at the end of the forward)")
+    for v in graph.backward_indices:
+        if phases.before[v] + phases.after[v] > 1:
+            say(v, f"the backward node '{ids[v]}' runs {int(phases.before[v] + phases.after[v])} times in the "
+                   "schedule; compiled, once")
+    ours = schedule.nodes[schedule.kinds == COMPUTE]
+    theirs = as_compiled.nodes[as_compiled.kinds == COMPUTE]
+    mine = np.bincount(ours, minlength=graph.n)
+    for v in np.flatnonzero(mine != counts).tolist():
+        if v not in said:
+            say(v, f"'{ids[v]}' is computed {int(mine[v])} times by the schedule and {int(counts[v])} times "
+                   "as compiled")
+    if not out and not np.array_equal(ours, theirs):
+        k = int(np.flatnonzero(ours != theirs)[0])
+        out.append(f"the schedule runs its computations in another order: its {_ordinal(k + 1)} computes "
+                   f"'{ids[int(ours[k])]}' where the plan as compiled computes '{ids[int(theirs[k])]}' "
+                   "(compiled, the forward runs in the trace's order, the backward in autograd's, and each "
+                   "recomputation just before its first use)")
+    if not out:
+        compiled_peak = simulate(graph, as_compiled).peak
+        if peak != compiled_peak:
+            out.append(f"the schedule frees some values later than their last use (simulated peak {peak} "
+                       f"against {compiled_peak}); compiled, each is freed after its last use")
+    return out
+
+
+def _ordinal(k: int) -> str:
+    return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
+
+
+# ---------------------------------------------------------------------- the joint graph
+
+
+@dataclass(frozen=True)
+class _Imported:
+    """The imported graph's operators a joint graph's calls align with: (node, operator, output shape)."""
+
+    graph: Graph
+    spec: ModelSpec
+    loss: int
+    ops: tuple[tuple[int, str, tuple[int, ...] | None], ...]
+
+
+def _imported(graph: Graph) -> _Imported:
+    program = program_for_graph(graph)  # re-traced and checked against the file
+    ops = tuple((i, SAME_OPERATOR.get(str(node.runs().target), str(node.runs().target)), _shape(node.runs()))
+                for i, node in enumerate(program.nodes)
+                if node.role == OP and (node.forward or i == program.loss))
+    return _Imported(graph, program.spec, program.loss, ops)
+
+
+def _shape(n: fx.Node) -> tuple[int, ...] | None:
+    """The shape of the first tensor an FX node outputs."""
+    for t in pytree.tree_leaves(n.meta.get("val")):
+        if isinstance(t, torch.Tensor):
+            return tuple(int(d) for d in t.shape)
+    return None
+
+
+@dataclass
+class _Alignment:
+    """The joint graph's forward calls mapped to the imported graph's nodes, by FX node name."""
+
+    node_of: dict[str, int]  # FX name of a node of an aligned call -> imported node
+    calls: dict[int, list[str]]  # imported node -> FX names of its call's nodes
+    base: dict[str, str | None]  # FX name -> FX name of the node owning its storage (None: fixed memory)
+    unaligned: list[str]  # one sentence per call that could not be aligned
+
+
+def _align(gm: fx.GraphModule, info: Any, imported: _Imported) -> _Alignment:
+    """Align the joint graph's forward calls with the imported graph's nodes (module docstring)."""
+    storages = Storages()
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            storages.claim(n.meta.get("val"), None)
+    values = sort_fx_nodes(imported.spec, gm, storages)
+    base = {n.name: (b.name if b is not None else None) for n, b in values.base.items()}
+    calls: list[tuple[str, list[fx.Node]]] = []
+    last: tuple[Any, str] | None = None
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or info.is_required_bw(n) or n.meta.get("partitioner_tag") == "is_backward":
+            continue
+        seq, aten = n.meta.get("seq_nr"), n.meta.get("original_aten")
+        if seq is None or aten is None:  # made by inductor's joint passes (constants), not by the model
+            last = None
+            continue
+        key = (seq, str(aten))
+        if key != last:
+            calls.append((SAME_OPERATOR.get(str(aten), str(aten)), []))
+            last = key
+        calls[-1][1].append(n)
+    theirs: dict[str, list[list[fx.Node]]] = {}
+    for op, nodes in calls:
+        if any(values.base.get(n) is n for n in nodes):  # it allocates: not a view
+            theirs.setdefault(op, []).append(nodes)
+    ours: dict[str, list[tuple[int, tuple[int, ...] | None]]] = {}
+    for i, op, shape in imported.ops:
+        ours.setdefault(op, []).append((i, shape))
+    alignment = _Alignment({}, {}, base, [])
+    ids = imported.graph.ids
+    for op, found in theirs.items():
+        mine = ours.get(op, [])
+        if len(mine) != len(found):
+            alignment.unaligned.append(f"the compiled forward runs {op} {len(found)} times, the imported graph "
+                                       f"{len(mine)} times: those calls are left to the partitioner")
+            continue
+        for k, (nodes, (i, shape)) in enumerate(zip(found, mine)):
+            main = next((n for n in nodes if str(n.target) == op), nodes[-1])
+            if _shape(main) != shape:
+                alignment.unaligned.append(f"the {_ordinal(k + 1)} {op} has shape {_shape(main)} in the compiled "
+                                           f"graph and {shape} in the imported graph ('{ids[i]}'): left to the "
+                                           "partitioner")
+                continue
+            alignment.calls[i] = [n.name for n in nodes]
+            alignment.node_of.update((n.name, i) for n in nodes)
+    return alignment
+
+
+def _tag(gm: fx.GraphModule, info: Any, alignment: _Alignment, plan: CompiledPlan, loss: int) -> set[str]:
+    """Put the plan's decisions on the joint graph's nodes (module docstring, "The tags"); returns the
+    names of the nodes of the calls the plan recomputes."""
+    by_name = {n.name: n for n in gm.graph.nodes}
+    recomputed: set[str] = set()
+    for v, names in alignment.calls.items():
+        members = {by_name[name] for name in names}
+        if plan.recompute(v):
+            results = set()
+            recomputed.update(names)
+        elif v == loss:
+            results = members
+        else:  # what leaves the call (its outputs), and the tuples they are taken from with their items
+            results = {n for n in members if n.op == "output" or any(u not in members for u in n.users)}
+            tuples = {n.args[0] for n in results if n.target is operator.getitem and n.args[0] in members}
+            results |= tuples | {u for t in tuples for u in t.users if u.target is operator.getitem}
+        for n in members:
+            n.meta["recompute"] = CheckpointPolicy.MUST_SAVE if n in results else CheckpointPolicy.MUST_RECOMPUTE
+    for n in gm.graph.nodes:  # backward operators that read forward values only run in the backward
+        if (n.op == "call_function" and n.meta.get("partitioner_tag") == "is_backward"
+                and not info.is_required_bw(n) and "recompute" not in n.meta):
+            n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+    return recomputed
+
+
+# ---------------------------------------------------------------------- the check
+
+
+@dataclass
+class PartitionCheck:
+    """What the compiled partition saves and recomputes, read from its forward and backward graphs, mapped
+    to the imported graph's nodes, set against the plan.
+
+    ``saved``: nodes (the loss aside) some value of which the forward graph saves; ``saved_bytes``: the
+    bytes of those values (distinct storages), beside ``plan_saved_bytes``, the memory of the plan's saved
+    nodes; ``saved_inputs``: saved values held in parameters or the batch. ``recomputed``: nodes whose
+    tagged operators the backward graph runs. ``inner_recomputed``: nodes of which the backward recomputes
+    inner operators only (decomposed pieces, rebuilt from saved inputs). ``mismatches``: one sentence per
+    difference from the plan, and per call that could not be aligned.
+    """
+
+    saved: frozenset[int]
+    recomputed: frozenset[int]
+    inner_recomputed: frozenset[int]
+    saved_bytes: int
+    plan_saved_bytes: int
+    saved_inputs: int
+    mismatches: list[str]
+
+
+def _output_args(module: fx.GraphModule) -> list[Any]:
+    output = next(n for n in reversed(module.graph.nodes) if n.op == "output")
+    return list(pytree.tree_leaves(output.args[0]))
+
+
+def _check(forward: fx.GraphModule, backward: fx.GraphModule, num_fwd_outputs: int, alignment: _Alignment,
+           recomputing: set[str], plan: CompiledPlan, loss: int) -> PartitionCheck:
+    ids = plan.graph.ids
+    saved: set[int] = set()
+    storages: dict[StorageWeakRef, int] = {}
+    inputs = 0
+    mismatches = list(alignment.unaligned)
+    for n in _output_args(forward)[num_fwd_outputs:]:
+        if not isinstance(n, fx.Node) or not isinstance(n.meta.get("val"), torch.Tensor):
+            continue  # symbolic sizes, RNG states
+        owner = alignment.base.get(n.name, n.name)
+        if owner is None:
+            inputs += 1
+            continue
+        t = n.meta["val"]
+        storages[StorageWeakRef(t.untyped_storage())] = int(t.untyped_storage().nbytes())
+        v = alignment.node_of.get(owner)
+        if v is None:
+            mismatches.append(f"compiled, the forward saves '{n.name}', which belongs to no node of the plan")
+        elif v != loss:
+            saved.add(v)
+    recomputed: set[int] = set()
+    inner: set[int] = set()
+    for n in backward.graph.nodes:
+        v = alignment.node_of.get(n.name) if n.op == "call_function" else None
+        if v is not None and v != loss:
+            (recomputed if n.name in recomputing else inner).add(v)
+    for v in sorted(saved - plan.saved):
+        what = "recomputes" if plan.recompute(v) else "does not keep for the backward"
+        mismatches.append(f"compiled, the forward saves '{ids[v]}', which the plan {what}")
+    for v in sorted(plan.saved - saved - plan.recomputed):
+        if v in alignment.calls:
+            mismatches.append(f"compiled, the forward does not save '{ids[v]}', which the plan keeps for the "
+                              "backward")
+    for v in sorted(plan.recomputed - recomputed):
+        mismatches.append(f"compiled, the backward does not recompute '{ids[v]}', which the plan recomputes")
+    for v in sorted(recomputed - plan.recomputed):
+        mismatches.append(f"compiled, the backward recomputes '{ids[v]}', which the plan saves")
+    plan_bytes = int(sum(int(plan.graph.memory[v]) for v in plan.saved))
+    return PartitionCheck(frozenset(saved), frozenset(recomputed), frozenset(inner - recomputed),
+                          sum(storages.values()), plan_bytes, inputs, mismatches)
+
+
+class PlanPartitioner(CustomPartitionerFn):
+    """Inductor's partitioner with the plan's tags on the joint graph; keeps what each partition did.
+
+    Set as ``torch._inductor.config.custom_partitioner_fn`` (`compile_training_step` does). ``checks``:
+    one `PartitionCheck` per compilation, the latest last.
+    """
+
+    def __init__(self, plan: CompiledPlan) -> None:
+        self.plan = plan
+        self.imported = _imported(plan.graph)
+        self.checks: list[PartitionCheck] = []
+
+    def __call__(self, gm: fx.GraphModule, joint_inputs: Sequence[object],
+                 **kwargs: Any) -> tuple[fx.GraphModule, fx.GraphModule]:
+        """Tag ``gm`` from the plan, partition it with the min cut, and record the check.
+
+        Parameters
+        ----------
+        gm : fx.GraphModule
+            The joint graph, after inductor's joint-graph passes.
+        joint_inputs : Sequence of object
+            Its inputs (fake tensors).
+        **kwargs : Any
+            ``num_fwd_outputs``, ``static_lifetime_input_indices`` and ``compiler``, as inductor passes them.
+
+        Returns
+        -------
+        tuple of (fx.GraphModule, fx.GraphModule)
+            The forward and the backward graph.
+        """
+        num_fwd_outputs = int(kwargs["num_fwd_outputs"])
+        static = list(kwargs.get("static_lifetime_input_indices") or [])
+        info = partitioners.classify_nodes(gm, static, num_fwd_outputs)
+        alignment = _align(gm, info, self.imported)
+        recomputing = _tag(gm, info, alignment, self.plan, self.imported.loss)
+        refused: list[str] = []
+        try:
+            # A refused cut writes the joint graph into the working folder: here it is one sentence instead.
+            with mock.patch.object(partitioners, "_get_unique_path", lambda *_: os.devnull):
+                forward, backward = partitioners.min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+        except RuntimeError as exc:  # the tags leave no cut: partition as torch.compile would, and say so
+            for n in gm.graph.nodes:
+                n.meta.pop("recompute", None)
+            recomputing = set()
+            refused.append(f"the partitioner refused the plan's tags ({str(exc).strip().splitlines()[0]}); "
+                           "compiled, PyTorch's own min cut decides what is saved")
+            forward, backward = partitioners.min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+        check = _check(forward, backward, num_fwd_outputs, alignment, recomputing, self.plan, self.imported.loss)
+        check.mismatches[:0] = refused
+        self.checks.append(check)
+        return forward, backward
+
+    def uuid(self) -> Any | None:
+        """No cache key: inductor's caches are bypassed, so every compilation partitions (and is checked).
+
+        Returns
+        -------
+        None
+        """
+        return None
+
+
+class _Recorder(CustomPartitionerFn):
+    """The min-cut partitioner as inductor calls it, recording the bytes each forward graph saves."""
+
+    def __init__(self) -> None:
+        self.saved_bytes: list[int] = []
+
+    def __call__(self, gm: fx.GraphModule, joint_inputs: Sequence[object],
+                 **kwargs: Any) -> tuple[fx.GraphModule, fx.GraphModule]:
+        forward, backward = partitioners.min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+        static = {n.name for i, n in enumerate(n for n in forward.graph.nodes if n.op == "placeholder")
+                  if i in set(kwargs.get("static_lifetime_input_indices") or [])}
+        storages: dict[StorageWeakRef, int] = {}
+        for n in _output_args(forward)[int(kwargs["num_fwd_outputs"]):]:
+            if isinstance(n, fx.Node) and n.op != "placeholder" and n.name not in static:
+                t = n.meta.get("val")
+                if isinstance(t, torch.Tensor):
+                    storages[StorageWeakRef(t.untyped_storage())] = int(t.untyped_storage().nbytes())
+        self.saved_bytes.append(sum(storages.values()))
+        return forward, backward
+
+    def uuid(self) -> Any | None:
+        return None
+
+
+# ---------------------------------------------------------------------- training steps
+
+
+class CompiledStep:
+    """A compiled training step: ``loss = step(inputs, labels)`` runs the forward and the backward and
+    adds the parameters' gradients into their ``.grad``, as ``loss.backward()`` does.
+
+    The step compiles at its first call (and again when ``torch.compile`` recompiles, for another
+    shape). ``plan`` and ``check`` (None before the first call) belong to a step compiled with a plan;
+    ``saved_bytes`` records what each compiled forward graph saves (activations, in bytes).
+    """
+
+    def __init__(self, module: nn.Module, compiled: Any, partitioner: PlanPartitioner | _Recorder,
+                 plan: CompiledPlan | None = None, memory_budget: float | None = None) -> None:
+        self.module = module
+        self.compiled = compiled
+        self.partitioner = partitioner
+        self.plan = plan
+        self.memory_budget = memory_budget
+
+    def __call__(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """One training step: the loss, and the gradients added into the parameters' ``.grad``.
+
+        Parameters
+        ----------
+        inputs : torch.Tensor
+            The batch, on the module's device.
+        labels : torch.Tensor
+            Its labels.
+
+        Returns
+        -------
+        torch.Tensor
+            The loss, detached.
+        """
+        with self._config():
+            loss = self.compiled(inputs, labels)
+            loss.backward()
+        return loss.detach()
+
+    @contextlib.contextmanager
+    def _config(self) -> Iterator[None]:
+        patches: dict[str, Any] = {"enable_autograd_cache": False}
+        if self.memory_budget is not None:
+            patches["activation_memory_budget"] = self.memory_budget
+        with functorch_config.patch(patches), logger_quiet(partitioners.__name__, logging.ERROR):
+            yield
+
+    @property
+    def check(self) -> PartitionCheck | None:
+        """The latest compilation's `PartitionCheck` (None before the first call, or without a plan)."""
+        if isinstance(self.partitioner, PlanPartitioner) and self.partitioner.checks:
+            return self.partitioner.checks[-1]
+        return None
+
+    @property
+    def saved_bytes(self) -> int | None:
+        """Bytes of activations the latest compiled forward graph saves (None before the first call)."""
+        if isinstance(self.partitioner, PlanPartitioner):
+            return self.check.saved_bytes if self.check is not None else None
+        return self.partitioner.saved_bytes[-1] if self.partitioner.saved_bytes else None
+
+    @property
+    def differences(self) -> list[str]:
+        """The plan's differences from its schedule, then the compiled partition's from the plan."""
+        found = list(self.plan.differences) if self.plan is not None else []
+        return found + (list(self.check.mismatches) if self.check is not None else [])
+
+    @property
+    def exact(self) -> bool:
+        """Whether what runs is the schedule: the plan exact and the partition as planned (once compiled)."""
+        return self.plan is not None and self.check is not None and not self.differences
+
+
+def _compiled(module: nn.Module, partitioner: CustomPartitionerFn) -> Any:
+    return torch.compile(module, backend="inductor", dynamic=False,
+                         options={"custom_partitioner_fn": partitioner})
+
+
+def compile_training_step(step_module: nn.Module, plan: CompiledPlan) -> CompiledStep:
+    """``step_module`` under ``torch.compile`` (inductor) with ``plan``'s recompute decisions on its joint
+    graph (module docstring, "The mechanism").
+
+    Inductor compiles for the device of the module and the batch (C++ on the CPU, Triton on CUDA).
+
+    Parameters
+    ----------
+    step_module : nn.Module
+        A `remat_bench.torch.zoo.TrainingStep` (``forward(inputs, labels)`` returns the loss) of the model
+        the plan's graph was imported from (`remat_bench.torch.program.build_step` of its spec), in
+        training mode.
+    plan : CompiledPlan
+        From `compiled_plan`.
+
+    Returns
+    -------
+    CompiledStep
+        ``step(inputs, labels)`` returns the loss and fills the gradients; after the first call its
+        ``check`` says what the compiled forward saves and the backward recomputes, and ``differences``
+        the plan's differences and the partition's.
+
+    Raises
+    ------
+    GraphError
+        The plan's graph no longer re-traces to the same nodes (re-import it).
+    """
+    partitioner = PlanPartitioner(plan)
+    return CompiledStep(step_module, _compiled(step_module, partitioner), partitioner, plan=plan)
+
+
+def compile_with_memory_budget(step_module: nn.Module, fraction: float | None = None) -> CompiledStep:
+    """``step_module`` under ``torch.compile`` with PyTorch's own memory-budget partitioner: the comparison.
+
+    ``torch._functorch.config.activation_memory_budget = fraction`` while it compiles (0 saves the inputs
+    alone, 1 what the runtime-optimal min cut saves; `remat_bench.methods.torch_budget` explains it).
+    ``fraction=None`` is plain ``torch.compile``: its own min cut, the budget left at its default.
+
+    Parameters
+    ----------
+    step_module : nn.Module
+        A training step whose ``forward(inputs, labels)`` returns the loss.
+    fraction : float or None
+        The activation memory budget, 0 to 1; None for torch.compile's default.
+
+    Returns
+    -------
+    CompiledStep
+        ``step(inputs, labels)`` returns the loss and fills the gradients; ``saved_bytes`` says what the
+        compiled forward saves.
+
+    Raises
+    ------
+    ValueError
+        A fraction outside [0, 1].
+    """
+    if fraction is not None and not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"activation_memory_budget is a fraction from 0 to 1, not {fraction}")
+    recorder = _Recorder()
+    return CompiledStep(step_module, _compiled(step_module, recorder), recorder, memory_budget=fraction)
