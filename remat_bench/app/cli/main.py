@@ -65,6 +65,6 @@ def main() -> None:
 
 
 for _command in (solve.solve, solve.simulate, solve.floor, solve.bound, methods.methods, graphs.graphs,
-                 sweeps.sweep, sweeps.plot, sweeps.report, torch.replay):
+                 sweeps.sweep, sweeps.plot, sweeps.report, torch.replay, torch.train):
     main.add_command(_command)
 graphs.graphs.add_command(torch.import_torch)  # beside replay in cli/torch.py: both need PyTorch

@@ -90,7 +90,7 @@ def solve(graph: str, methods: tuple[str, ...], budget: str, time_limit: float, 
     parsed_budget = parse_budget(budget, g)
     if parsed_budget.warning:
         err.print(f"[yellow]warning:[/] {escape(parsed_budget.warning)}")
-    if (unmeasured := unmeasured_memory_warning(g)) is not None:
+    if not as_json and (unmeasured := unmeasured_memory_warning(g)) is not None:  # --json: the costs record says it
         err.print(f"[yellow]warning:[/] {escape(unmeasured)}")
 
     at_once = f", {min(jobs, len(methods))} at a time" if jobs > 1 and len(methods) > 1 else ""

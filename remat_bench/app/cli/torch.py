@@ -217,3 +217,116 @@ def _parse_shape(text: str) -> tuple[int, ...]:
     if not shape or any(d < 1 for d in shape):
         raise click.BadParameter(f"'{text}' is not a shape such as 3x32x32", param_hint="--input-shape")
     return shape
+
+
+@click.command()
+@click.argument("model")
+@click.argument("schedule", type=click.Path(path_type=Path))
+@click.option("--steps", type=click.IntRange(min=2), default=20, show_default=True,
+              help="Optimizer steps of each configuration (the second one's peak is measured).")
+@click.option("--mode", type=click.Choice(["exact", "compiled"]), default="exact", show_default=True,
+              help="The schedule exactly, operator by operator, or its plan under torch.compile.")
+@click.option("--configurations", "-c", default="schedule,eager,compile,compile-budget", show_default=True,
+              help="Comma-separated: schedule, eager (plain autograd), compile (torch.compile), "
+                   "compile-budget (torch.compile at PyTorch's activation_memory_budget for the schedule's budget).")
+@click.option("--lr", type=float, default=0.01, show_default=True, help="SGD learning rate.")
+@click.option("--device", type=click.Choice(["cuda", "cpu"]), help="Default: cuda when present, else cpu.")
+@click.option("--batch", type=click.IntRange(min=1), help="With a model name: as graphs import-torch takes it.")
+@click.option("--input-shape", metavar="DxDx...", help="With a model name: as graphs import-torch takes it.")
+@click.option("--task", type=click.Choice(["classify", "segment", "language", "regress"]),
+              help="With a model name: as graphs import-torch takes it.")
+@click.option("--kwarg", "kwargs", multiple=True, metavar="KEY=VALUE",
+              help="With a model name: as graphs import-torch takes it.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def train(model: str, schedule: Path, steps: int, mode: str, configurations: str, lr: float, device: str | None,
+          batch: int | None, input_shape: str | None, task: str | None, kwargs: tuple[str, ...],
+          as_json: bool) -> None:
+    """Train MODEL with SCHEDULE for --steps steps, beside plain eager training and torch.compile.
+
+    MODEL is the graph file SCHEDULE was solved on (written by `graphs import-torch`), or a model as
+    `graphs import-torch` takes it (then imported here, and SCHEDULE's steps must fit its nodes).
+    Every configuration starts from the same parameters (the model's seed) and trains on the same
+    batches with SGD; each prints its losses, its measured peak and its median step time. Exit
+    status 1 when the schedule's losses or final parameters differ from eager training's (exact
+    mode), or when its measured peak is above the schedule's budget.
+    """
+    _require_torch("train")
+    from remat_bench.torch.replay import resolve_device
+    from remat_bench.torch.train import CONFIGURATIONS
+    from remat_bench.torch.train import train as run_train
+
+    chosen = [c.strip() for c in configurations.split(",") if c.strip()]
+    unknown = [c for c in chosen if c not in CONFIGURATIONS]
+    if unknown:
+        raise click.BadParameter(f"'{unknown[0]}' is not one of {', '.join(CONFIGURATIONS)}",
+                                 param_hint="--configurations")
+    g = _train_graph(model, batch, input_shape, task, kwargs)
+    sched = _schedule_for(g, schedule)
+    dev = resolve_device(device)
+    with working(f"training {g.name} for {steps} steps ({', '.join(chosen)})...", as_json):
+        report = run_train(g, sched, steps, mode=mode, device=dev, lr=lr, configurations=chosen)
+    show(report.to_json(), as_json, lambda: _trained(g, report))
+    mine = report.configurations[0]
+    over = report.budget is not None and mine.measured_peak is not None and mine.measured_peak > report.budget
+    differs = mode == "exact" and report.params_match is False
+    if over:
+        err.print(f"over budget: the schedule's measured peak {format_amount(mine.measured_peak, 'bytes')} is above "
+                  f"its budget {format_amount(report.budget, 'bytes')}", highlight=False)
+    if differs:
+        err.print(f"the schedule's training differs from eager training: losses by up to {report.max_loss_diff:.3g}, "
+                  f"parameters by up to {report.max_param_diff:.3g}", highlight=False)
+    sys.exit(1 if over or differs else 0)
+
+
+def _train_graph(model: str, batch: int | None, input_shape: str | None, task: str | None,
+                 kwargs: tuple[str, ...]) -> Graph:
+    """A graph file, or the model imported here with the default costs (as `graphs import-torch` does)."""
+    if Path(model).suffix == ".json" or Path(model).is_file():
+        return load(model)
+    from remat_bench.app.sweep.config import trace_model
+
+    shape = _parse_shape(input_shape) if input_shape else None
+    return trace_model(dict(model=model, batch=batch, input_shape=shape, task=task,
+                            model_kwargs=_parse_kwargs(kwargs)), 600.0)
+
+
+def _schedule_for(g: Graph, path: Path) -> Any:
+    """SCHEDULE for the graph; solved on another import of the same model (other costs), its steps must fit."""
+    from remat_bench.core.errors import ScheduleError
+    from remat_bench.core.graph import parse_json, read_text
+    from remat_bench.core.schedule import schedule_from_dict
+    from remat_bench.core.simulate import simulate
+    from remat_bench.torch.replay import load_schedule_for
+
+    try:
+        return load_schedule_for(g, path)
+    except ScheduleError:
+        data = parse_json(read_text(path, ScheduleError), str(path), ScheduleError)
+        sched = schedule_from_dict(data, g, str(path))  # refuses steps that name nodes the graph lacks
+        sim = simulate(g, sched)
+        if not sim.valid:
+            raise ScheduleError(f"{path} was solved for another graph and its steps do not run on "
+                                f"'{g.name}' ({sim.violation}); pass the graph file it was solved on") from None
+        return sched
+
+
+def _trained(g: Graph, report: Any) -> Table:
+    table = Table(title=f"{g.name}: {report.steps} steps on {report.device} ({report.mode} mode)")
+    for column in ("configuration", "measured peak", "vs simulated", "median step", "first loss", "last loss",
+                   "note"):
+        table.add_column(column, justify="left" if column in ("configuration", "note") else "right")
+    for c in report.configurations:
+        peak = format_amount(c.measured_peak, "bytes") if c.measured_peak is not None else "-"
+        vs = (f"{100 * (c.measured_peak / report.simulated_peak - 1):+.3f}%"
+              if c.measured_peak is not None and c.name.startswith("schedule") else "")
+        step = f"{c.median_step_time_s * 1000:.1f} ms" if c.median_step_time_s is not None else "-"
+        first = f"{c.losses[0]:.6f}" if c.losses else "-"
+        last = f"{c.losses[-1]:.6f}" if c.losses else "-"
+        table.add_row(c.name, peak, vs, step, first, last, escape(c.note))
+    if report.max_loss_diff is not None:
+        verdict = "equal" if report.params_match else "[red]different[/]"
+        table.caption = (f"schedule against eager: losses differ by at most {report.max_loss_diff:.3g}, "
+                         f"parameters after the last step by at most {report.max_param_diff:.3g} ({verdict}); "
+                         f"simulated peak {format_amount(report.simulated_peak, 'bytes')}"
+                         + (f", budget {format_amount(report.budget, 'bytes')}" if report.budget else ""))
+    return table

@@ -1,0 +1,401 @@
+"""Train with the plan: a schedule found here runs in a real PyTorch training loop (docs/pytorch.md).
+
+`ScheduledStep` performs a training step exactly as a schedule says: every
+``compute v`` runs node v's aten operator on the resident values of its inputs
+(`remat_bench.torch.program.Executor`, the operators `replay` runs), every
+``free v`` drops the value, so the forward pass, the recomputations and the
+backward pass happen in the schedule's order and memory follows the
+simulator's account. The parameters are the ``nn.Parameter`` objects of an
+ordinary module (`build_step`: the model and its loss): the gradients land in
+their ``.grad``, any ``torch.optim`` optimizer updates them in place, and the
+next step reads the updated values. Batch-norm running statistics are updated
+by the schedule's buffer updates, as autograd's step updates them. Random
+operators (dropout) draw from per-operator seeds of the step
+(`remat_bench.torch.randomness`): a recomputation draws the mask its first
+computation drew, and the plain eager step run under `seeded_random_ops` with
+the same step number draws the same masks, so losses compare exactly.
+
+`train` runs N steps of several configurations of one model, each from the
+same initial parameters (the model's seed) on the same batches
+(`batch_for_step`), with plain SGD:
+
+- ``schedule``: the schedule, exactly (`ScheduledStep`);
+- ``eager``: the model trained plainly, eager autograd, no checkpointing;
+- ``compile``: ``torch.compile`` with its defaults;
+- ``compile-budget``: ``torch.compile`` with PyTorch's own
+  ``activation_memory_budget`` at the schedule's budget fraction;
+- ``schedule-compiled`` (``mode="compiled"``): the schedule's plan as
+  recompute decisions under ``torch.compile`` (`remat_bench.torch.compiled`).
+
+For each it records the loss per step, the measured peak of one step (the
+fixed memory, i.e. parameters, buffers and the batch, plus the most allocated
+at once during the step above what was allocated when it began; measured as
+`replay` measures: profiler memory events on the CPU, the allocator's peak
+statistics on CUDA) and the median step time (CUDA: synchronized around each
+step). The first step of every configuration is left out of the times (it
+compiles, or warms up the kernels); the peak is measured on the second step,
+which is left out of the times as well (the profiler slows it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import torch
+
+from remat_bench.core.errors import RematBenchError
+from remat_bench.core.graph import Graph
+from remat_bench.core.schedule import COMPUTE, Schedule
+from remat_bench.core.simulate import baseline, simulate
+from remat_bench.torch.importer import program_for_graph
+from remat_bench.torch.measure import measure_peak, sync
+from remat_bench.torch.program import (
+    ExecutionError,
+    Executor,
+    ModelSpec,
+    State,
+    TrainingStep,
+    build_step,
+    make_batch,
+)
+from remat_bench.torch.randomness import seeded_random_ops
+from remat_bench.torch.replay import compare
+
+CONFIGURATIONS = ("schedule", "eager", "compile", "compile-budget")
+MODES = ("exact", "compiled")
+DEFAULT_LR = 0.01
+
+
+class TrainError(RematBenchError):
+    """A training run that cannot go ahead: a schedule the simulator refuses, or a step that fails."""
+
+
+def batch_for_step(spec: ModelSpec, step: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch of training step ``step``: step 0's is the imported one (`make_batch`), later ones are new.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        Shapes, dtype and ranges of the batch; its seed.
+    step : int
+        The step, from 0.
+    device : torch.device
+        Where the tensors go.
+
+    Returns
+    -------
+    tuple of (torch.Tensor, torch.Tensor)
+        Inputs and labels, the same for every configuration and every run with this seed.
+    """
+    if step == 0:
+        return make_batch(spec, device)
+    digest = hashlib.blake2b(f"batch:{spec.seed}:{step}".encode(), digest_size=8).digest()
+    # make_batch draws from seed + 1: a spec whose seed gives the step's own generator.
+    seed = int.from_bytes(digest, "little") % (2**62) - 1
+    return make_batch(_with_seed(spec, seed), device)
+
+
+def _with_seed(spec: ModelSpec, seed: int) -> ModelSpec:
+    from dataclasses import replace
+
+    return replace(spec, seed=seed)
+
+
+class ScheduledStep:
+    """A training step that runs ``schedule`` exactly; ``step(inputs, labels)`` fills the parameters' ``.grad``.
+
+    Parameters
+    ----------
+    graph : Graph
+        A graph imported from PyTorch (its model spec rebuilds the model; re-traced and checked).
+    schedule : Schedule
+        A schedule the simulator accepts for ``graph``.
+    device : torch.device or str
+        Where the step runs.
+    module : TrainingStep or None
+        The module whose parameters the step reads and whose ``.grad`` it fills (None: a new one from
+        the spec's seed, as `build_step` builds it).
+
+    Raises
+    ------
+    TrainError
+        A schedule the simulator refuses for the graph.
+    """
+
+    def __init__(self, graph: Graph, schedule: Schedule, device: torch.device | str = "cpu",
+                 module: TrainingStep | None = None) -> None:
+        sim = simulate(graph, schedule)
+        if not sim.valid:
+            raise TrainError(f"the schedule is not valid for graph '{graph.name}': {sim.violation}")
+        self.graph = graph
+        self.device = torch.device(device)
+        self.program = program_for_graph(graph)
+        self.spec = self.program.spec
+        self.module = module if module is not None else build_step(self.spec).to(self.device)
+        self.steps = [(int(k), int(v)) for k, v in zip(schedule.kinds, schedule.nodes)]
+        self.simulated_peak = sim.peak
+
+    def parameters(self) -> Any:
+        """The module's parameters, for an optimizer.
+
+        Returns
+        -------
+        iterator of torch.nn.Parameter
+        """
+        return self.module.parameters()
+
+    def __call__(self, inputs: torch.Tensor, labels: torch.Tensor, step: int = 0) -> torch.Tensor:
+        """Run one training step on a batch; the gradients land in the parameters' ``.grad``.
+
+        Parameters
+        ----------
+        inputs : torch.Tensor
+            The batch, of the imported shape.
+        labels : torch.Tensor
+            Its labels.
+        step : int
+            The step number: random operators draw the masks of this step.
+
+        Returns
+        -------
+        torch.Tensor
+            The loss (detached).
+
+        Raises
+        ------
+        TrainError
+            An operator that fails on the device.
+        """
+        params = dict(self.module.named_parameters())
+        state = State(self.spec, self.device, {k: p.detach() for k, p in params.items()},
+                      dict(self.module.named_buffers()), inputs, labels)
+        ex = Executor(self.program, state, step=step)
+        try:
+            for kind, v in self.steps:
+                if kind == COMPUTE:
+                    ex.compute(v)
+                else:
+                    ex.free(v)
+            loss, grads = ex.results()
+        except ExecutionError as exc:
+            raise TrainError(f"training with the schedule on '{self.graph.name}': {exc}") from None
+        for name, p in params.items():
+            g = grads.get(name)
+            if g is None:
+                continue
+            g = g.detach()
+            if g.data_ptr() == p.data_ptr() or g._base is not None:
+                g = g.clone()  # a gradient that is a view keeps the whole of its base alive
+            p.grad = g if p.grad is None else p.grad + g
+        ex.values.clear()
+        return loss.detach()
+
+
+@dataclass
+class Configuration:
+    """What one configuration measured over the steps of a `train` run."""
+
+    name: str
+    losses: list[float] = field(default_factory=list)
+    step_times_s: list[float | None] = field(default_factory=list)  # None: the profiled step
+    measured_peak: int | None = None
+    note: str = ""
+    parameters: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+
+    @property
+    def median_step_time_s(self) -> float | None:
+        """Median of the timed steps (the first two are left out: warm-up or compilation, and the profiled one)."""
+        timed = [t for k, t in enumerate(self.step_times_s) if k >= 2 and t is not None]
+        return statistics.median(timed) if timed else None
+
+    def to_json(self) -> dict[str, Any]:
+        """The configuration as ``remat-bench train --json`` prints it.
+
+        Returns
+        -------
+        dict
+        """
+        return {"name": self.name, "losses": self.losses, "measured_peak": self.measured_peak,
+                "median_step_time_s": self.median_step_time_s, "step_times_s": self.step_times_s,
+                "note": self.note}
+
+
+@dataclass
+class TrainReport:
+    """The result of `train`: one `Configuration` per configuration, and the simulator's numbers."""
+
+    graph: str
+    device: str
+    steps: int
+    mode: str
+    budget: int | None
+    budget_fraction: float | None
+    simulated_peak: int
+    fixed_bytes: int
+    configurations: list[Configuration]
+    max_loss_diff: float | None = None  # schedule against eager: the largest |difference| of a step's loss
+    max_param_diff: float | None = None  # after the last step: the largest |schedule - eager| of a parameter
+    params_match: bool | None = None  # every parameter within replay's RTOL/ATOL of eager's
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as ``remat-bench train --json`` prints it.
+
+        Returns
+        -------
+        dict
+        """
+        return {"graph": self.graph, "device": self.device, "steps": self.steps, "mode": self.mode,
+                "budget": self.budget, "budget_fraction": self.budget_fraction,
+                "simulated_peak": self.simulated_peak, "fixed_bytes": self.fixed_bytes,
+                "max_loss_diff": self.max_loss_diff, "max_param_diff": self.max_param_diff,
+                "params_match": self.params_match,
+                "configurations": [c.to_json() for c in self.configurations]}
+
+
+StepFn = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+
+
+def _eager_step(module: TrainingStep, seed: int, device: torch.device) -> StepFn:
+    def step(inputs: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
+        with seeded_random_ops(seed, k, device):
+            loss = module(inputs, labels)
+            loss.backward()
+        return loss.detach()
+
+    return step
+
+
+def _compiled_step(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> StepFn:
+    """A `remat_bench.torch.compiled.CompiledStep` (it runs the backward itself) as a step function."""
+
+    def run(inputs: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
+        return step(inputs, labels).detach()
+
+    return run
+
+
+def _run(config: Configuration, step_fn: StepFn, module: TrainingStep, spec: ModelSpec, steps: int,
+         device: torch.device, lr: float, fixed_bytes: int) -> None:
+    optimizer = torch.optim.SGD(module.parameters(), lr=lr)
+    for k in range(steps):
+        inputs, labels = batch_for_step(spec, k, device)
+        optimizer.zero_grad(set_to_none=True)
+        if k == 1:  # the profiled step: its peak; left out of the times
+            box: list[torch.Tensor] = []
+            peak = measure_peak(device, partial(_into, box, step_fn, inputs, labels, k))
+            config.measured_peak = fixed_bytes + peak
+            loss = box[0]
+            elapsed: float | None = None
+        else:
+            sync(device)
+            start = time.perf_counter()
+            loss = step_fn(inputs, labels, k)
+            sync(device)
+            elapsed = time.perf_counter() - start
+        optimizer.step()
+        config.losses.append(float(loss))
+        config.step_times_s.append(elapsed)
+    optimizer.zero_grad(set_to_none=True)
+    config.parameters = {k: p.detach().clone() for k, p in module.named_parameters()}
+
+
+def _into(box: list[torch.Tensor], step_fn: StepFn, inputs: torch.Tensor, labels: torch.Tensor, k: int) -> None:
+    box.append(step_fn(inputs, labels, k))
+
+
+def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exact",
+          device: torch.device | str = "cpu", lr: float = DEFAULT_LR,
+          configurations: Sequence[str] = CONFIGURATIONS) -> TrainReport:
+    """Train the graph's model for ``steps`` steps with the schedule and beside it (module docstring).
+
+    Parameters
+    ----------
+    graph : Graph
+        A graph imported from PyTorch.
+    schedule : Schedule
+        A schedule the simulator accepts for it (its budget, if any, sets ``compile-budget``'s fraction).
+    steps : int
+        Optimizer steps per configuration, at least 2 (the second is the profiled one).
+    mode : str
+        ``exact`` (`ScheduledStep`) or ``compiled`` (the plan under ``torch.compile``).
+    device : torch.device or str
+        Where everything runs.
+    lr : float
+        The SGD learning rate.
+    configurations : Sequence of str
+        Which of `CONFIGURATIONS` to run (``schedule`` always runs).
+
+    Returns
+    -------
+    TrainReport
+
+    Raises
+    ------
+    TrainError
+        Fewer than 2 steps, an unknown mode or configuration, or a schedule the simulator refuses.
+    """
+    if steps < 2:
+        raise TrainError(f"train needs at least 2 steps (the second one's peak is measured), not {steps}")
+    if mode not in MODES:
+        raise TrainError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    unknown = [c for c in configurations if c not in CONFIGURATIONS]
+    if unknown:
+        raise TrainError(f"unknown configuration {unknown[0]!r}; choose from {', '.join(CONFIGURATIONS)}")
+    dev = torch.device(device)
+    scheduled = ScheduledStep(graph, schedule, dev)
+    spec = scheduled.spec
+    base_peak = baseline(graph).peak
+    fraction = (float(schedule.budget) / float(base_peak)) if schedule.budget is not None else None
+    probe = State.create(spec, dev)
+    fixed_bytes = probe.nbytes
+    del probe
+    results: list[Configuration] = []
+    for name in ["schedule", *[c for c in configurations if c != "schedule"]]:
+        module = build_step(spec).to(dev)
+        config = Configuration(name if not (name == "schedule" and mode == "compiled") else "schedule-compiled")
+        if name == "schedule" and mode == "exact":
+            step_fn: StepFn = ScheduledStep(graph, schedule, dev, module)
+        elif name == "schedule":
+            from remat_bench.torch.compiled import compile_training_step, compiled_plan
+
+            plan = compiled_plan(graph, schedule)
+            step_fn = _compiled_step(compile_training_step(module, plan))
+            config.note = ("the schedule's plan under torch.compile, exactly" if plan.exact else
+                           "the schedule's plan under torch.compile, as compiled: " + "; ".join(plan.differences))
+        elif name == "eager":
+            step_fn = _eager_step(module, spec.seed, dev)
+        elif name == "compile":
+            from remat_bench.torch.compiled import compile_with_memory_budget
+
+            step_fn = _compiled_step(compile_with_memory_budget(module, None))
+        else:
+            if fraction is None:
+                config.note = "not run: the schedule has no budget"
+                results.append(config)
+                continue
+            from remat_bench.torch.compiled import compile_with_memory_budget
+
+            step_fn = _compiled_step(compile_with_memory_budget(module, fraction))
+            config.note = f"activation_memory_budget={fraction:.3f}"
+        _run(config, step_fn, module, spec, steps, dev, lr, fixed_bytes)
+        results.append(config)
+    report = TrainReport(graph.name, str(dev), steps, mode, _whole(schedule.budget), fraction,
+                         int(scheduled.simulated_peak), fixed_bytes, results)
+    by_name = {c.name: c for c in results}
+    mine = results[0]
+    eager = by_name.get("eager")
+    if eager is not None and eager.losses:
+        report.max_loss_diff = max(abs(a - b) for a, b in zip(mine.losses, eager.losses))
+        same = compare(dict(mine.parameters), eager.parameters)
+        report.max_param_diff, report.params_match = same["max_abs"], same["match"]
+    return report
+
+
+def _whole(amount: Any) -> int | None:
+    return None if amount is None else int(amount)

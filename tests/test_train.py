@@ -1,0 +1,116 @@
+"""Training with the plan, exact mode (`remat_bench.torch.train`, `remat-bench train`).
+
+A schedule run as a training step, step after step with new batches and an
+optimizer, must train exactly as plain eager autograd does (same parameters,
+same batches, same dropout masks): equal losses and equal parameters after the
+last step, and a measured peak equal to the simulated one.
+"""
+
+from __future__ import annotations
+
+# isort: split
+
+import functools
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+from torch import nn
+
+from remat_bench.app.cli import main
+from remat_bench.app.pipeline import run
+from remat_bench.core.graph import save_graph
+from remat_bench.core.schedule import save_schedule
+from remat_bench.torch.importer import import_model
+from remat_bench.torch.train import ScheduledStep, TrainError, batch_for_step, train
+
+STEPS = 20
+
+
+def small_cnn() -> nn.Module:
+    """A model of the user's own, given as ``package.module:factory``: conv, batch norm, dropout."""
+    blocks = [nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()]
+    for _ in range(5):
+        blocks += [nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()]
+    return nn.Sequential(*blocks, nn.Dropout(0.2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+
+
+BUDGETS = {"gpt": 0.5, "factory": 0.5}
+MODELS = {
+    "gpt": dict(model="gpt", batch=8, input_shape=(64,), vocab=64, max_seq=64, width=32, layers=2, heads=2),
+    "factory": dict(model="tests.test_train:small_cnn", batch=8, input_shape=(3, 32, 32)),
+}
+
+
+@functools.cache
+def _solved(key: str):
+    # Workspaces measured (the peak must hold), durations counted (they do not matter here).
+    g = import_model(**MODELS[key], durations="flops", workspace="measure")
+    result = run(g, "dtr", BUDGETS[key], time_limit=10, bound=False)
+    assert result.schedule is not None, result.message
+    return g, result.schedule
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def solved(request):
+    return _solved(request.param)
+
+
+def test_exact_mode_trains_as_eager_autograd_does(solved):
+    g, schedule = solved
+    report = train(g, schedule, STEPS, configurations=("schedule", "eager"))
+    mine, eager = report.configurations
+    assert len(mine.losses) == len(eager.losses) == STEPS
+    assert mine.losses != [mine.losses[0]] * STEPS  # the model learns: the losses move
+    assert report.max_loss_diff is not None and report.max_loss_diff <= 1e-5
+    assert report.params_match, report.max_param_diff
+    assert mine.measured_peak is not None and report.budget is not None
+    assert mine.measured_peak <= report.budget
+    assert abs(mine.measured_peak / report.simulated_peak - 1) <= 0.01
+    assert eager.measured_peak is not None and eager.measured_peak > mine.measured_peak
+
+
+def test_the_step_fills_grad_and_reuses_the_updated_parameters():
+    g, schedule = _solved("gpt")
+    step = ScheduledStep(g, schedule)
+    params = dict(step.module.named_parameters())
+    inputs, labels = batch_for_step(step.spec, 0, torch.device("cpu"))
+    loss0 = step(inputs, labels, 0)
+    assert all(p.grad is not None and p.grad.shape == p.shape for p in params.values())
+    with torch.no_grad():
+        for p in params.values():
+            p -= 0.5 * p.grad
+            p.grad = None
+    assert float(step(inputs, labels, 0)) < float(loss0)  # the same batch after a descent step: lower loss
+
+
+def test_batches_differ_by_step_and_repeat_by_seed():
+    spec = ScheduledStep(*_solved("gpt")).spec
+    cpu = torch.device("cpu")
+    a, b = batch_for_step(spec, 1, cpu), batch_for_step(spec, 2, cpu)
+    assert not torch.equal(a[0], b[0])
+    assert torch.equal(a[0], batch_for_step(spec, 1, cpu)[0])
+
+
+def test_bad_requests_are_one_sentence():
+    g, schedule = _solved("gpt")
+    with pytest.raises(TrainError, match="at least 2 steps"):
+        train(g, schedule, 1)
+    with pytest.raises(TrainError, match="mode must be one of"):
+        train(g, schedule, 3, mode="fast")
+
+
+def test_cli_trains_and_prints_json(tmp_path):
+    g, schedule = _solved("gpt")
+    save_graph(g, tmp_path / "g.json")
+    save_schedule(schedule, g, tmp_path / "s.json")
+    out = CliRunner().invoke(main, ["train", str(tmp_path / "g.json"), str(tmp_path / "s.json"), "--steps", "4",
+                                    "-c", "schedule,eager", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert [c["name"] for c in data["configurations"]] == ["schedule", "eager"]
+    assert data["params_match"] is True and data["max_loss_diff"] == 0.0
+    assert data["configurations"][0]["measured_peak"] == data["simulated_peak"]
+    bad = CliRunner().invoke(main, ["train", str(tmp_path / "g.json"), str(tmp_path / "s.json"), "-c", "nope"])
+    assert bad.exit_code == 2 and "is not one of" in bad.output
