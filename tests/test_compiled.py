@@ -2,7 +2,8 @@
 
 A tiny GPT (2 blocks of width 32, 64 tokens, batch 8: activations weigh 20 times the parameters) at
 half its peak, compiled once with a checkmate schedule's plan; PyTorch's own memory budget compiles a
-small MLP (compiling costs seconds, most of them gcc's on a cold inductor cache). The models have no
+small MLP (compiling costs seconds, most of them gcc's on a cold inductor cache); a ResNet-18 checks
+batch norm without inductor (backend aot_eager: the same decomposed graph and partition, no C++). The models have no
 dropout: compiled random operators draw from inductor's generator, so only dropout-free losses can be
 compared with eager ones.
 
@@ -24,7 +25,7 @@ from remat_bench.app.pipeline import run
 from remat_bench.core.errors import GraphError, ScheduleError
 from remat_bench.core.graph import Graph
 from remat_bench.core.schedule import COMPUTE, Schedule
-from remat_bench.core.simulate import simulate
+from remat_bench.core.simulate import place_frees, simulate
 from remat_bench.generators.chain import chain
 from remat_bench.torch.compiled import (
     CompiledPlan,
@@ -52,8 +53,8 @@ def gpt() -> Graph:
     return import_model("gpt", batch=8, input_shape=(64,), durations="flops", workspace="none", model_kwargs=GPT)
 
 
-def schedule_of(g: Graph, method: str, time_limit: float) -> Schedule:
-    result = run(g, method, "0.5", time_limit, {})
+def schedule_of(g: Graph, method: str, time_limit: float, budget: str = "0.5") -> Schedule:
+    result = run(g, method, budget, time_limit, {})
     assert result.schedule is not None and result.status.value in ("feasible", "optimal"), result.message
     return result.schedule
 
@@ -176,6 +177,23 @@ def test_a_double_recomputation_is_reported_inexact(gpt: Graph, greedy) -> None:
     assert sim.peak > simulate(gpt, schedule).peak
 
 
+def test_another_order_is_one_sentence(gpt: Graph, checkmate: CompiledPlan) -> None:
+    order = checkmate.as_compiled.nodes[checkmate.as_compiled.kinds == COMPUTE].tolist()
+    start = next(k for k, v in enumerate(order) if not gpt.is_forward[v])
+    # Two neighbouring backward computations that do not read each other, swapped.
+    k = next(k for k in range(start, len(order) - 1)
+             if not gpt.is_forward[order[k + 1]] and order[k] not in gpt.inputs[order[k + 1]])
+    order[k], order[k + 1] = order[k + 1], order[k]
+    swapped = place_frees(gpt, np.array(order), np.zeros(len(order), dtype=np.int64))
+    assert simulate(gpt, swapped).valid
+    plan = compiled_plan(gpt, swapped)
+    assert not plan.exact and len(plan.differences) == 1
+    assert re.match(rf"the schedule runs its computations in another order: its {k + 1}(st|nd|rd|th) computes "
+                    rf"'{gpt.ids[order[k]]}' where the plan as compiled computes '{gpt.ids[order[k + 1]]}'",
+                    plan.differences[0]), plan.differences
+    assert plan.saved == checkmate.saved and plan.recomputed == checkmate.recomputed
+
+
 def test_pytorchs_memory_budget_compiles_and_trains() -> None:
     mlp = import_model("mlp", batch=64, durations="flops", workspace="none", model_kwargs=MLP)
     steps: list[CompiledStep] = []
@@ -192,9 +210,33 @@ def test_pytorchs_memory_budget_compiles_and_trains() -> None:
     assert steps[0].check is None and steps[0].plan is None
 
 
+def test_batch_norm_is_saved_and_recomputed_as_planned() -> None:
+    # aot_eager: inductor's decompositions and the same partition, no C++ (seconds). Batch norm returns
+    # its saved statistics as views (squeezes) of inner values: those must be saved, not recomputed.
+    resnet = import_model("resnet18", batch=16, input_shape=(3, 32, 32), width=4, durations="flops",
+                          workspace="none")
+    plan = compiled_plan(resnet, schedule_of(resnet, "greedy", 10, "0.7"))
+    assert any(resnet.nodes[v].op == "aten.native_batch_norm.default" for v in plan.saved)
+    assert any(resnet.nodes[v].op == "aten.native_batch_norm.default" for v in plan.recomputed)
+    spec = spec_of(resnet)
+    assert spec is not None
+    module = build_step(spec)
+    step = compile_training_step(module, plan, backend="aot_eager")
+    inputs, labels = make_batch(spec)
+    loss = step(inputs, labels)
+    check = step.check
+    assert check is not None and check.mismatches == []
+    assert check.saved == plan.saved and check.recomputed == plan.recomputed
+    with torch.no_grad():
+        eager_loss = float(build_step(spec)(inputs, labels))
+    assert float(loss) == pytest.approx(eager_loss, rel=RTOL)
+
+
 def test_a_fraction_outside_zero_to_one_is_refused() -> None:
     with pytest.raises(ValueError, match="from 0 to 1"):
         compile_with_memory_budget(torch.nn.Linear(2, 2), 1.5)
+    with pytest.raises(ValueError, match="not one of inductor, aot_eager"):
+        compile_with_memory_budget(torch.nn.Linear(2, 2), 0.5, backend="eager")
 
 
 def test_only_imported_graphs_and_valid_schedules_have_a_plan(gpt: Graph, checkmate: CompiledPlan) -> None:

@@ -62,6 +62,7 @@ on the losses of three float32 training steps of the tests' tiny GPT, which allo
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import operator
 import os
@@ -248,8 +249,9 @@ def _differences(graph: Graph, schedule: Schedule, peak: Number, phases: _Phases
             say(v, f"the schedule first computes the forward node '{ids[v]}' after the backward has begun; "
                    "compiled, the forward computes it")
         if v in phases.saved and after:
-            say(v, f"the schedule keeps '{ids[v]}' into the backward, then frees and recomputes it "
-                   f"({after} times); compiled, it is saved and held until its last backward use")
+            times = "" if after == 1 else f" {after} times"
+            say(v, f"the schedule keeps '{ids[v]}' into the backward, then frees and recomputes it{times}; "
+                   "compiled, it is saved and held until its last backward use")
         elif after > 1:
             say(v, f"'{ids[v]}' is recomputed {after} times in the backward; compiled, it is recomputed once, "
                    "before its first backward use, and held until its last")
@@ -268,7 +270,7 @@ def _differences(graph: Graph, schedule: Schedule, peak: Number, phases: _Phases
     mine = np.bincount(ours, minlength=graph.n)
     for v in np.flatnonzero(mine != counts).tolist():
         if v not in said:
-            say(v, f"'{ids[v]}' is computed {int(mine[v])} times by the schedule and {int(counts[v])} times "
+            say(v, f"'{ids[v]}' is computed {_times(int(mine[v]))} by the schedule and {_times(int(counts[v]))} "
                    "as compiled")
     if not out and not np.array_equal(ours, theirs):
         k = int(np.flatnonzero(ours != theirs)[0])
@@ -282,6 +284,10 @@ def _differences(graph: Graph, schedule: Schedule, peak: Number, phases: _Phases
             out.append(f"the schedule frees some values later than their last use (simulated peak {peak} "
                        f"against {compiled_peak}); compiled, each is freed after its last use")
     return out
+
+
+def _times(k: int) -> str:
+    return {1: "once", 2: "twice"}.get(k, f"{k} times")
 
 
 def _ordinal(k: int) -> str:
@@ -640,12 +646,29 @@ class CompiledStep:
         return self.plan is not None and self.check is not None and not self.differences
 
 
-def _compiled(module: nn.Module, partitioner: CustomPartitionerFn) -> Any:
-    return torch.compile(module, backend="inductor", dynamic=False,
-                         options={"custom_partitioner_fn": partitioner})
+# What runs the partitioned graphs: inductor, or AOTAutograd's graphs as they are (inductor's decompositions
+# and the same partition, no fusion and no C++: for checking a plan in seconds).
+BACKENDS = ("inductor", "aot_eager")
 
 
-def compile_training_step(step_module: nn.Module, plan: CompiledPlan) -> CompiledStep:
+def _compiled(module: nn.Module, partitioner: CustomPartitionerFn, backend: str) -> Any:
+    if backend == "inductor":
+        return torch.compile(module, backend="inductor", dynamic=False,
+                             options={"custom_partitioner_fn": partitioner})
+    if backend == "aot_eager":
+        from torch._dynamo.backends.common import aot_autograd
+        from torch._dynamo.backends.debugging import get_nop_func
+        from torch._inductor.compile_fx import select_decomp_table
+
+        compiler = aot_autograd(fw_compiler=get_nop_func(), bw_compiler=get_nop_func(),
+                                decompositions=select_decomp_table,
+                                partition_fn=functools.partial(partitioner, compiler="inductor"),
+                                keep_inference_input_mutations=True)
+        return torch.compile(module, backend=compiler, dynamic=False)
+    raise ValueError(f"backend '{backend}' is not one of {', '.join(BACKENDS)}")
+
+
+def compile_training_step(step_module: nn.Module, plan: CompiledPlan, backend: str = "inductor") -> CompiledStep:
     """``step_module`` under ``torch.compile`` (inductor) with ``plan``'s recompute decisions on its joint
     graph (module docstring, "The mechanism").
 
@@ -659,6 +682,9 @@ def compile_training_step(step_module: nn.Module, plan: CompiledPlan) -> Compile
         training mode.
     plan : CompiledPlan
         From `compiled_plan`.
+    backend : str
+        ``inductor`` (fused kernels), or ``aot_eager``: the same decomposed joint graph and partition, its
+        graphs run as they are (no fusion, no C++ compiler: seconds, for checking a plan).
 
     Returns
     -------
@@ -671,12 +697,15 @@ def compile_training_step(step_module: nn.Module, plan: CompiledPlan) -> Compile
     ------
     GraphError
         The plan's graph no longer re-traces to the same nodes (re-import it).
+    ValueError
+        Another backend.
     """
     partitioner = PlanPartitioner(plan)
-    return CompiledStep(step_module, _compiled(step_module, partitioner), partitioner, plan=plan)
+    return CompiledStep(step_module, _compiled(step_module, partitioner, backend), partitioner, plan=plan)
 
 
-def compile_with_memory_budget(step_module: nn.Module, fraction: float | None = None) -> CompiledStep:
+def compile_with_memory_budget(step_module: nn.Module, fraction: float | None = None,
+                               backend: str = "inductor") -> CompiledStep:
     """``step_module`` under ``torch.compile`` with PyTorch's own memory-budget partitioner: the comparison.
 
     ``torch._functorch.config.activation_memory_budget = fraction`` while it compiles (0 saves the inputs
@@ -689,6 +718,8 @@ def compile_with_memory_budget(step_module: nn.Module, fraction: float | None = 
         A training step whose ``forward(inputs, labels)`` returns the loss.
     fraction : float or None
         The activation memory budget, 0 to 1; None for torch.compile's default.
+    backend : str
+        ``inductor`` or ``aot_eager`` (`compile_training_step`).
 
     Returns
     -------
@@ -699,9 +730,9 @@ def compile_with_memory_budget(step_module: nn.Module, fraction: float | None = 
     Raises
     ------
     ValueError
-        A fraction outside [0, 1].
+        A fraction outside [0, 1], or another backend.
     """
     if fraction is not None and not 0.0 <= fraction <= 1.0:
         raise ValueError(f"activation_memory_budget is a fraction from 0 to 1, not {fraction}")
     recorder = _Recorder()
-    return CompiledStep(step_module, _compiled(step_module, recorder), recorder, memory_budget=fraction)
+    return CompiledStep(step_module, _compiled(step_module, recorder, backend), recorder, memory_budget=fraction)
