@@ -81,7 +81,7 @@ from torch._inductor.custom_graph_pass import CustomPartitionerFn
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.checkpoint import CheckpointPolicy
 
-from remat_bench.core.errors import GraphError, ScheduleError
+from remat_bench.core.errors import GraphError, RematBenchError, ScheduleError
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import COMPUTE, FREE, Schedule
 from remat_bench.core.simulate import simulate
@@ -461,7 +461,8 @@ def _check(forward: fx.GraphModule, backward: fx.GraphModule, num_fwd_outputs: i
         storages[StorageWeakRef(t.untyped_storage())] = int(t.untyped_storage().nbytes())
         v = alignment.node_of.get(owner)
         if v is None:
-            mismatches.append(f"compiled, the forward saves '{n.name}', which belongs to no node of the plan")
+            if alignment.calls:  # else the alignment's sentence says why
+                mismatches.append(f"compiled, the forward saves '{n.name}', which belongs to no node of the plan")
         elif v != loss:
             saved.add(v)
     recomputed: set[int] = set()
@@ -478,7 +479,8 @@ def _check(forward: fx.GraphModule, backward: fx.GraphModule, num_fwd_outputs: i
             mismatches.append(f"compiled, the forward does not save '{ids[v]}', which the plan keeps for the "
                               "backward")
     for v in sorted(plan.recomputed - recomputed):
-        mismatches.append(f"compiled, the backward does not recompute '{ids[v]}', which the plan recomputes")
+        if v in alignment.calls:
+            mismatches.append(f"compiled, the backward does not recompute '{ids[v]}', which the plan recomputes")
     for v in sorted(recomputed - plan.recomputed):
         mismatches.append(f"compiled, the backward recomputes '{ids[v]}', which the plan saves")
     plan_bytes = int(sum(int(plan.graph.memory[v]) for v in plan.saved))
@@ -519,9 +521,13 @@ class PlanPartitioner(CustomPartitionerFn):
         num_fwd_outputs = int(kwargs["num_fwd_outputs"])
         static = list(kwargs.get("static_lifetime_input_indices") or [])
         info = partitioners.classify_nodes(gm, static, num_fwd_outputs)
-        alignment = _align(gm, info, self.imported)
-        recomputing = _tag(gm, info, alignment, self.plan, self.imported.loss)
         refused: list[str] = []
+        try:
+            alignment = _align(gm, info, self.imported)
+        except RematBenchError as exc:  # a joint graph remat-bench cannot read: PyTorch's own partition
+            alignment = _Alignment({}, {}, {}, [f"the compiled joint graph cannot be aligned ({exc}); compiled, "
+                                                "PyTorch's own min cut decides what is saved"])
+        recomputing = _tag(gm, info, alignment, self.plan, self.imported.loss)
         try:
             # A refused cut writes the joint graph into the working folder: here it is one sentence instead.
             with mock.patch.object(partitioners, "_get_unique_path", lambda *_: os.devnull):
