@@ -114,3 +114,14 @@ def test_cli_trains_and_prints_json(tmp_path):
     assert data["configurations"][0]["measured_peak"] == data["simulated_peak"]
     bad = CliRunner().invoke(main, ["train", str(tmp_path / "g.json"), str(tmp_path / "s.json"), "-c", "nope"])
     assert bad.exit_code == 2 and "is not one of" in bad.output
+
+
+def test_compiled_mode_runs_the_plan_and_trains_as_eager_within_fusion_tolerance():
+    # aot_eager: the plan's partition with the graphs run uncompiled (tests/test_compiled.py runs inductor);
+    # decomposed operators sum in another order than eager's, hence a tolerance instead of equality.
+    g, schedule = _solved("gpt")
+    report = train(g, schedule, 3, mode="compiled", configurations=("schedule", "eager"), backend="aot_eager")
+    mine, eager = report.configurations
+    assert mine.name == "schedule-compiled" and mine.note.startswith("the schedule's plan under torch.compile")
+    assert report.max_loss_diff is not None and report.max_loss_diff <= 1e-4 * abs(eager.losses[0])
+    assert mine.measured_peak is not None and mine.measured_peak < eager.measured_peak

@@ -311,7 +311,7 @@ def _into(box: list[torch.Tensor], step_fn: StepFn, inputs: torch.Tensor, labels
 
 def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exact",
           device: torch.device | str = "cpu", lr: float = DEFAULT_LR,
-          configurations: Sequence[str] = CONFIGURATIONS) -> TrainReport:
+          configurations: Sequence[str] = CONFIGURATIONS, backend: str = "inductor") -> TrainReport:
     """Train the graph's model for ``steps`` steps with the schedule and beside it (module docstring).
 
     Parameters
@@ -330,6 +330,9 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
         The SGD learning rate.
     configurations : Sequence of str
         Which of `CONFIGURATIONS` to run (``schedule`` always runs).
+    backend : str
+        The compiled schedule's backend (``mode="compiled"``): ``inductor``, or ``aot_eager`` (the same
+        partition, graphs run uncompiled: a plan checked in seconds).
 
     Returns
     -------
@@ -365,7 +368,7 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
             from remat_bench.torch.compiled import compile_training_step, compiled_plan
 
             plan = compiled_plan(graph, schedule)
-            step_fn = _compiled_step(compile_training_step(module, plan))
+            step_fn = _compiled_step(compile_training_step(module, plan, backend=backend))
             config.note = ("the schedule's plan under torch.compile, exactly" if plan.exact else
                            "the schedule's plan under torch.compile, as compiled: " + "; ".join(plan.differences))
         elif name == "eager":
