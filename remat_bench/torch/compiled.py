@@ -73,7 +73,6 @@ from unittest import mock
 
 import numpy as np
 import torch
-import torch.utils._pytree as pytree
 from torch import fx, nn
 from torch._functorch import config as functorch_config
 from torch._functorch import partitioners
@@ -87,7 +86,7 @@ from remat_bench.core.schedule import COMPUTE, FREE, Schedule
 from remat_bench.core.simulate import simulate
 from remat_bench.toolkit.lowering import Plan, lower_plan
 from remat_bench.torch.importer import METADATA_KEY, program_for_graph, spec_of
-from remat_bench.torch.partition import SAME_OPERATOR
+from remat_bench.torch.partition import SAME_OPERATOR, first_shape, ordinal, output_leaves
 from remat_bench.torch.program import OP, ModelSpec, Storages, logger_quiet, sort_fx_nodes
 
 # ---------------------------------------------------------------------- the plan
@@ -274,7 +273,7 @@ def _differences(graph: Graph, schedule: Schedule, peak: Number, phases: _Phases
                    "as compiled")
     if not out and not np.array_equal(ours, theirs):
         k = int(np.flatnonzero(ours != theirs)[0])
-        out.append(f"the schedule runs its computations in another order: its {_ordinal(k + 1)} computes "
+        out.append(f"the schedule runs its computations in another order: its {ordinal(k + 1)} computes "
                    f"'{ids[int(ours[k])]}' where the plan as compiled computes '{ids[int(theirs[k])]}' "
                    "(compiled, the forward runs in the trace's order, the backward in autograd's, and each "
                    "recomputation just before its first use)")
@@ -288,10 +287,6 @@ def _differences(graph: Graph, schedule: Schedule, peak: Number, phases: _Phases
 
 def _times(k: int) -> str:
     return {1: "once", 2: "twice"}.get(k, f"{k} times")
-
-
-def _ordinal(k: int) -> str:
-    return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
 
 
 # ---------------------------------------------------------------------- the joint graph
@@ -309,18 +304,10 @@ class _Imported:
 
 def _imported(graph: Graph) -> _Imported:
     program = program_for_graph(graph)  # re-traced and checked against the file
-    ops = tuple((i, SAME_OPERATOR.get(str(node.runs().target), str(node.runs().target)), _shape(node.runs()))
+    ops = tuple((i, SAME_OPERATOR.get(str(node.runs().target), str(node.runs().target)), first_shape(node.runs()))
                 for i, node in enumerate(program.nodes)
                 if node.role == OP and (node.forward or i == program.loss))
     return _Imported(graph, program.spec, program.loss, ops)
-
-
-def _shape(n: fx.Node) -> tuple[int, ...] | None:
-    """The shape of the first tensor an FX node outputs."""
-    for t in pytree.tree_leaves(n.meta.get("val")):
-        if isinstance(t, torch.Tensor):
-            return tuple(int(d) for d in t.shape)
-    return None
 
 
 @dataclass
@@ -372,8 +359,8 @@ def _align(gm: fx.GraphModule, info: Any, imported: _Imported) -> _Alignment:
             continue
         for k, (nodes, (i, shape)) in enumerate(zip(found, mine)):
             main = next((n for n in nodes if str(n.target) == op), nodes[-1])
-            if _shape(main) != shape:
-                alignment.unaligned.append(f"the {_ordinal(k + 1)} {op} has shape {_shape(main)} in the compiled "
+            if first_shape(main) != shape:
+                alignment.unaligned.append(f"the {ordinal(k + 1)} {op} has shape {first_shape(main)} in the compiled "
                                            f"graph and {shape} in the imported graph ('{ids[i]}'): left to the "
                                            "partitioner")
                 continue
@@ -438,11 +425,6 @@ class PartitionCheck:
     mismatches: list[str]
 
 
-def _output_args(module: fx.GraphModule) -> list[Any]:
-    output = next(n for n in reversed(module.graph.nodes) if n.op == "output")
-    return list(pytree.tree_leaves(output.args[0]))
-
-
 def _check(forward: fx.GraphModule, backward: fx.GraphModule, num_fwd_outputs: int, alignment: _Alignment,
            recomputing: set[str], plan: CompiledPlan, loss: int) -> PartitionCheck:
     ids = plan.graph.ids
@@ -450,7 +432,7 @@ def _check(forward: fx.GraphModule, backward: fx.GraphModule, num_fwd_outputs: i
     storages: dict[StorageWeakRef, int] = {}
     inputs = 0
     mismatches = list(alignment.unaligned)
-    for n in _output_args(forward)[num_fwd_outputs:]:
+    for n in output_leaves(forward)[num_fwd_outputs:]:
         if not isinstance(n, fx.Node) or not isinstance(n.meta.get("val"), torch.Tensor):
             continue  # symbolic sizes, RNG states
         owner = alignment.base.get(n.name, n.name)
@@ -566,7 +548,7 @@ class _Recorder(CustomPartitionerFn):
         static = {n.name for i, n in enumerate(n for n in forward.graph.nodes if n.op == "placeholder")
                   if i in set(kwargs.get("static_lifetime_input_indices") or [])}
         storages: dict[StorageWeakRef, int] = {}
-        for n in _output_args(forward)[int(kwargs["num_fwd_outputs"]):]:
+        for n in output_leaves(forward)[int(kwargs["num_fwd_outputs"]):]:
             if isinstance(n, fx.Node) and n.op != "placeholder" and n.name not in static:
                 t = n.meta.get("val")
                 if isinstance(t, torch.Tensor):

@@ -30,7 +30,7 @@ base, dead code dropped) and writes what the simulator needs:
   output (oneDNN convolutions and batchnorm backward on CPU allocate an
   output-sized buffer), which fake tensors cannot tell: ``workspace="auto"``
   (the default) runs every operator once on real tensors and measures it
-  (`measure_workspace`; cached like durations, and known to be 0 without
+  (`remat_bench.torch.calibrate.calibrate`; cached like durations, and known to be 0 without
   measuring for gradient copies and buffer updates); ``"none"`` leaves it 0,
   so a replay's measured peak can exceed the simulated one by that much. The
   scratch depends on the processor (oneDNN picks its convolution kernels by
@@ -500,45 +500,6 @@ def node_flops(node: ProgramNode) -> int:
     largest_read = max((t.numel() for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)),
                        default=0)
     return max(1, largest_read, _numel(val))
-
-
-def measure_workspace(program: Program, device: torch.device, cache: CostCache | None = None) -> list[int]:
-    """The scratch memory (bytes) each node's operator allocates beyond its output, on ``device``.
-
-    One pass in file order (`remat_bench.torch.calibrate.calibrate`); each
-    operator runs alone under the peak measurement of
-    `remat_bench.torch.measure.measure_peak` (the profiler's memory events on
-    CPU, the allocator's peak statistics on CUDA), and its workspace is that
-    peak less the node's memory. What a kernel allocates inside itself depends
-    on the machine: oneDNN picks its convolution algorithm by the processor's
-    instruction set and the thread count (on an AVX2-only x86 processor a
-    weight gradient of a 3x3 convolution may run as an im2col GEMM with a
-    scratch buffer four times the weights; with AVX-512 it runs a direct kernel
-    with almost none), so a workspace is measured where the schedule will run,
-    with the same number of threads.
-
-    Parameters
-    ----------
-    program : Program
-        The lowered training step; its operators run on real tensors.
-    device : torch.device
-        Where they run.
-    cache : CostCache or None
-        Workspaces measured before, by operator signature (None: none, every operator measured).
-
-    Returns
-    -------
-    list of int
-        Bytes, one per node, never negative.
-
-    Raises
-    ------
-    ExecutionError
-        An operator that fails on real tensors.
-    """
-    measured = calibrate(program, device, durations=False, workspace=True, cache=cache)
-    assert measured is not None and measured.workspace is not None  # may_run: it always runs
-    return measured.workspace
 
 
 # ---------------------------------------------------------------------- re-creating a graph's program

@@ -322,10 +322,10 @@ def _aligned(graph: Graph, program: Program, module: fx.GraphModule, inputs: lis
                                      f"{len(mine)} times")
             continue
         for k, (n, i) in enumerate(zip(nodes, mine)):
-            theirs_shape, ours_shape = _shape(n), _shape(program.nodes[i].runs())
+            theirs_shape, ours_shape = first_shape(n), first_shape(program.nodes[i].runs())
             # An uninitialised buffer may be traced at its final shape or resized into it later: order decides.
             if theirs_shape != ours_shape and op != "aten.empty_like.default":
-                unaligned[n.name] = (f"the {_ordinal(k + 1)} {op} has shape {theirs_shape} in PyTorch's trace and "
+                unaligned[n.name] = (f"the {ordinal(k + 1)} {op} has shape {theirs_shape} in PyTorch's trace and "
                                      f"{ours_shape} in the imported graph ('{graph.ids[i]}')")
             else:
                 index[n] = i
@@ -348,21 +348,53 @@ def _aligned(graph: Graph, program: Program, module: fx.GraphModule, inputs: lis
                       {n.name: n for n in module.graph.nodes})
 
 
-def _shape(n: fx.Node) -> tuple[int, ...] | None:
-    """The shape of the first tensor an FX node outputs."""
+def first_shape(n: fx.Node) -> tuple[int, ...] | None:
+    """The shape of the first tensor an FX node outputs (None: it outputs no tensor).
+
+    Parameters
+    ----------
+    n : fx.Node
+        A traced node, its value in ``meta["val"]``.
+
+    Returns
+    -------
+    tuple of int or None
+    """
     for t in pytree.tree_leaves(n.meta.get("val")):
         if isinstance(t, torch.Tensor):
             return tuple(int(d) for d in t.shape)
     return None
 
 
-def _ordinal(k: int) -> str:
+def ordinal(k: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th`` ... ``11th`` ... ``21st``: for the alignment's sentences.
+
+    Parameters
+    ----------
+    k : int
+        At least 1.
+
+    Returns
+    -------
+    str
+    """
     return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
 
 
-def _output_args(module: fx.GraphModule) -> list[fx.Node]:
+def output_leaves(module: fx.GraphModule) -> list[Any]:
+    """What a graph module returns, flattened, in order (FX nodes, and None where it returns nothing).
+
+    Parameters
+    ----------
+    module : fx.GraphModule
+        A forward or backward graph of a partition.
+
+    Returns
+    -------
+    list
+    """
     output = next(n for n in reversed(module.graph.nodes) if n.op == "output")
-    return [a for a in pytree.tree_leaves(output.args[0]) if isinstance(a, fx.Node)]
+    return list(pytree.tree_leaves(output.args[0]))
 
 
 def partition(joint: JointGraph, fraction: float, solver: str = "dp", estimator: str = "flops") -> TorchPlan:
@@ -401,7 +433,7 @@ def partition(joint: JointGraph, fraction: float, solver: str = "dp", estimator:
         forward, backward = partitioners.min_cut_rematerialization_partition(
             module, joint.inputs, num_fwd_outputs=joint.num_fwd_outputs,
             static_lifetime_input_indices=joint.static_inputs)
-    saved_values = [n for n in _output_args(forward)[joint.num_fwd_outputs:]
+    saved_values = [n for n in [a for a in output_leaves(forward) if isinstance(a, fx.Node)][joint.num_fwd_outputs:]
                     if isinstance(n.meta.get("val"), torch.Tensor)]
     saved: dict[int, list[str]] = {}
     inputs = 0

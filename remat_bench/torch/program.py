@@ -1320,7 +1320,7 @@ class Executor:
         elementwise squares, which would stay resident as long as the loss,
         while the fake tensors (and the graph) count 4 bytes. Such an output is
         copied out, and the buffer is freed at the end of the step: scratch
-        memory of the operator, which `measure_workspace` measures into its
+        memory of the operator, which `remat_bench.torch.calibrate.calibrate` measures into its
         workspace like any other.
         """
         leaves, tree = pytree.tree_flatten(value)

@@ -41,9 +41,8 @@ from __future__ import annotations
 
 import hashlib
 import statistics
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -53,8 +52,8 @@ from remat_bench.core.errors import RematBenchError
 from remat_bench.core.graph import Graph
 from remat_bench.core.schedule import COMPUTE, Schedule
 from remat_bench.core.simulate import baseline, simulate
-from remat_bench.torch.importer import program_for_graph
-from remat_bench.torch.measure import measure_peak, sync
+from remat_bench.torch.importer import program_for_graph, spec_of
+from remat_bench.torch.measure import measure_peak, timed
 from remat_bench.torch.program import (
     ExecutionError,
     Executor,
@@ -97,14 +96,15 @@ def batch_for_step(spec: ModelSpec, step: int, device: torch.device) -> tuple[to
         return make_batch(spec, device)
     digest = hashlib.blake2b(f"batch:{spec.seed}:{step}".encode(), digest_size=8).digest()
     # make_batch draws from seed + 1: a spec whose seed gives the step's own generator.
-    seed = int.from_bytes(digest, "little") % (2**62) - 1
-    return make_batch(_with_seed(spec, seed), device)
+    return make_batch(replace(spec, seed=int.from_bytes(digest, "little") % (2**62) - 1), device)
 
 
-def _with_seed(spec: ModelSpec, seed: int) -> ModelSpec:
-    from dataclasses import replace
-
-    return replace(spec, seed=seed)
+def _simulated(graph: Graph, schedule: Schedule) -> Any:
+    """The simulator's account of ``schedule``; TrainError when it refuses the schedule for ``graph``."""
+    sim = simulate(graph, schedule)
+    if not sim.valid:
+        raise TrainError(f"the schedule is not valid for graph '{graph.name}': {sim.violation}")
+    return sim
 
 
 class ScheduledStep:
@@ -130,9 +130,7 @@ class ScheduledStep:
 
     def __init__(self, graph: Graph, schedule: Schedule, device: torch.device | str = "cpu",
                  module: TrainingStep | None = None) -> None:
-        sim = simulate(graph, schedule)
-        if not sim.valid:
-            raise TrainError(f"the schedule is not valid for graph '{graph.name}': {sim.violation}")
+        sim = _simulated(graph, schedule)
         self.graph = graph
         self.device = torch.device(device)
         self.program = program_for_graph(graph)
@@ -286,20 +284,15 @@ def _run(config: Configuration, step_fn: StepFn, module: TrainingStep, spec: Mod
     for k in range(steps):
         inputs, labels = batch_for_step(spec, k, device)
         optimizer.zero_grad(set_to_none=True)
+        box: list[torch.Tensor] = []
+        run = partial(_into, box, step_fn, inputs, labels, k)
+        elapsed: float | None = None
         if k == 1:  # the profiled step: its peak; left out of the times
-            box: list[torch.Tensor] = []
-            peak = measure_peak(device, partial(_into, box, step_fn, inputs, labels, k))
-            config.measured_peak = fixed_bytes + peak
-            loss = box[0]
-            elapsed: float | None = None
+            config.measured_peak = fixed_bytes + measure_peak(device, run)
         else:
-            sync(device)
-            start = time.perf_counter()
-            loss = step_fn(inputs, labels, k)
-            sync(device)
-            elapsed = time.perf_counter() - start
+            elapsed = timed(device, run)
         optimizer.step()
-        config.losses.append(float(loss))
+        config.losses.append(float(box[0]))
         config.step_times_s.append(elapsed)
     optimizer.zero_grad(set_to_none=True)
     config.parameters = {k: p.detach().clone() for k, p in module.named_parameters()}
@@ -351,16 +344,19 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
     if unknown:
         raise TrainError(f"unknown configuration {unknown[0]!r}; choose from {', '.join(CONFIGURATIONS)}")
     dev = torch.device(device)
-    scheduled = ScheduledStep(graph, schedule, dev)
-    spec = scheduled.spec
+    sim = _simulated(graph, schedule)
+    spec = spec_of(graph)
+    if spec is None:
+        raise TrainError(f"graph '{graph.name}' was not imported from PyTorch: there is no model to train")
     base_peak = baseline(graph).peak
     fraction = (float(schedule.budget) / float(base_peak)) if schedule.budget is not None else None
-    probe = State.create(spec, dev)
-    fixed_bytes = probe.nbytes
-    del probe
+    fixed_bytes = 0
     results: list[Configuration] = []
     for name in ["schedule", *[c for c in configurations if c != "schedule"]]:
         module = build_step(spec).to(dev)
+        if not fixed_bytes:  # parameters, buffers and the batch, as the replay measures them
+            fixed_bytes = State(spec, dev, dict(module.named_parameters()), dict(module.named_buffers()),
+                                *batch_for_step(spec, 0, dev)).nbytes
         config = Configuration(name if not (name == "schedule" and mode == "compiled") else "schedule-compiled")
         if name == "schedule" and mode == "exact":
             step_fn: StepFn = ScheduledStep(graph, schedule, dev, module)
@@ -389,7 +385,7 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
         _run(config, step_fn, module, spec, steps, dev, lr, fixed_bytes)
         results.append(config)
     report = TrainReport(graph.name, str(dev), steps, mode, _whole(schedule.budget), fraction,
-                         int(scheduled.simulated_peak), fixed_bytes, results)
+                         int(sim.peak), fixed_bytes, results)
     by_name = {c.name: c for c in results}
     mine = results[0]
     eager = by_name.get("eager")

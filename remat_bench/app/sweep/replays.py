@@ -139,6 +139,13 @@ def _failed(message: str) -> dict[str, Any]:
     return {"replay_status": FAILED, "replay_message": message}
 
 
+
+# The fields of `ReplayResult.to_json` that are columns of the same name.
+_FROM_REPLAY = ("measured_peak", "peak_error_pct", "outputs_match", "step_time_s", "baseline_step_time_s",
+                "measured_overhead_pct", "measured_overhead_min_pct", "measured_overhead_max_pct",
+                "measured_overhead_spread", "modelled_overhead_pct", "baseline_measured_peak")
+
+
 def replay_fields(graph_path: str, schedule_path: str, device: str | None, repeats: int) -> dict[str, Any]:
     """Replay a schedule file here (`remat_bench.torch.replay.replay_files`, with the baseline); its columns.
 
@@ -173,23 +180,14 @@ def replay_fields(graph_path: str, schedule_path: str, device: str | None, repea
     except Exception as exc:  # an operator or a library failing in a way replay does not know
         text = str(exc).strip()
         return _failed(f"{type(exc).__name__}: {text.splitlines()[0] if text else 'no message'}")
-    measured = result.measured_overhead
     notes = [result.note, f"baseline not run: {result.baseline_note}" if result.baseline_note else ""]
+    printed = result.to_json()  # the columns are `replay --json`'s fields, under the sweep's names
     return {
         "replay_status": MEASURED,
         "replay_message": "; ".join(n for n in notes if n) or None,
         "replay_device": result.device,
         "replay_repeats": result.repeats,
-        "measured_peak": result.measured_peak,
-        "peak_error_pct": result.peak_error_pct,
         "measured_within_budget": result.within_budget,
-        "outputs_match": result.outputs_match,
-        "step_time_s": result.step_time_s,
-        "baseline_step_time_s": result.baseline_step_time_s,
-        "measured_overhead_pct": None if measured is None else measured.median_pct,
-        "measured_overhead_min_pct": None if measured is None else measured.min_pct,
-        "measured_overhead_max_pct": None if measured is None else measured.max_pct,
-        "measured_overhead_spread": None if measured is None else measured.spread,
-        "modelled_overhead_pct": result.modelled_overhead_pct,
-        "baseline_measured_peak": result.baseline_measured_peak,
+        **{name: printed[name] for name in _FROM_REPLAY},
     }
+
