@@ -50,13 +50,34 @@ inside the forward, several recomputations of one value, a value kept into the b
 later, steps in another order. Values the loss reads stay resident, as the lowering keeps them, and
 random operators are never recomputed: their draws are saved.
 
-Randomness. Dropout in a compiled graph draws from inductor's generator (``fallback_random`` off: its
-own kernels, philox-based on CUDA), not from eager PyTorch's, so a compiled step with dropout draws
-other masks than eager autograd or `remat_bench.torch.replay` (seeded per operator): its losses agree
-with eager's only in distribution, and tests compare losses on dropout-free models. Without
-randomness a compiled step computes eager's values up to floating-point reassociation: inductor fuses
-pointwise operators and reductions into C++ (or Triton) loops that sum in another order: 1e-7 relative
-on the losses of three float32 training steps of the tests' tiny GPT, which allow 1e-4.
+Memory. Inductor's generated code frees a buffer after its last use, except that by default
+(``allow_buffer_reuse``) a freed buffer goes to a pool and stays allocated until a later buffer of
+the same size and device takes it over, however far away that is. Across a backward pass this holds
+dead buffers through other layers' peaks (docs/benchmarks.md, "Training with the plan").
+`compile_training_step` turns the reuse off, so a buffer is released at its last use (the allocator,
+CPU's or CUDA's caching one, recycles the memory) and memory follows the plan as the simulator
+accounts for it; inductor's in-place reuse of a kernel's input for its output (``inplace_buffers``)
+stays on, and so does its reordering for peak memory. PyTorch's own configurations
+(`compile_with_memory_budget`) keep inductor's defaults, as users run them.
+
+Randomness. By default a compiled graph's dropout draws from inductor's generator (its own kernels,
+philox-based on CUDA), not from eager PyTorch's, so its masks differ from eager autograd's and
+`remat_bench.torch.replay`'s. A step compiled with a plan whose graph has random operators draws the
+masks eager draws instead: dropout is traced as the importer traced it (`partition.dropout_as_imported`:
+``bernoulli``, ``div``, ``mul``, so those calls align), inductor's ``fallback_random`` leaves each draw
+to ATen's kernel, and the step runs under `remat_bench.torch.randomness.seeded_random_ops` in its
+compiled form (off while dynamo and inductor compile, on while the compiled code runs), which seeds
+random operator k of step s as eager training and the replay seed it. The draws are made once, in the
+forward (the plan saves them), in the trace's order. PyTorch's own configurations keep inductor's
+generator, as users run them: their losses with dropout agree with eager's only in distribution.
+
+Numerics. Without a random difference a compiled step computes eager's values up to floating-point
+reassociation: inductor fuses pointwise operators and reductions into C++ (or Triton) loops that sum
+in another order. `FUSION_RTOL` and `FUSION_ATOL` are the tolerance compiled values are held to. A
+ReLU amplifies reassociation: an input within rounding of zero passes its gradient in one run and not
+in the other, so compiled and eager training of a ReLU network can part by more than the tolerance
+from the second step on, as PyTorch's own ``torch.compile`` parts from eager (docs/benchmarks.md,
+"Training with the plan", has the figures and the element that flips on a ResNet).
 """
 
 from __future__ import annotations
@@ -86,8 +107,20 @@ from remat_bench.core.schedule import COMPUTE, FREE, Schedule
 from remat_bench.core.simulate import simulate
 from remat_bench.toolkit.lowering import Plan, lower_plan
 from remat_bench.torch.importer import METADATA_KEY, program_for_graph, spec_of
-from remat_bench.torch.partition import SAME_OPERATOR, first_shape, ordinal, output_leaves
+from remat_bench.torch.partition import (
+    SAME_OPERATOR,
+    dropout_as_imported,
+    first_shape,
+    ordinal,
+    output_leaves,
+)
 from remat_bench.torch.program import OP, ModelSpec, Storages, logger_quiet, sort_fx_nodes
+from remat_bench.torch.randomness import seeded_random_ops
+
+# Inductor's fusions sum in another order than eager's kernels (module docstring, "Numerics"): compiled
+# values are compared with eager ones to this tolerance (torch.allclose's), eager-exact ones to replay's.
+FUSION_RTOL = 1e-4
+FUSION_ATOL = 1e-5
 
 # ---------------------------------------------------------------------- the plan
 
@@ -573,14 +606,16 @@ class CompiledStep:
     """
 
     def __init__(self, module: nn.Module, compiled: Any, partitioner: PlanPartitioner | _Recorder,
-                 plan: CompiledPlan | None = None, memory_budget: float | None = None) -> None:
+                 plan: CompiledPlan | None = None, memory_budget: float | None = None,
+                 seed: int | None = None) -> None:
         self.module = module
         self.compiled = compiled
         self.partitioner = partitioner
         self.plan = plan
         self.memory_budget = memory_budget
+        self.seed = seed  # not None: random operators draw eager's seeded masks (module docstring)
 
-    def __call__(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def __call__(self, inputs: torch.Tensor, labels: torch.Tensor, step: int = 0) -> torch.Tensor:
         """One training step: the loss, and the gradients added into the parameters' ``.grad``.
 
         Parameters
@@ -589,23 +624,30 @@ class CompiledStep:
             The batch, on the module's device.
         labels : torch.Tensor
             Its labels.
+        step : int
+            The training step: with seeded randomness, its random operators draw this step's masks.
 
         Returns
         -------
         torch.Tensor
             The loss, detached.
         """
-        with self._config():
+        with self._config(step, inputs.device):
             loss = self.compiled(inputs, labels)
             loss.backward()
         return loss.detach()
 
     @contextlib.contextmanager
-    def _config(self) -> Iterator[None]:
+    def _config(self, step: int, device: torch.device) -> Iterator[None]:
         patches: dict[str, Any] = {"enable_autograd_cache": False}
         if self.memory_budget is not None:
             patches["activation_memory_budget"] = self.memory_budget
-        with functorch_config.patch(patches), logger_quiet(partitioners.__name__, logging.ERROR):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(functorch_config.patch(patches))
+            stack.enter_context(logger_quiet(partitioners.__name__, logging.ERROR))
+            if self.seed is not None:
+                stack.enter_context(dropout_as_imported())
+                stack.enter_context(seeded_random_ops(self.seed, step, device, compiled=True))
             yield
 
     @property
@@ -639,10 +681,14 @@ class CompiledStep:
 BACKENDS = ("inductor", "aot_eager")
 
 
-def _compiled(module: nn.Module, partitioner: CustomPartitionerFn, backend: str) -> Any:
+def _compiled(module: nn.Module, partitioner: CustomPartitionerFn, backend: str, reuse: bool = True,
+              aten_random: bool = False) -> Any:
+    """``module`` under ``torch.compile`` with ``partitioner``; ``reuse=False`` turns off inductor's buffer
+    reuse (module docstring, "Memory"), ``aten_random`` leaves random draws to ATen ("Randomness")."""
     if backend == "inductor":
         return torch.compile(module, backend="inductor", dynamic=False,
-                             options={"custom_partitioner_fn": partitioner})
+                             options={"custom_partitioner_fn": partitioner, "allow_buffer_reuse": reuse,
+                                      "fallback_random": aten_random})
     if backend == "aot_eager":
         from torch._dynamo.backends.common import aot_autograd
         from torch._dynamo.backends.debugging import get_nop_func
@@ -660,7 +706,9 @@ def compile_training_step(step_module: nn.Module, plan: CompiledPlan, backend: s
     """``step_module`` under ``torch.compile`` (inductor) with ``plan``'s recompute decisions on its joint
     graph (module docstring, "The mechanism").
 
-    Inductor compiles for the device of the module and the batch (C++ on the CPU, Triton on CUDA).
+    Inductor compiles for the device of the module and the batch (C++ on the CPU, Triton on CUDA), with
+    its buffer reuse off (module docstring, "Memory"); a graph with random operators draws eager's seeded masks
+    ("Randomness").
 
     Parameters
     ----------
@@ -689,7 +737,9 @@ def compile_training_step(step_module: nn.Module, plan: CompiledPlan, backend: s
         Another backend.
     """
     partitioner = PlanPartitioner(plan)
-    return CompiledStep(step_module, _compiled(step_module, partitioner, backend), partitioner, plan=plan)
+    seed = partitioner.imported.spec.seed if _random_nodes(plan.graph) else None
+    compiled = _compiled(step_module, partitioner, backend, reuse=False, aten_random=seed is not None)
+    return CompiledStep(step_module, compiled, partitioner, plan=plan, seed=seed)
 
 
 def compile_with_memory_budget(step_module: nn.Module, fraction: float | None = None,

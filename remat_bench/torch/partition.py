@@ -33,7 +33,7 @@ program: AOTAutograd functionalises batch norm into ``_native_batch_norm_legit_f
 operators that allocate memory (views fold into the value whose storage they share, as the
 importer folds them) are aligned by operator: the k-th of a kind in PyTorch's forward pass,
 in execution order, is the k-th of that kind in the imported graph, with the same output
-shape. Dropout is traced as the importer traces it (`_dropout_as_imported`), and a clone that
+shape. Dropout is traced as the importer traces it (`dropout_as_imported`), and a clone that
 AOTAutograd makes of an in-place operator's input (for its backward) maps to the value it copies.
 A value maps to the node owning its storage; a value stored in a parameter, buffer
 or the batch is fixed memory, no node. An operator that cannot be aligned fails the
@@ -266,7 +266,7 @@ def _trace_joint(spec: ModelSpec) -> tuple[fx.GraphModule, list[Any], int, int]:
 
     compiled = aot_function(loss_fn, fw_compiler=lambda gm, _: gm, partition_fn=capture)
     try:
-        with mode, _dropout_as_imported():
+        with mode, dropout_as_imported():
             compiled(list(params.values()), list(buffers.values()), inputs, labels)
     except _Captured as got:
         return got.module, got.inputs, got.num_fwd_outputs, len(names) + len(buffer_names)
@@ -274,7 +274,7 @@ def _trace_joint(spec: ModelSpec) -> tuple[fx.GraphModule, list[Any], int, int]:
 
 
 @contextlib.contextmanager
-def _dropout_as_imported() -> Iterator[None]:
+def dropout_as_imported() -> Iterator[None]:
     """Trace ``aten.dropout`` as the importer's trace (and eager autograd on the CPU) runs it.
 
     Under AOTAutograd's Python dispatcher, ``torch._decomp`` turns ``dropout`` into

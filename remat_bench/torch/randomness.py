@@ -235,8 +235,18 @@ class _SeededRandomOps(TorchDispatchMode):
             return args[0].copy_(functional(*args, **kwargs))
 
 
+class _SeededCompiledOps(_SeededRandomOps):
+    """`_SeededRandomOps` for a ``torch.compile``d step: off while dynamo and inductor compile, on while
+    the compiled code runs, where inductor's ``fallback_random`` kernels call ATen's random operators."""
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return True
+
+
 @contextlib.contextmanager
-def seeded_random_ops(seed: int, step: int = 0, device: torch.device | str = "cpu") -> Iterator[None]:
+def seeded_random_ops(seed: int, step: int = 0, device: torch.device | str = "cpu",
+                      compiled: bool = False) -> Iterator[None]:
     """Run an eager training step with the random values its traced graph draws (module docstring).
 
     Every random operator run in the block (forward and backward) is numbered
@@ -254,6 +264,10 @@ def seeded_random_ops(seed: int, step: int = 0, device: torch.device | str = "cp
         The training step: each step of a training loop draws new masks.
     device : torch.device or str
         Where the step runs.
+    compiled : bool
+        The block calls a ``torch.compile``d step (`remat_bench.torch.compiled`, "Randomness"): the
+        mode stays out of the compilation, which an active mode would otherwise turn back to eager
+        PyTorch, and numbers the random operators the compiled code runs.
 
     Yields
     ------
@@ -264,5 +278,5 @@ def seeded_random_ops(seed: int, step: int = 0, device: torch.device | str = "cp
             from torch.nn.attention import SDPBackend, sdpa_kernel
 
             stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
-        stack.enter_context(_SeededRandomOps(seed, step))
+        stack.enter_context((_SeededCompiledOps if compiled else _SeededRandomOps)(seed, step))
         yield

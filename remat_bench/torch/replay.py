@@ -653,8 +653,9 @@ def _model_run(graph: Graph, device: torch.device) -> Iterator[tuple[Prepare, in
         executors.clear()
 
 
-def compare(got: dict[str, torch.Tensor | None], want: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """Largest absolute and relative differences, and whether all are within RTOL/ATOL.
+def compare(got: dict[str, torch.Tensor | None], want: dict[str, torch.Tensor], rtol: float = RTOL,
+            atol: float = ATOL) -> dict[str, Any]:
+    """Largest absolute and relative differences, and whether all are within ``rtol``/``atol`` (RTOL/ATOL).
 
     Parameters
     ----------
@@ -662,6 +663,8 @@ def compare(got: dict[str, torch.Tensor | None], want: dict[str, torch.Tensor]) 
         Name -> tensor of the replay (None: a gradient it did not produce, compared as zeros).
     want : dict
         Name -> tensor of the reference; every name here is compared.
+    rtol, atol : float
+        The tolerance of ``torch.allclose``.
 
     Returns
     -------
@@ -681,7 +684,7 @@ def compare(got: dict[str, torch.Tensor | None], want: dict[str, torch.Tensor]) 
         diffs[name] = worst
         max_abs = max(max_abs, worst)
         max_rel = max(max_rel, worst / scale if scale else (0.0 if worst == 0 else math.inf))
-        match = match and bool(torch.allclose(value.double(), ref.double(), rtol=RTOL, atol=ATOL))
+        match = match and bool(torch.allclose(value.double(), ref.double(), rtol=rtol, atol=atol))
     return {"match": match, "max_abs": max_abs, "max_rel": max_rel, "diffs": diffs}
 
 

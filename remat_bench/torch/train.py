@@ -25,7 +25,10 @@ same initial parameters (the model's seed) on the same batches
 - ``compile-budget``: ``torch.compile`` with PyTorch's own
   ``activation_memory_budget`` at the schedule's budget fraction;
 - ``schedule-compiled`` (``mode="compiled"``): the schedule's plan as
-  recompute decisions under ``torch.compile`` (`remat_bench.torch.compiled`).
+  recompute decisions under ``torch.compile`` (`remat_bench.torch.compiled`),
+  drawing eager's dropout masks; its parameters are compared with eager's to
+  inductor's fusion tolerance, and its measured peak with the plan as
+  compiled (``as_compiled_peak``), the schedule the simulator scores for it.
 
 For each it records the loss per step, the measured peak of one step (the
 fixed memory, i.e. parameters, buffers and the batch, plus the most allocated
@@ -64,7 +67,7 @@ from remat_bench.torch.program import (
     make_batch,
 )
 from remat_bench.torch.randomness import seeded_random_ops
-from remat_bench.torch.replay import compare
+from remat_bench.torch.replay import ATOL, RTOL, compare
 
 CONFIGURATIONS = ("schedule", "eager", "compile", "compile-budget")
 MODES = ("exact", "compiled")
@@ -237,9 +240,20 @@ class TrainReport:
     simulated_peak: int
     fixed_bytes: int
     configurations: list[Configuration]
+    as_compiled_peak: int | None = None  # compiled mode: the simulated peak of the plan as compiled
     max_loss_diff: float | None = None  # schedule against eager: the largest |difference| of a step's loss
     max_param_diff: float | None = None  # after the last step: the largest |schedule - eager| of a parameter
-    params_match: bool | None = None  # every parameter within replay's RTOL/ATOL of eager's
+    params_match: bool | None = None  # every parameter within `tolerance` of eager's
+
+    @property
+    def tolerance(self) -> tuple[float, float]:
+        """(rtol, atol) the parameters are compared with: replay's in exact mode, inductor's fusions'
+        (`remat_bench.torch.compiled.FUSION_RTOL`, ``FUSION_ATOL``) in compiled mode."""
+        if self.mode == "compiled":
+            from remat_bench.torch.compiled import FUSION_ATOL, FUSION_RTOL
+
+            return FUSION_RTOL, FUSION_ATOL
+        return RTOL, ATOL
 
     def to_json(self) -> dict[str, Any]:
         """The report as ``remat-bench train --json`` prints it.
@@ -250,9 +264,10 @@ class TrainReport:
         """
         return {"graph": self.graph, "device": self.device, "steps": self.steps, "mode": self.mode,
                 "budget": self.budget, "budget_fraction": self.budget_fraction,
-                "simulated_peak": self.simulated_peak, "fixed_bytes": self.fixed_bytes,
+                "simulated_peak": self.simulated_peak, "as_compiled_peak": self.as_compiled_peak,
+                "fixed_bytes": self.fixed_bytes,
                 "max_loss_diff": self.max_loss_diff, "max_param_diff": self.max_param_diff,
-                "params_match": self.params_match,
+                "params_match": self.params_match, "tolerance": dict(zip(("rtol", "atol"), self.tolerance)),
                 "configurations": [c.to_json() for c in self.configurations]}
 
 
@@ -267,15 +282,6 @@ def _eager_step(module: TrainingStep, seed: int, device: torch.device) -> StepFn
         return loss.detach()
 
     return step
-
-
-def _compiled_step(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> StepFn:
-    """A `remat_bench.torch.compiled.CompiledStep` (it runs the backward itself) as a step function."""
-
-    def run(inputs: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
-        return step(inputs, labels).detach()
-
-    return run
 
 
 def _run(config: Configuration, step_fn: StepFn, module: TrainingStep, spec: ModelSpec, steps: int,
@@ -351,6 +357,9 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
     base_peak = baseline(graph).peak
     fraction = (float(schedule.budget) / float(base_peak)) if schedule.budget is not None else None
     fixed_bytes = 0
+    as_compiled_peak: int | None = None
+    random = any((node.metadata or {}).get("random") is not None for node in graph.nodes)
+    own_masks = "dropout masks from inductor's generator: losses comparable in distribution only" if random else ""
     results: list[Configuration] = []
     for name in ["schedule", *[c for c in configurations if c != "schedule"]]:
         module = build_step(spec).to(dev)
@@ -364,7 +373,8 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
             from remat_bench.torch.compiled import compile_training_step, compiled_plan
 
             plan = compiled_plan(graph, schedule)
-            step_fn = _compiled_step(compile_training_step(module, plan, backend=backend))
+            as_compiled_peak = int(simulate(graph, plan.as_compiled).peak)
+            step_fn = compile_training_step(module, plan, backend=backend)
             config.note = ("the schedule's plan under torch.compile, exactly" if plan.exact else
                            "the schedule's plan under torch.compile, as compiled: " + "; ".join(plan.differences))
         elif name == "eager":
@@ -372,7 +382,8 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
         elif name == "compile":
             from remat_bench.torch.compiled import compile_with_memory_budget
 
-            step_fn = _compiled_step(compile_with_memory_budget(module, None))
+            step_fn = compile_with_memory_budget(module, None)
+            config.note = own_masks
         else:
             if fraction is None:
                 config.note = "not run: the schedule has no budget"
@@ -380,18 +391,18 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
                 continue
             from remat_bench.torch.compiled import compile_with_memory_budget
 
-            step_fn = _compiled_step(compile_with_memory_budget(module, fraction))
-            config.note = f"activation_memory_budget={fraction:.3f}"
+            step_fn = compile_with_memory_budget(module, fraction)
+            config.note = "; ".join(filter(None, [f"activation_memory_budget={fraction:.3f}", own_masks]))
         _run(config, step_fn, module, spec, steps, dev, lr, fixed_bytes)
         results.append(config)
     report = TrainReport(graph.name, str(dev), steps, mode, _whole(schedule.budget), fraction,
-                         int(sim.peak), fixed_bytes, results)
+                         int(sim.peak), fixed_bytes, results, as_compiled_peak)
     by_name = {c.name: c for c in results}
     mine = results[0]
     eager = by_name.get("eager")
     if eager is not None and eager.losses:
         report.max_loss_diff = max(abs(a - b) for a, b in zip(mine.losses, eager.losses))
-        same = compare(dict(mine.parameters), eager.parameters)
+        same = compare(dict(mine.parameters), eager.parameters, *report.tolerance)
         report.max_param_diff, report.params_match = same["max_abs"], same["match"]
     return report
 
