@@ -37,10 +37,13 @@ def small_cnn() -> nn.Module:
     return nn.Sequential(*blocks, nn.Dropout(0.2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
 
 
-BUDGETS = {"gpt": 0.5, "factory": 0.5}
+# A torchvision ResNet small enough for CI holds parameters and gradients near its peak: nothing fits below
+# 0.84 of it (`remat-bench floor`); docs/benchmarks.md trains ResNet-50 at 0.5 at a size where one does.
+BUDGETS = {"gpt": 0.5, "factory": 0.5, "torchvision": 0.95}
 MODELS = {
     "gpt": dict(model="gpt", batch=8, input_shape=(64,), vocab=64, max_seq=64, width=32, layers=2, heads=2),
     "factory": dict(model="tests.test_train:small_cnn", batch=8, input_shape=(3, 32, 32)),
+    "torchvision": dict(model="torchvision:resnet18", batch=8, input_shape=(3, 64, 64), num_classes=10),
 }
 
 
@@ -74,7 +77,9 @@ def test_exact_mode_trains_as_eager_autograd_does(solved):
     assert mine.measured_peak is not None and report.budget is not None
     assert mine.measured_peak <= report.budget
     assert abs(mine.measured_peak / report.simulated_peak - 1) <= 0.01
-    assert eager.measured_peak is not None and eager.measured_peak > mine.measured_peak
+    assert eager.measured_peak is not None and report.budget_fraction is not None
+    if report.budget_fraction <= 0.5:  # (autograd frees sooner than the baseline schedule: near 1, not below)
+        assert eager.measured_peak > mine.measured_peak
 
 
 def test_the_step_fills_grad_and_reuses_the_updated_parameters():
@@ -151,3 +156,15 @@ def test_compiled_mode_with_inductor_draws_eagers_dropout_masks_and_holds_the_bu
     assert mine.measured_peak is not None and report.budget is not None and report.as_compiled_peak is not None
     assert mine.measured_peak <= report.budget
     assert mine.measured_peak <= report.as_compiled_peak <= report.budget
+
+
+def test_a_plan_over_budget_as_compiled_is_said_before_it_runs():
+    # dtr recomputes the CNN's convolutions several times; compiled, each is recomputed once and held.
+    g, schedule = _solved("factory", "dtr")
+    report = train(g, schedule, 2, mode="compiled", configurations=("schedule",), backend="aot_eager")
+    note = report.configurations[0].note
+    assert report.as_compiled_peak is not None and report.budget is not None
+    assert report.as_compiled_peak > report.budget
+    assert note.startswith(f"as compiled, the plan's simulated peak {report.as_compiled_peak:,} is above the budget "
+                           f"{report.budget:,}")
+    assert "is recomputed 3 times in the backward" in note

@@ -377,6 +377,11 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
             step_fn = compile_training_step(module, plan, backend=backend)
             config.note = ("the schedule's plan under torch.compile, exactly" if plan.exact else
                            "the schedule's plan under torch.compile, as compiled: " + "; ".join(plan.differences))
+            if schedule.budget is not None and as_compiled_peak > schedule.budget:
+                config.note = (f"as compiled, the plan's simulated peak {as_compiled_peak:,} is above the budget "
+                               f"{int(schedule.budget):,} (torch.compile recomputes a value once at most and holds "
+                               "it until its last use; chen's and torch-budget's schedules compile as they "
+                               "are); " + config.note)
         elif name == "eager":
             step_fn = _eager_step(module, spec.seed, dev)
         elif name == "compile":
