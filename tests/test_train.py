@@ -168,3 +168,30 @@ def test_a_plan_over_budget_as_compiled_is_said_before_it_runs():
     assert note.startswith(f"as compiled, the plan's simulated peak {report.as_compiled_peak:,} is above the budget "
                            f"{report.budget:,}")
     assert "is recomputed 3 times in the backward" in note
+
+
+def test_steps_are_timed_and_peaks_measured_by_the_device_measures(monkeypatch):
+    # The CUDA path is these two functions' (CUDA events, the allocator's peak statistics; tests/test_costs.py
+    # runs them with CPU stand-ins); here stand-ins record that every step goes through them, on the device.
+    import remat_bench.torch.train as train_module
+
+    seen: list[tuple[str, str]] = []
+
+    def fake_time_ns(device, fn):
+        seen.append(("time", device.type))
+        fn()
+        return 2_000_000
+
+    def fake_peak(device, fn):
+        seen.append(("peak", device.type))
+        fn()
+        return 1000
+
+    monkeypatch.setattr(train_module, "time_ns", fake_time_ns)
+    monkeypatch.setattr(train_module, "measure_peak", fake_peak)
+    g, schedule = _solved("gpt")
+    report = train(g, schedule, 4, configurations=("schedule",))
+    mine = report.configurations[0]
+    assert seen == [("time", "cpu"), ("peak", "cpu"), ("time", "cpu"), ("time", "cpu")]
+    assert mine.measured_peak == report.fixed_bytes + 1000
+    assert mine.step_times_s == [0.002, None, 0.002, 0.002] and mine.median_step_time_s == 0.002

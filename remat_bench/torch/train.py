@@ -34,8 +34,9 @@ For each it records the loss per step, the measured peak of one step (the
 fixed memory, i.e. parameters, buffers and the batch, plus the most allocated
 at once during the step above what was allocated when it began; measured as
 `replay` measures: profiler memory events on the CPU, the allocator's peak
-statistics on CUDA) and the median step time (CUDA: synchronized around each
-step). The first step of every configuration is left out of the times (it
+statistics on CUDA, ``torch.cuda.max_memory_allocated``) and the median step
+time (`remat_bench.torch.measure.time_ns`: CUDA events around the step on
+CUDA, the wall clock on the CPU). The first step of every configuration is left out of the times (it
 compiles, or warms up the kernels); the peak is measured on the second step,
 which is left out of the times as well (the profiler slows it).
 """
@@ -56,7 +57,7 @@ from remat_bench.core.graph import Graph
 from remat_bench.core.schedule import COMPUTE, Schedule
 from remat_bench.core.simulate import baseline, simulate
 from remat_bench.torch.importer import program_for_graph, spec_of
-from remat_bench.torch.measure import measure_peak, timed
+from remat_bench.torch.measure import measure_peak, time_ns
 from remat_bench.torch.program import (
     ExecutionError,
     Executor,
@@ -296,7 +297,7 @@ def _run(config: Configuration, step_fn: StepFn, module: TrainingStep, spec: Mod
         if k == 1:  # the profiled step: its peak; left out of the times
             config.measured_peak = fixed_bytes + measure_peak(device, run)
         else:
-            elapsed = timed(device, run)
+            elapsed = time_ns(device, run) / 1e9
         optimizer.step()
         config.losses.append(float(box[0]))
         config.step_times_s.append(elapsed)
