@@ -131,9 +131,13 @@ def test_compiled_mode_runs_the_plan_and_trains_as_eager_within_fusion_tolerance
     # aot_eager: the plan's partition with the graphs run uncompiled (tests/test_compiled.py runs inductor);
     # decomposed operators sum in another order than eager's, hence a tolerance instead of equality.
     g, schedule = _solved("gpt")
-    report = train(g, schedule, 3, mode="compiled", configurations=("schedule", "eager"), backend="aot_eager")
-    mine, eager = report.configurations
+    report = train(g, schedule, 3, mode="compiled", configurations=("schedule", "eager", "compile"),
+                   backend="aot_eager")
+    mine, eager, _ = report.configurations
     assert mine.name == "schedule-compiled" and mine.note.startswith("the schedule's plan under torch.compile")
+    # PyTorch's own torch.compile (inductor) against eager: the scale of what fusions do, reported beside.
+    assert report.compile_max_loss_diff is not None and report.compile_max_param_diff is not None
+    assert report.compile_max_loss_diff <= FUSION_RTOL * abs(eager.losses[0])
     assert report.max_loss_diff is not None and report.max_loss_diff <= FUSION_RTOL * abs(eager.losses[0])
     assert report.params_match and report.tolerance == (FUSION_RTOL, FUSION_ATOL)
     assert mine.measured_peak is not None and mine.measured_peak < eager.measured_peak
@@ -152,6 +156,7 @@ def test_compiled_mode_with_inductor_draws_eagers_dropout_masks_and_holds_the_bu
     assert report.max_loss_diff is not None and report.max_loss_diff <= FUSION_RTOL * abs(eager.losses[0])
     assert report.params_match, report.max_param_diff
     assert compiled.losses[0] != eager.losses[0]  # torch.compile's own masks: other losses
+    assert report.compile_max_loss_diff is None  # so they are no measure of what fusions do
     assert "inductor's generator" in compiled.note
     assert mine.measured_peak is not None and report.budget is not None and report.as_compiled_peak is not None
     assert mine.measured_peak <= report.budget

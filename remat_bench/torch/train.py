@@ -245,6 +245,10 @@ class TrainReport:
     max_loss_diff: float | None = None  # schedule against eager: the largest |difference| of a step's loss
     max_param_diff: float | None = None  # after the last step: the largest |schedule - eager| of a parameter
     params_match: bool | None = None  # every parameter within `tolerance` of eager's
+    # torch.compile's own configuration against eager (dropout-free models): what inductor's fusions do to
+    # the same training, the scale a compiled schedule's differences compare with.
+    compile_max_loss_diff: float | None = None
+    compile_max_param_diff: float | None = None
 
     @property
     def tolerance(self) -> tuple[float, float]:
@@ -269,6 +273,8 @@ class TrainReport:
                 "fixed_bytes": self.fixed_bytes,
                 "max_loss_diff": self.max_loss_diff, "max_param_diff": self.max_param_diff,
                 "params_match": self.params_match, "tolerance": dict(zip(("rtol", "atol"), self.tolerance)),
+                "compile_max_loss_diff": self.compile_max_loss_diff,
+                "compile_max_param_diff": self.compile_max_param_diff,
                 "configurations": [c.to_json() for c in self.configurations]}
 
 
@@ -410,6 +416,10 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
         report.max_loss_diff = max(abs(a - b) for a, b in zip(mine.losses, eager.losses))
         same = compare(dict(mine.parameters), eager.parameters, *report.tolerance)
         report.max_param_diff, report.params_match = same["max_abs"], same["match"]
+        plain = by_name.get("compile")
+        if plain is not None and plain.losses and not random:  # with dropout its masks are inductor's
+            report.compile_max_loss_diff = max(abs(a - b) for a, b in zip(plain.losses, eager.losses))
+            report.compile_max_param_diff = compare(dict(plain.parameters), eager.parameters)["max_abs"]
     return report
 
 
