@@ -155,6 +155,9 @@ def test_compiled_mode_with_inductor_draws_eagers_dropout_masks_and_holds_the_bu
     assert mine.note == "the schedule's plan under torch.compile, exactly"
     assert report.max_loss_diff is not None and report.max_loss_diff <= FUSION_RTOL * abs(eager.losses[0])
     assert report.params_match, report.max_param_diff
+    assert mine.partition == [] and mine.saved_bytes is not None and 0 < mine.saved_bytes < report.budget
+    assert compiled.saved_bytes is not None and compiled.saved_bytes > mine.saved_bytes
+    assert eager.saved_bytes is None
     assert compiled.losses[0] != eager.losses[0]  # torch.compile's own masks: other losses
     assert report.compile_max_loss_diff is None  # so they are no measure of what fusions do
     assert "inductor's generator" in compiled.note

@@ -113,6 +113,7 @@ from remat_bench.torch.partition import (
     first_shape,
     ordinal,
     output_leaves,
+    same_call,
 )
 from remat_bench.torch.program import OP, ModelSpec, Storages, logger_quiet, sort_fx_nodes
 from remat_bench.torch.randomness import seeded_random_ops
@@ -392,7 +393,7 @@ def _align(gm: fx.GraphModule, info: Any, imported: _Imported) -> _Alignment:
             continue
         for k, (nodes, (i, shape)) in enumerate(zip(found, mine)):
             main = next((n for n in nodes if str(n.target) == op), nodes[-1])
-            if first_shape(main) != shape:
+            if not same_call(op, first_shape(main), shape):
                 alignment.unaligned.append(f"the {ordinal(k + 1)} {op} has shape {first_shape(main)} in the compiled "
                                            f"graph and {shape} in the imported graph ('{ids[i]}'): left to the "
                                            "partitioner")

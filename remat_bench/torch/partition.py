@@ -323,8 +323,7 @@ def _aligned(graph: Graph, program: Program, module: fx.GraphModule, inputs: lis
             continue
         for k, (n, i) in enumerate(zip(nodes, mine)):
             theirs_shape, ours_shape = first_shape(n), first_shape(program.nodes[i].runs())
-            # An uninitialised buffer may be traced at its final shape or resized into it later: order decides.
-            if theirs_shape != ours_shape and op != "aten.empty_like.default":
+            if not same_call(op, theirs_shape, ours_shape):
                 unaligned[n.name] = (f"the {ordinal(k + 1)} {op} has shape {theirs_shape} in PyTorch's trace and "
                                      f"{ours_shape} in the imported graph ('{graph.ids[i]}')")
             else:
@@ -346,6 +345,25 @@ def _aligned(graph: Graph, program: Program, module: fx.GraphModule, inputs: lis
     forward_ops = frozenset(n.name for nodes in theirs.values() for n in nodes)
     return JointGraph(graph, module, inputs, num_fwd_outputs, static_inputs, owner, unaligned, forward_ops,
                       {n.name: n for n in module.graph.nodes})
+
+
+def same_call(op: str, theirs: tuple[int, ...] | None, ours: tuple[int, ...] | None) -> bool:
+    """Whether the k-th call of ``op`` in a PyTorch trace, of output shape ``theirs``, is the k-th node of
+    ``op`` in the imported graph, of output shape ``ours``: same shape, except for an uninitialised buffer
+    (``empty_like``), which may be traced at its final shape or resized into it later: order decides.
+
+    Parameters
+    ----------
+    op : str
+        The operator, as `SAME_OPERATOR` names it.
+    theirs, ours : tuple of int or None
+        The two output shapes (`first_shape`).
+
+    Returns
+    -------
+    bool
+    """
+    return theirs == ours or op == "aten.empty_like.default"
 
 
 def first_shape(n: fx.Node) -> tuple[int, ...] | None:

@@ -209,6 +209,8 @@ class Configuration:
     measured_peak: int | None = None
     note: str = ""
     parameters: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    saved_bytes: int | None = None  # compiled configurations: the activations the compiled forward saves
+    partition: list[str] = field(default_factory=list)  # the compiled schedule: how its partition differs
 
     @property
     def median_step_time_s(self) -> float | None:
@@ -225,6 +227,7 @@ class Configuration:
         """
         return {"name": self.name, "losses": self.losses, "measured_peak": self.measured_peak,
                 "median_step_time_s": self.median_step_time_s, "step_times_s": self.step_times_s,
+                "saved_bytes": self.saved_bytes, "partition": self.partition,
                 "note": self.note}
 
 
@@ -406,6 +409,8 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
             step_fn = compile_with_memory_budget(module, fraction)
             config.note = "; ".join(filter(None, [f"activation_memory_budget={fraction:.3f}", own_masks]))
         _run(config, step_fn, module, spec, steps, dev, lr, fixed_bytes)
+        if name != "eager" and not (name == "schedule" and mode == "exact"):
+            _record_partition(config, step_fn)
         results.append(config)
     report = TrainReport(graph.name, str(dev), steps, mode, _whole(schedule.budget), fraction,
                          int(sim.peak), fixed_bytes, results, as_compiled_peak)
@@ -421,6 +426,15 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
             report.compile_max_loss_diff = max(abs(a - b) for a, b in zip(plain.losses, eager.losses))
             report.compile_max_param_diff = compare(dict(plain.parameters), eager.parameters)["max_abs"]
     return report
+
+
+def _record_partition(config: Configuration, step_fn: StepFn) -> None:
+    """What a compiled step's forward saved and how its partition differs from its plan, into ``config``."""
+    from remat_bench.torch.compiled import CompiledStep
+
+    if isinstance(step_fn, CompiledStep):
+        config.saved_bytes = step_fn.saved_bytes
+        config.partition = list(step_fn.check.mismatches) if step_fn.check is not None else []
 
 
 def _whole(amount: Any) -> int | None:
