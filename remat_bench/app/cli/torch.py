@@ -312,6 +312,9 @@ def _schedule_for(g: Graph, path: Path) -> Any:
         return sched
 
 
+NOTE_CHARS = 240  # a configuration's note in train's table: a compiled plan's differences can run long
+
+
 def _trained(g: Graph, report: Any) -> Table:
     table = Table(title=f"{g.name}: {report.steps} steps on {report.device} ({report.mode} mode)")
     for column in ("configuration", "measured peak", "vs simulated", "median step", "first loss", "last loss",
@@ -325,7 +328,10 @@ def _trained(g: Graph, report: Any) -> Table:
         step = f"{c.median_step_time_s * 1000:.1f} ms" if c.median_step_time_s is not None else "-"
         first = f"{c.losses[0]:.6f}" if c.losses else "-"
         last = f"{c.losses[-1]:.6f}" if c.losses else "-"
-        table.add_row(c.name, peak, vs, step, first, last, escape(c.note))
+        note = c.note
+        if len(note) > NOTE_CHARS:
+            note = note[:NOTE_CHARS].rsplit(" ", 1)[0] + " ... (--json: all of it)"
+        table.add_row(c.name, peak, vs, step, first, last, escape(note))
     if report.max_loss_diff is not None:
         rtol, atol = report.tolerance
         verdict = "equal to" if report.params_match else "[red]different to[/]"
