@@ -114,6 +114,13 @@ ULP_OVER_BASELINE = Graph([
 ], name="fuzz", outputs=["v0", "v1", "v2", "v3"], fixed_memory=7)
 # checkmate: the overhead of its incumbents divided by a baseline duration of zero.
 ZERO_DURATION_WITH_WORKSPACE = Graph([Node("v0", (), 0, 0, workspace=1, kind="forward")], name="fuzz")
+# The any-order bound at the memory floor: its cut added 1.969 + 3 against 1e11 + 4.969 - 1e11, one ulp
+# over, and charged v0 a recomputation greedy's schedule (within the budget, in the simulator's sums) did
+# not need.
+FRACTIONAL_TIE = Graph([
+    Node("v0", (), 1.969, 1, kind="forward"), Node("v1", ("v0",), 10**11, 0, workspace=3, kind="forward"),
+    Node("v2", ("v1",), 0, 0, workspace=3, kind="backward"),
+], name="fuzz", outputs=["v0"])
 BACKWARD_ONLY = Graph([Node("v0", (), 1, 1, kind="backward"), Node("v1", ("v0",), 2, 1, kind="backward")],
                       name="backward-only")
 
@@ -128,6 +135,7 @@ BACKWARD_ONLY = Graph([Node("v0", (), 1, 1, kind="backward"), Node("v1", ("v0",)
 @example(g=BACKWARD_ONLY, choice=0.5)
 @example(g=ULP_OVER_BASELINE, choice="min")
 @example(g=ZERO_DURATION_WITH_WORKSPACE, choice=0.0)
+@example(g=FRACTIONAL_TIE, choice=0.0)
 @settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 25)), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(g=graphs(), choice=st.one_of(st.just("min"), st.just(-1.0), st.floats(0.0, 1.0)))

@@ -282,6 +282,11 @@ def dropout_as_imported() -> Iterator[None]:
     composite, which on the CPU draws a Bernoulli noise, scales it and multiplies (``bernoulli``,
     ``div``, ``mul``). Without the Python kernels the joint graph takes the same path, so its
     forward operators align with the imported graph's one for one.
+
+    Yields
+    ------
+    None
+        While the block runs; the Python kernels are put back after it.
     """
     op = torch.ops.aten.dropout.default
     keys = (DispatchKey.Autograd, DispatchKey.CompositeImplicitAutograd)
