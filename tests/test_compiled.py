@@ -48,6 +48,15 @@ LR = 0.5
 RTOL = 1e-4
 
 
+@pytest.fixture(scope="module", autouse=True)
+def fresh_dynamo():
+    """Dynamo's compiled versions of the training step's forward from other test modules, cleared: past its
+    recompile limit it would run eager PyTorch (refused here by `CompileError`)."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
 @pytest.fixture(scope="module")
 def gpt() -> Graph:
     return import_model("gpt", batch=8, input_shape=(64,), durations="flops", workspace="none", model_kwargs=GPT)
@@ -260,3 +269,22 @@ def test_the_measured_compiled_peak_is_the_plans_as_compiled(gpt: Graph, checkma
     assert measured is not None and simulated is not None and report.budget is not None
     assert measured <= report.budget
     assert abs(measured / simulated - 1) <= 0.03, (measured, simulated)
+
+
+def test_a_step_dynamo_leaves_uncompiled_is_refused_not_measured(gpt: Graph, checkmate: CompiledPlan) -> None:
+    # Past its recompile limit dynamo runs eager PyTorch without a word; a step that never reached its
+    # partitioner would then be measured as eager's. One compiled version allowed: the second module is
+    # refused in a sentence.
+    from torch._dynamo import config as dynamo_config
+
+    from remat_bench.torch.compiled import CompileError
+
+    spec = spec_of(gpt)
+    assert spec is not None
+    inputs, labels = make_batch(spec)
+    torch._dynamo.reset()
+    with dynamo_config.patch(recompile_limit=1):
+        compile_training_step(build_step(spec), checkmate, backend="aot_eager")(inputs, labels)
+        with pytest.raises(CompileError, match="without compiling it"):
+            compile_training_step(build_step(spec), checkmate, backend="aot_eager")(inputs, labels)
+    torch._dynamo.reset()

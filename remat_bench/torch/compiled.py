@@ -504,6 +504,10 @@ def _check(forward: fx.GraphModule, backward: fx.GraphModule, num_fwd_outputs: i
                           sum(storages.values()), plan_bytes, inputs, mismatches)
 
 
+class CompileError(RematBenchError):
+    """``torch.compile`` did not compile a training step (it ran eager PyTorch instead)."""
+
+
 class PlanPartitioner(CustomPartitionerFn):
     """Inductor's partitioner with the plan's tags on the joint graph; keeps what each partition did.
 
@@ -632,11 +636,27 @@ class CompiledStep:
         -------
         torch.Tensor
             The loss, detached.
+
+        Raises
+        ------
+        CompileError
+            ``torch.compile`` ran the step as eager PyTorch (its recompile limit reached).
         """
         with self._config(step, inputs.device):
             loss = self.compiled(inputs, labels)
             loss.backward()
+        if not self._partitioned():
+            raise CompileError("torch.compile ran the training step without compiling it: dynamo fell back to "
+                               "eager PyTorch, most likely at its recompile limit (torch._dynamo.config."
+                               "recompile_limit compiled versions of one model's forward in this process); "
+                               "torch._dynamo.reset() clears them")
         return loss.detach()
+
+    def _partitioned(self) -> bool:
+        """Whether a compilation went through the step's partitioner (it records every one)."""
+        if isinstance(self.partitioner, PlanPartitioner):
+            return bool(self.partitioner.checks)
+        return bool(self.partitioner.saved_bytes)
 
     @contextlib.contextmanager
     def _config(self, step: int, device: torch.device) -> Iterator[None]:
