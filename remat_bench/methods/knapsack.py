@@ -209,7 +209,10 @@ class Knapsack(Method):
         if best is None:
             why = ("the time limit ran out before a knapsack capacity tried gave a schedule within the budget"
                    if deadline.expired() else
-                   "no knapsack capacity gives a schedule within the budget, even saving nothing")
+                   # Not "even saving nothing": with recomputed values held until their last use, saving
+                   # nothing holds nearly everything at once, so the walk's end is not its least peak.
+                   "no knapsack capacity tried, from every value saved to none, gives a schedule within the "
+                   "budget")
             return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=deadline.elapsed(), stats=stats,
                                 termination=search_ended(deadline), message=why)
         duration, _, schedule, fraction, transient = best
