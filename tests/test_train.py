@@ -203,3 +203,18 @@ def test_steps_are_timed_and_peaks_measured_by_the_device_measures(monkeypatch):
     assert seen == [("time", "cpu"), ("peak", "cpu"), ("time", "cpu"), ("time", "cpu")]
     assert mine.measured_peak == report.fixed_bytes + 1000
     assert mine.step_times_s == [0.002, None, 0.002, 0.002] and mine.median_step_time_s == 0.002
+
+
+def test_a_torchvision_resnet_compiles_its_plan_exactly():
+    # aot_eager: inductor's decomposed graph and the plan's partition, run uncompiled. In-place ReLUs and
+    # batch norm align, the partition saves and recomputes what the plan says. Past the first step the
+    # losses part by rounding that ReLUs amplify (docs/pytorch.md, compiled mode, "Tolerance"): the first
+    # loss, before any update, is compared.
+    g, schedule = _solved("torchvision")
+    report = train(g, schedule, 2, mode="compiled", configurations=("schedule", "eager"), backend="aot_eager")
+    mine, eager = report.configurations
+    assert mine.note == "the schedule's plan under torch.compile, exactly" and mine.partition == []
+    assert mine.saved_bytes is not None and mine.saved_bytes > 0
+    assert abs(mine.losses[0] - eager.losses[0]) <= FUSION_RTOL * abs(eager.losses[0])
+    assert report.as_compiled_peak is not None and report.budget is not None
+    assert report.as_compiled_peak <= report.budget
