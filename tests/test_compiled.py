@@ -261,7 +261,7 @@ def test_only_imported_graphs_and_valid_schedules_have_a_plan(gpt: Graph, checkm
 def test_the_measured_compiled_peak_is_the_plans_as_compiled(gpt: Graph, checkmate: CompiledPlan) -> None:
     # Inductor's buffer reuse off (compiled.py, "Memory"): its buffers are released at their last use, and
     # the measured peak of the compiled step is the simulated one of the plan as compiled, within the
-    # budget (with the reuse on it was 19% above: dead gelu buffers held for a later block).
+    # budget (with the reuse on it was above: docs/pytorch.md, compiled mode, "Memory as planned").
     from remat_bench.torch.train import train as train_with
 
     report = train_with(gpt, checkmate.as_compiled, 2, mode="compiled", configurations=("schedule",))

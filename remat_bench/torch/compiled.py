@@ -106,7 +106,7 @@ from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import COMPUTE, FREE, Schedule
 from remat_bench.core.simulate import simulate
 from remat_bench.toolkit.lowering import Plan, lower_plan
-from remat_bench.torch.importer import METADATA_KEY, program_for_graph, spec_of
+from remat_bench.torch.importer import METADATA_KEY, program_for_graph, random_nodes, spec_of
 from remat_bench.torch.partition import (
     SAME_OPERATOR,
     dropout_as_imported,
@@ -205,10 +205,6 @@ def _phases(graph: Graph, schedule: Schedule) -> _Phases:
     return _Phases(start, before, after, frozenset(saved))
 
 
-def _random_nodes(graph: Graph) -> frozenset[int]:
-    return frozenset(v for v in graph.forward_indices if (graph.nodes[v].metadata or {}).get("random") is not None)
-
-
 def compiled_plan(graph: Graph, schedule: Schedule) -> CompiledPlan:
     """The plan of ``schedule`` as ``torch.compile`` can run it: its saved set, its recomputations, and
     what differs from the schedule (module docstring, "The plan").
@@ -242,7 +238,7 @@ def compiled_plan(graph: Graph, schedule: Schedule) -> CompiledPlan:
     if not sim.valid:
         raise ScheduleError(f"graph '{graph.name}': the schedule is not valid ({sim.violation}), so it has no plan")
     phases = _phases(graph, schedule)
-    random = _random_nodes(graph)
+    random = random_nodes(graph)
     segments = tuple((v,) for v in graph.forward_indices)
     kept = set(phases.saved)
     while True:  # random operators the lowering would recompute are saved instead
@@ -758,7 +754,7 @@ def compile_training_step(step_module: nn.Module, plan: CompiledPlan, backend: s
         Another backend.
     """
     partitioner = PlanPartitioner(plan)
-    seed = partitioner.imported.spec.seed if _random_nodes(plan.graph) else None
+    seed = partitioner.imported.spec.seed if random_nodes(plan.graph) else None
     compiled = _compiled(step_module, partitioner, backend, reuse=False, aten_random=seed is not None)
     return CompiledStep(step_module, compiled, partitioner, plan=plan, seed=seed)
 

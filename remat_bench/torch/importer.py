@@ -505,6 +505,22 @@ def node_flops(node: ProgramNode) -> int:
 # ---------------------------------------------------------------------- re-creating a graph's program
 
 
+def random_nodes(graph: Graph) -> frozenset[int]:
+    """The nodes of an imported graph that draw random numbers (dropout), as the importer marks them.
+
+    Parameters
+    ----------
+    graph : Graph
+        Any graph (none of another's nodes is marked).
+
+    Returns
+    -------
+    frozenset of int
+        Node indices.
+    """
+    return frozenset(v for v, node in enumerate(graph.nodes) if (node.metadata or {}).get("random") is not None)
+
+
 def spec_of(graph: Graph) -> ModelSpec | None:
     """The model spec an imported graph keeps in its metadata, or None for other graphs.
 

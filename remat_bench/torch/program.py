@@ -53,7 +53,7 @@ import logging
 import operator
 import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -68,6 +68,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.nn.modules.lazy import LazyModuleMixin
 
+from remat_bench.core.schedule import COMPUTE
 from remat_bench.torch import TORCH_LOG_SWITCHES, ecosystem
 from remat_bench.torch.randomness import is_random_call, random_key, seeded_generators, seeded_random_ops
 from remat_bench.torch.zoo import (
@@ -1342,6 +1343,25 @@ class Executor:
             The node's index; its value must be resident.
         """
         del self.values[i]
+
+    def run(self, steps: Iterable[tuple[int, int]]) -> None:
+        """Perform a schedule's steps in order: ``(COMPUTE, i)`` computes node i, any other kind frees it.
+
+        Parameters
+        ----------
+        steps : iterable of (int, int)
+            (kind, node index) pairs, as a `remat_bench.core.schedule.Schedule` holds them.
+
+        Raises
+        ------
+        ExecutionError
+            An operator that fails on the device.
+        """
+        for kind, i in steps:
+            if kind == COMPUTE:
+                self.compute(i)
+            else:
+                self.free(i)
 
     def results(self) -> tuple[torch.Tensor, dict[str, torch.Tensor | None]]:
         """The loss and every parameter's gradient, read from the resident outputs.

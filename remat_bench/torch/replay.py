@@ -626,11 +626,7 @@ def _model_run(graph: Graph, device: torch.device) -> Iterator[tuple[Prepare, in
 
         def execute() -> None:
             try:
-                for kind, v, _ in steps:
-                    if kind == COMPUTE:
-                        ex.compute(v)
-                    else:
-                        ex.free(v)
+                ex.run((kind, v) for kind, v, _ in steps)
             except ExecutionError as exc:
                 raise ReplayError(f"replaying '{graph.name}': {exc}") from None
             sync(device)

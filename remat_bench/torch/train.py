@@ -54,9 +54,9 @@ import torch
 
 from remat_bench.core.errors import RematBenchError
 from remat_bench.core.graph import Graph
-from remat_bench.core.schedule import COMPUTE, Schedule
+from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import baseline, simulate
-from remat_bench.torch.importer import program_for_graph, spec_of
+from remat_bench.torch.importer import program_for_graph, random_nodes, spec_of
 from remat_bench.torch.measure import measure_peak, time_ns
 from remat_bench.torch.program import (
     ExecutionError,
@@ -179,11 +179,7 @@ class ScheduledStep:
                       dict(self.module.named_buffers()), inputs, labels)
         ex = Executor(self.program, state, step=step)
         try:
-            for kind, v in self.steps:
-                if kind == COMPUTE:
-                    ex.compute(v)
-                else:
-                    ex.free(v)
+            ex.run(self.steps)
             loss, grads = ex.results()
         except ExecutionError as exc:
             raise TrainError(f"training with the schedule on '{self.graph.name}': {exc}") from None
@@ -368,11 +364,12 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
     fraction = (float(schedule.budget) / float(base_peak)) if schedule.budget is not None else None
     fixed_bytes = 0
     as_compiled_peak: int | None = None
-    random = any((node.metadata or {}).get("random") is not None for node in graph.nodes)
+    random = bool(random_nodes(graph))
     own_masks = "dropout masks from inductor's generator: losses comparable in distribution only" if random else ""
     results: list[Configuration] = []
     for name in ["schedule", *[c for c in configurations if c != "schedule"]]:
-        if name != "eager" and not (name == "schedule" and mode == "exact"):
+        compiled = name != "eager" and not (name == "schedule" and mode == "exact")
+        if compiled:
             # Each configuration compiles a new module: without a reset, dynamo counts their compilations
             # against one recompile limit and, past it, runs eager PyTorch (`CompiledStep` refuses that).
             torch._dynamo.reset()
@@ -413,7 +410,7 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
             step_fn = compile_with_memory_budget(module, fraction)
             config.note = "; ".join(filter(None, [f"activation_memory_budget={fraction:.3f}", own_masks]))
         _run(config, step_fn, module, spec, steps, dev, lr, fixed_bytes)
-        if name != "eager" and not (name == "schedule" and mode == "exact"):
+        if compiled:
             _record_partition(config, step_fn)
         results.append(config)
     report = TrainReport(graph.name, str(dev), steps, mode, _whole(schedule.budget), fraction,
