@@ -87,7 +87,7 @@ import functools
 import logging
 import operator
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from unittest import mock
@@ -459,7 +459,7 @@ def _check(forward: fx.GraphModule, backward: fx.GraphModule, num_fwd_outputs: i
            recomputing: set[str], plan: CompiledPlan, loss: int) -> PartitionCheck:
     ids = plan.graph.ids
     saved: set[int] = set()
-    storages: dict[StorageWeakRef, int] = {}
+    tensors: list[torch.Tensor] = []
     inputs = 0
     mismatches = list(alignment.unaligned)
     for n in output_leaves(forward)[num_fwd_outputs:]:
@@ -469,8 +469,7 @@ def _check(forward: fx.GraphModule, backward: fx.GraphModule, num_fwd_outputs: i
         if owner is None:
             inputs += 1
             continue
-        t = n.meta["val"]
-        storages[StorageWeakRef(t.untyped_storage())] = int(t.untyped_storage().nbytes())
+        tensors.append(n.meta["val"])
         v = alignment.node_of.get(owner)
         if v is None:
             if alignment.calls:  # else the alignment's sentence says why
@@ -497,7 +496,14 @@ def _check(forward: fx.GraphModule, backward: fx.GraphModule, num_fwd_outputs: i
         mismatches.append(f"compiled, the backward recomputes '{ids[v]}', which the plan saves")
     plan_bytes = int(sum(int(plan.graph.memory[v]) for v in plan.saved))
     return PartitionCheck(frozenset(saved), frozenset(recomputed), frozenset(inner - recomputed),
-                          sum(storages.values()), plan_bytes, inputs, mismatches)
+                          _storage_bytes(tensors), plan_bytes, inputs, mismatches)
+
+
+def _storage_bytes(values: Iterable[Any]) -> int:
+    """Bytes of the distinct storages of the tensors among ``values`` (views of one storage count once)."""
+    storages = {StorageWeakRef(t.untyped_storage()): int(t.untyped_storage().nbytes())
+                for t in values if isinstance(t, torch.Tensor)}
+    return sum(storages.values())
 
 
 class CompileError(RematBenchError):
@@ -579,15 +585,12 @@ class _Recorder(CustomPartitionerFn):
     def __call__(self, gm: fx.GraphModule, joint_inputs: Sequence[object],
                  **kwargs: Any) -> tuple[fx.GraphModule, fx.GraphModule]:
         forward, backward = partitioners.min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+        indices = set(kwargs.get("static_lifetime_input_indices") or [])
         static = {n.name for i, n in enumerate(n for n in forward.graph.nodes if n.op == "placeholder")
-                  if i in set(kwargs.get("static_lifetime_input_indices") or [])}
-        storages: dict[StorageWeakRef, int] = {}
-        for n in output_leaves(forward)[int(kwargs["num_fwd_outputs"]):]:
-            if isinstance(n, fx.Node) and n.op != "placeholder" and n.name not in static:
-                t = n.meta.get("val")
-                if isinstance(t, torch.Tensor):
-                    storages[StorageWeakRef(t.untyped_storage())] = int(t.untyped_storage().nbytes())
-        self.saved_bytes.append(sum(storages.values()))
+                  if i in indices}
+        self.saved_bytes.append(_storage_bytes(
+            n.meta.get("val") for n in output_leaves(forward)[int(kwargs["num_fwd_outputs"]):]
+            if isinstance(n, fx.Node) and n.op != "placeholder" and n.name not in static))
         return forward, backward
 
     def uuid(self) -> Any | None:
