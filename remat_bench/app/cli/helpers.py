@@ -334,3 +334,52 @@ def working(text: RenderableType, as_json: bool) -> contextlib.AbstractContextMa
     context manager
     """
     return err.status(text) if not as_json and err.is_terminal else contextlib.nullcontext()
+
+
+class FiniteFloat(click.ParamType):
+    """A finite number, at least ``minimum`` when one is given (click's FloatRange takes nan, inf and 1e400,
+    which overflows to inf).
+
+    Parameters
+    ----------
+    minimum : float or None
+        The smallest value taken; None for no bound.
+    """
+
+    name = "number"
+
+    def __init__(self, minimum: float | None = None) -> None:
+        self.minimum = minimum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        """The option's value as a finite float, as click asks a parameter type.
+
+        Parameters
+        ----------
+        value : Any
+            What was given (text on the command line, or the default).
+        param : click.Parameter or None
+            The option, named in the refusal.
+        ctx : click.Context or None
+
+        Returns
+        -------
+        float
+            Finite, and at least ``minimum``.
+
+        Raises
+        ------
+        click.BadParameter
+            Not a number, not finite, or below ``minimum``.
+        """
+        at_least = f" of at least {self.minimum:g}" if self.minimum is not None else ""
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number; give a finite number{at_least}", param, ctx)
+        if not math.isfinite(number) or (self.minimum is not None and number < self.minimum):
+            self.fail(f"{value!r}: give a finite number{at_least}", param, ctx)
+        return number
+
+
+FINITE = FiniteFloat()

@@ -10,7 +10,7 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from remat_bench.app.cli.helpers import err, load, out
+from remat_bench.app.cli.helpers import FiniteFloat, err, load, out
 from remat_bench.core.errors import RematBenchError
 
 
@@ -117,7 +117,7 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
               help="progress: overhead of the best schedule over solve time (log time), a panel per graph and "
                    "budget; profile: share of instances each method brings within --within of the best by each "
                    "time; time-to-best: time to each run's best schedule against nodes (log-log).")
-@click.option("--within", type=click.FloatRange(min=0), default=1.0, show_default=True, metavar="PCT",
+@click.option("--within", type=FiniteFloat(minimum=0), default=1.0, show_default=True, metavar="PCT",
               help="profile: the target, within PCT percent of the best duration any run found.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Image file (.png, .svg).")
 @click.option("--graph", "-g", help="timeline/intervals: the graph (a name in the results, or a graph file "
