@@ -22,10 +22,60 @@ from remat_bench.core.budget import format_amount
 from remat_bench.core.errors import RematBenchError
 from remat_bench.core.graph import Graph, Number
 
+# The exit status of a command whose standard output was closed by its reader: a unix tool's on EPIPE
+# (killed by SIGPIPE, which a shell reports as 128 + 13). 1 would read as "no schedule" after a solve.
+STDOUT_CLOSED_STATUS = 141
+
+
+class PipeSafeConsole(Console):
+    """A console that a closed pipe silences instead of ending the process.
+
+    rich's own answer to a closed pipe is ``SystemExit(1)`` raised from inside the print, with
+    standard output sent to /dev/null whichever stream was closed: a ``--progress`` line on a
+    stderr whose reader has gone would end a solve as "no schedule" and lose its answer. Here
+    the stream goes quiet (its descriptor points at /dev/null, so that nothing written later,
+    nor Python's flush at exit, fails on it) and the command carries on; `stdout_closed` tells
+    the command group that standard output went so.
+    """
+
+    closed = False  # a print found the stream's reader gone
+
+    def on_broken_pipe(self) -> None:
+        """Stop printing on this stream; the command goes on (rich calls this on BrokenPipeError)."""
+        self.quiet = True
+        self.closed = True
+        _to_devnull(self.file)
+
+
+def _to_devnull(stream: Any) -> None:
+    """Point ``stream``'s descriptor at /dev/null, so that later writes and its flush succeed unread."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # captured (a test's runner): nothing to redirect
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
 # Piped or captured output gets room for the comparison tables (rich assumes 80 columns there).
-out = Console(highlight=False, soft_wrap=True,
-              width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = PipeSafeConsole(highlight=False, soft_wrap=True,
+                      width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120)
+err = PipeSafeConsole(stderr=True, highlight=False, soft_wrap=True)
+
+
+def stdout_closed() -> bool:
+    """Whether a command's answer found standard output closed by its reader (``remat-bench ... | head -1``).
+
+    Returns
+    -------
+    bool
+        True once a print to standard output (a table or JSON) met a closed pipe; that output and
+        everything after it was dropped.
+    """
+    return out.closed
 
 
 # ---------------------------------------------------------------------- output
@@ -83,7 +133,10 @@ def print_json(data: Any) -> None:
         Infinity and NaN print as null, numpy values as their Python value, anything else JSON does not
         know as its text.
     """
-    click.echo(json.dumps(_finite(data), default=_json_default))
+    try:
+        click.echo(json.dumps(_finite(data), default=_json_default))
+    except BrokenPipeError:  # the reader has gone: as a closed pipe under a table (PipeSafeConsole)
+        out.on_broken_pipe()
 
 
 def _json_default(value: Any) -> Any:

@@ -32,7 +32,8 @@ class LiveProgress:
     baseline_duration : int or float
         Overheads are in percent of this duration.
     lines : Console or None
-        Where ``--progress`` prints a line per improvement (None: no lines).
+        Where ``--progress`` prints a line per improvement (None: no lines). A line that cannot be
+        written ends the lines, never the solve.
     unit : str
         The graph's memory unit, for peaks.
     """
@@ -107,5 +108,12 @@ class LiveProgress:
         return f", {max(0.0, point.overhead_pct - bound):.3f} pts above the any-order bound"
 
     def _line(self, text: str) -> None:
-        if self.lines is not None:
+        if self.lines is None:
+            return
+        try:
             self.lines.print(f"{time.perf_counter() - self.start:8.2f} s  {text}")
+        except OSError:
+            # A line is a courtesy: one that cannot be written (a full disk, a hung-up terminal) must
+            # not end the solve it reports on, so the lines stop here. A closed pipe does not get
+            # this far: the console silences itself (`remat_bench.app.cli.helpers.PipeSafeConsole`).
+            self.lines = None

@@ -1,12 +1,16 @@
 """The ``remat-bench`` group: its commands, and how any of them ends on bad input or Ctrl-C.
 
 Every user-caused error becomes one sentence on stderr and its exit status
-(2 for bad input); Ctrl-C that reaches here is status 130.
+(2 for bad input); Ctrl-C that reaches here is status 130. A command whose standard
+output was closed by its reader (``| head -1``) finishes its work and ends quietly with
+status 141, as a unix tool killed by SIGPIPE does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -14,12 +18,13 @@ from rich.markup import escape
 
 from remat_bench import __version__
 from remat_bench.app.cli import graphs, methods, solve, sweeps, torch
-from remat_bench.app.cli.helpers import err
+from remat_bench.app.cli.helpers import STDOUT_CLOSED_STATUS, err, stdout_closed
 from remat_bench.core.errors import RematBenchError, printable
 
 
 class RematGroup(click.Group):
-    """Turns RematBenchError into one sentence and its exit status; Ctrl-C into status 130."""
+    """Turns RematBenchError into one sentence and its exit status; Ctrl-C into status 130; a closed
+    standard output into status 141."""
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command ``ctx`` names; a bad input or Ctrl-C ends the process with one sentence.
@@ -36,10 +41,12 @@ class RematGroup(click.Group):
         Raises
         ------
         SystemExit
-            On a usage error or a `RematBenchError` (its exit status, 2 for bad input), or Ctrl-C (130).
+            On a usage error or a `RematBenchError` (its exit status, 2 for bad input), Ctrl-C (130), or
+            at the end of a command whose standard output was closed by its reader (141).
         """
         try:
-            return super().invoke(ctx)
+            with _quiet_when_stdout_closed():
+                return super().invoke(ctx)
         except click.UsageError as exc:
             # One sentence, as for every other bad input (click would add its usage lines).
             where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
@@ -52,6 +59,23 @@ class RematGroup(click.Group):
         except KeyboardInterrupt:
             err.print("interrupted")
             sys.exit(130)
+
+
+@contextlib.contextmanager
+def _quiet_when_stdout_closed() -> Iterator[None]:
+    """End with `STDOUT_CLOSED_STATUS` when the command's answer met a closed standard output.
+
+    The command runs to its end first (``solve -o`` still writes its schedule); its own exit
+    status would say what it found, which nobody reads once the answer was lost.
+    """
+    try:
+        yield
+    except SystemExit:
+        if stdout_closed():
+            sys.exit(STDOUT_CLOSED_STATUS)
+        raise
+    if stdout_closed():
+        sys.exit(STDOUT_CLOSED_STATUS)
 
 
 @click.group(cls=RematGroup, context_settings={"help_option_names": ["-h", "--help"]})
