@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from remat_bench.app.cli import main
+from remat_bench.app.sweep import load_table
 from tests.helpers import SHIPPED
 
 CHAIN = SHIPPED / "chain-16-train.json"
@@ -57,3 +58,107 @@ def test_within_takes_a_finite_percentage(results, tmp_path):
                                        "-o", str(tmp_path / "p.png")])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "p.png").is_file()
+
+
+# ---------------------------------------------------------------------- workers: at most one run per core
+
+
+def many_workers(tmp_path, workers: int = 100000):
+    config = tmp_path / "many.yaml"
+    config.write_text(f"output: out\nworkers: {workers}\ngraphs: [{CHAIN}]\nmethods: [none, greedy]\n"
+                      "budgets: [0.9, 0.8]\ntime_limit: 20\n")
+    return config
+
+
+@pytest.fixture
+def two_cores(monkeypatch):
+    """This machine has 2 cores, whatever it has (the cap is what is tested, not the host)."""
+    from remat_bench.app.sweep import executors
+
+    monkeypatch.setattr(executors, "usable_cores", lambda: 2, raising=False)
+
+
+@pytest.fixture
+def pools(monkeypatch):
+    """The ``max_workers`` of every local pool the sweep opens."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from remat_bench.app.sweep import executors
+
+    sizes: list[int] = []
+
+    def recording(max_workers=None, **kwargs):
+        sizes.append(max_workers)
+        return ThreadPoolExecutor(max_workers=max_workers, **kwargs)
+
+    monkeypatch.setattr(executors, "ThreadPoolExecutor", recording)
+    return sizes
+
+
+def test_a_config_asking_for_more_workers_than_cores_runs_one_per_core_and_says_so(tmp_path, two_cores, pools):
+    result = CliRunner().invoke(main, ["sweep", str(many_workers(tmp_path))])
+    assert result.exit_code == 0, result.output
+    assert "warning: workers: 100000 is more than the 2 cores here; running 2 at a time" in result.output
+    assert pools == [2]
+    assert len(load_table(tmp_path / "out")) == 4
+
+
+def test_workers_option_above_the_cores_is_cut_and_said_and_a_dry_run_says_it_too(tmp_path, two_cores, pools):
+    dry = CliRunner().invoke(main, ["sweep", str(many_workers(tmp_path, 1)), "--workers", "7", "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert "warning: --workers 7 is more than the 2 cores here; running 2 at a time" in dry.output
+    assert pools == []  # nothing ran
+    result = CliRunner().invoke(main, ["sweep", str(many_workers(tmp_path, 1)), "--workers", "7"])
+    assert result.exit_code == 0, result.output
+    assert "warning: --workers 7 is more than the 2 cores here; running 2 at a time" in result.output
+    assert pools == [2]
+
+
+def test_workers_within_the_cores_are_taken_as_asked_without_a_warning(tmp_path, two_cores, pools):
+    result = CliRunner().invoke(main, ["sweep", str(many_workers(tmp_path, 1))])
+    assert result.exit_code == 0, result.output
+    assert "warning" not in result.output
+    assert pools == [1]
+
+
+def test_a_local_dask_cluster_starts_at_most_one_worker_per_core(two_cores, monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    from remat_bench.app.sweep.executors import open_executor
+
+    asked: list[int] = []
+
+    class Started(Exception):
+        pass
+
+    def cluster(n_workers=None, **kwargs):
+        asked.append(n_workers)
+        raise Started  # no processes started: the count asked for is what is tested
+
+    monkeypatch.setattr(distributed, "LocalCluster", cluster)
+    with pytest.raises(Started), open_executor("dask", 100000):
+        pass
+    assert asked == [2]
+
+
+def test_usable_cores_are_the_affinity_lowered_to_a_cgroup_quota(monkeypatch, tmp_path):
+    import builtins
+    import os
+
+    from remat_bench.core import machine
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5}, raising=False)
+    quota = tmp_path / "cpu.max"
+    real_open = builtins.open
+
+    def cgroup(path, *args, **kwargs):
+        if str(path) == "/sys/fs/cgroup/cpu.max":
+            return real_open(quota, *args, **kwargs)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", cgroup)
+    quota.write_text("max 100000\n")
+    assert machine.usable_cores() == 6
+    quota.write_text("250000 100000\n")  # 2.5 CPUs of time: 3 runs keep them busy
+    assert machine.usable_cores() == 3
+    quota.unlink()
+    assert machine.usable_cores() == 6

@@ -1,7 +1,8 @@
-"""What this machine has: the memory a solver's model or a replay may still take."""
+"""What this machine has: the memory a solver's model or a replay may still take, the cores this process may use."""
 
 from __future__ import annotations
 
+import math
 import os
 
 
@@ -27,3 +28,29 @@ def available_memory_bytes() -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (``taskset``, a batch scheduler's cpuset), lowered to
+    a cgroup v2 CPU quota when one is set (a container given 2 CPUs of a 64-core host), else ``os.cpu_count``.
+
+    ``os.cpu_count`` alone counts the host's cores, so work sized by it on a container or a pinned job starts
+    more processes than can run at once, and each one's timings suffer.
+
+    Returns
+    -------
+    int
+        At least 1.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        cores = os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as fh:
+            quota, period = fh.read().split()[:2]
+        if quota != "max":
+            cores = min(cores, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError, ZeroDivisionError):
+        pass
+    return max(1, cores)

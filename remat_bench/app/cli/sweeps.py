@@ -60,6 +60,7 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
         cfg = replace(cfg, replay=ReplaySettings())
     if dry_run:
         check_results_folder(cfg.output, csv, create=False)  # tried, nothing made
+        from remat_bench.app.sweep.runner import parallelism
         pending, skipped = plan(cfg, resume)
         traced = (f"; {len(cfg.pending)} of the graphs are PyTorch models, traced (running their code) when the "
                   "sweep starts, and their budgets checked then" if cfg.pending else "")
@@ -71,7 +72,8 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
             out.print(f"then the schedules of PyTorch graphs are replayed one at a time ({cfg.replay.repeats} timed "
                       f"pairs against the baseline, at most {cfg.replay.time_limit:g} s each)", markup=False,
                       highlight=False)
-        for note in floor_notes(cfg):
+        _, cut = parallelism(cfg, workers, executor, address)
+        for note in [*([cut] if cut else []), *floor_notes(cfg)]:
             out.print(f"warning: {note}", markup=False, highlight=False)
         return
     cfg = trace_torch_graphs(cfg, lambda text: err.print(text, markup=False, highlight=False))

@@ -42,6 +42,7 @@ from remat_bench.app.sweep.results import make_row
 from remat_bench.app.sweep.worker import OOM_SIGNS, SWEEP_FAULT
 from remat_bench.core.errors import ConfigError
 from remat_bench.core.files import safe_name
+from remat_bench.core.machine import usable_cores
 from remat_bench.core.outcome import Status, Termination
 
 # Statuses of a failed run, whose output is kept in logs/.
@@ -257,6 +258,32 @@ def stop_all() -> None:
                 os.killpg(pid, signal.SIGKILL)
 
 
+def runs_at_once(requested: int | None, asked_by: str = "workers:") -> tuple[int, str | None]:
+    """How many runs go at once on this machine: ``requested``, at most one per core this process may use.
+
+    More runs than cores do not finish sooner: they share the cores, and every run's solve time (which the
+    results compare) and its time limit stretch with the sharing; a config's ``workers: 100000`` started
+    every pending run at once.
+
+    Parameters
+    ----------
+    requested : int or None
+        The runs at once asked for; None for one per core.
+    asked_by : str
+        How the request is named in the warning (``workers:`` for the config's key, ``--workers``).
+
+    Returns
+    -------
+    tuple of (int, str or None)
+        The runs at once, and one sentence saying so when ``requested`` was cut to the cores (None otherwise).
+    """
+    cores = usable_cores()
+    if requested is None or requested <= cores:
+        return requested or cores, None
+    return cores, (f"{asked_by} {requested} is more than the {cores} core{'s' if cores != 1 else ''} here; "
+                   f"running {cores} at a time")
+
+
 @contextlib.contextmanager
 def open_executor(kind: str = "local", workers: int | None = None,
                   address: str | None = None) -> Iterator[Executor]:
@@ -267,7 +294,8 @@ def open_executor(kind: str = "local", workers: int | None = None,
     kind : str
         ``local`` or ``dask``.
     workers : int or None
-        Runs at a time (local threads, or the processes of a Dask LocalCluster); None for one per core.
+        Runs at a time (local threads, or the processes of a Dask LocalCluster), at most one per core
+        (`runs_at_once`); None for one per core.
     address : str or None
         A Dask scheduler to connect to (``dask`` only); None starts a LocalCluster.
 
@@ -283,7 +311,7 @@ def open_executor(kind: str = "local", workers: int | None = None,
         cannot be reached.
     """
     _stopping.clear()
-    workers = workers or os.cpu_count() or 1
+    workers, _ = runs_at_once(workers)  # the runner has said so when it cut a request
     if kind == "local":
         if address:
             raise ConfigError("--address names a Dask scheduler; use it with --executor dask")

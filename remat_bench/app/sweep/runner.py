@@ -39,6 +39,7 @@ from remat_bench.app.sweep.executors import (
     RunInterrupted,
     live_workers,
     open_executor,
+    runs_at_once,
     stop_all,
     supervise,
 )
@@ -413,6 +414,32 @@ def run_sweep(
         raise
 
 
+def parallelism(config: SweepConfig, workers: int | None = None, executor: str | None = None,
+                address: str | None = None) -> tuple[int | None, str | None]:
+    """The runs a sweep starts at once on this machine, at most one per core (`runs_at_once`), and the warning
+    when what was asked for is more.
+
+    Parameters
+    ----------
+    config : SweepConfig
+        A checked config; its ``workers`` serve when ``workers`` is None.
+    workers : int or None
+        ``--workers``; None for the config's.
+    executor, address : str or None
+        As `run_sweep` takes them.
+
+    Returns
+    -------
+    tuple of (int or None, str or None)
+        The runs at once (None with a Dask scheduler's address: its workers run them, as many as it has),
+        and one sentence when the request was cut to the cores here (None otherwise).
+    """
+    kind = executor or ("dask" if address else config.executor)
+    if kind == "dask" and (address or config.address):
+        return None, None
+    return runs_at_once(workers or config.workers, "--workers" if workers else "workers:")
+
+
 def _run(config: SweepConfig, pending: list[RunSpec], skipped: int, workers: int | None, executor: str | None,
          address: str | None, csv: bool, reporter: Reporter) -> SweepOutcome:
     """Run the pending runs of a checked, locked results folder; journal each; write the table."""
@@ -421,9 +448,12 @@ def _run(config: SweepConfig, pending: list[RunSpec], skipped: int, workers: int
     outcome = SweepOutcome(out, pd.DataFrame(), len(config.runs), skipped, 0)
     kind = executor or ("dask" if address else config.executor)
     where = address or config.address
+    at_once, cut = parallelism(config, workers, executor, address)
+    if cut is not None:
+        reporter.note(f"warning: {cut}")
     reporter.start(len(config.runs), skipped, len(pending))
     try:
-        with open_executor(kind, workers or config.workers, where) as pool:
+        with open_executor(kind, at_once, where) as pool:
             futures = {pool.submit(supervise, spec.to_json(), str(out)): spec for spec in pending}
             try:
                 _collect(futures, pool, journal, outcome, reporter, where)
