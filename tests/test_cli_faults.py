@@ -101,3 +101,37 @@ def test_progress_lines_on_a_working_console_are_printed():
     live.take(ProgressPoint(0.2, 120, 5, 20.0, "chen", None))
     assert "chen: overhead +20.000%" in console.export_text()
 
+
+
+# ---------------------------------------------------------------------- non-finite numbers
+
+
+NOT_FINITE = ["nan", "inf", "-inf", "1e400"]
+
+
+@pytest.mark.parametrize("value", NOT_FINITE)
+@pytest.mark.parametrize("args", [
+    ["solve", CHAIN, "-m", "chen", "-b", "0.7", "--gap"],  # before: nan ignored, inf stopped at the first schedule
+    ["solve", CHAIN, "-m", "chen", "-b", "0.7", "-t"],
+    ["floor", CHAIN, "-m", "chen", "-t"],
+    ["bound", CHAIN, "-b", "0.7", "-t"],
+    ["graphs", "fetch", "paper", "--source", "/nonexistent", "--deadline"],
+])
+def test_every_float_option_refuses_a_non_finite_number_in_one_sentence(args, value):
+    r = invoke(*args, value)
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith("error: Invalid value for") and "finite" in r.output
+    assert r.output.count("\n") == 1
+
+
+@pytest.mark.parametrize("budget", ["nan", "inf", "-inf", "1e400", "nan%", "inf%", "1e400%", "1e400GiB"])
+@pytest.mark.parametrize("command", [["solve", CHAIN, "-m", "chen"], ["bound", CHAIN]])
+def test_a_non_finite_budget_is_refused_in_one_sentence(command, budget):
+    r = invoke(*command, f"--budget={budget}")
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith(f"error: budget '{budget}'") and r.output.count("\n") == 1
+
+
+def test_a_finite_gap_is_taken():
+    r = invoke("solve", CHAIN, "-m", "chen", "-b", "0.7", "--gap", "0.5", "--json")
+    assert r.exit_code == 0 and json.loads(r.output)["status"] == "feasible"

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from remat_bench.app.cli.helpers import (
     SECONDS,
+    FiniteFloat,
     budget_text,
     check_output,
     err,
@@ -51,7 +52,7 @@ from remat_bench.core.simulate import baseline
               help="Skip the any-order lower bound (no gap, nothing proven optimal; saves up to a tenth of the limit).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
               help="With several -m: how many run at once, each in its own process (they share the cores).")
-@click.option("--gap", type=click.FloatRange(min=0), default=None, metavar="POINTS",
+@click.option("--gap", type=FiniteFloat(minimum=0), default=None, metavar="POINTS",
               help="Stop once the schedule held is within POINTS points of overhead of a valid lower bound (the "
                    "any-order bound, or the method's own solver's bound in its space). Default: only a proof stops.")
 @click.option("--progress", "progress_lines", is_flag=True,
