@@ -162,3 +162,48 @@ def test_usable_cores_are_the_affinity_lowered_to_a_cgroup_quota(monkeypatch, tm
     assert machine.usable_cores() == 3
     quota.unlink()
     assert machine.usable_cores() == 6
+
+
+# ---------------------------------------------------------------------- --replay with nothing to replay
+
+NO_TORCH = ("nothing to replay: no graph of this sweep is imported from PyTorch (a `torch:` entry in the config, "
+            "or a file `remat-bench graphs import-torch` wrote), and only those can be replayed")
+
+
+@pytest.fixture
+def torch_there(monkeypatch):
+    """--replay checks that PyTorch is installed; with no PyTorch graph it is never imported."""
+    import remat_bench.torch
+
+    monkeypatch.setattr(remat_bench.torch, "torch_available", lambda: True)
+
+
+def test_replay_without_a_pytorch_graph_says_there_was_nothing_to_replay_and_why(tmp_path, torch_there):
+    config = many_workers(tmp_path, 1)
+    dry = CliRunner().invoke(main, ["sweep", str(config), "--replay", "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert NO_TORCH.replace("nothing to replay", "nothing will be replayed") in dry.output
+    result = CliRunner().invoke(main, ["sweep", str(config), "--replay"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count(NO_TORCH) == 1
+    again = CliRunner().invoke(main, ["sweep", str(config), "--replay", "--resume"])
+    assert again.exit_code == 0, again.output
+    assert again.output.count(NO_TORCH) == 1
+
+
+def test_nothing_to_replay_on_pytorch_graphs_says_whether_no_schedule_was_saved_or_all_were_replayed(tmp_path):
+    from remat_bench.app.sweep.replays import nothing_to_replay
+
+    mlp = SHIPPED / "torch-mlp-b64.json"
+
+    def row(budget: str, **extra):
+        return {"graph_sha256": "x", "method": "chen", "params": "{}", "budget_text": budget, "repeat": 0,
+                "time_limit": 20.0, "graph_path": str(mlp), **extra}
+
+    unsaved = [row("0.5", status="no_solution", schedule=None), row("0.4", status="timeout", schedule=None)]
+    assert nothing_to_replay(unsaved, tmp_path) == ("nothing to replay: none of the 2 runs on graphs imported from "
+                                                     "PyTorch saved a schedule (see their status and message)")
+    replayed = [row("0.8", schedule="s.json"), row("0.8", schedule="s.json", replay_status="measured")]
+    assert nothing_to_replay(replayed, tmp_path) == ("nothing to replay: the 1 schedule of PyTorch graphs was "
+                                                      "replayed already")
+    assert nothing_to_replay([row("0.8", graph_path=str(CHAIN))], tmp_path) == NO_TORCH

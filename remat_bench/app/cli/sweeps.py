@@ -69,9 +69,14 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
                   f"{len(pending) + cfg.planned_runs - len(cfg.runs)} to run; time limit {cfg.time_limit:g} s "
                   f"(+{cfg.grace:g} s grace) per run{traced}", markup=False, highlight=False)
         if cfg.replay is not None:
-            out.print(f"then the schedules of PyTorch graphs are replayed one at a time ({cfg.replay.repeats} timed "
-                      f"pairs against the baseline, at most {cfg.replay.time_limit:g} s each)", markup=False,
-                      highlight=False)
+            from remat_bench.app.sweep.replays import NO_TORCH_GRAPH, torch_graphs
+
+            if torch_graphs(cfg):
+                out.print(f"then the schedules of PyTorch graphs are replayed one at a time ({cfg.replay.repeats} "
+                          f"timed pairs against the baseline, at most {cfg.replay.time_limit:g} s each)",
+                          markup=False, highlight=False)
+            else:
+                out.print(f"nothing will be replayed: {NO_TORCH_GRAPH}", markup=False, highlight=False)
         _, cut = parallelism(cfg, workers, executor, address)
         for note in [*([cut] if cut else []), *floor_notes(cfg)]:
             out.print(f"warning: {note}", markup=False, highlight=False)

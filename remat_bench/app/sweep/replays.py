@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from remat_bench.app.sweep.config import ReplaySettings, row_key
+from remat_bench.app.sweep.config import ReplaySettings, SweepConfig, row_key
 from remat_bench.app.sweep.worker import SWEEP_FAULT
 from remat_bench.core.errors import RematBenchError
 from remat_bench.core.outcome import Termination
@@ -88,6 +88,68 @@ def pending_replays(rows: Iterable[dict[str, Any]], output: Path) -> list[dict[s
         if imported[graph]:
             pending.append(row)
     return pending
+
+
+# Why a sweep asked to replay has nothing to replay, most often: replays measure PyTorch graphs only.
+NO_TORCH_GRAPH = ("no graph of this sweep is imported from PyTorch (a `torch:` entry in the config, or a file "
+                  "`remat-bench graphs import-torch` wrote), and only those can be replayed")
+
+
+def nothing_to_replay(rows: Iterable[dict[str, Any]], output: Path) -> str:
+    """Why `pending_replays` found no schedule to replay, in one sentence (a replay asked for that does nothing
+    must not pass in silence: the user asked for measurements).
+
+    Parameters
+    ----------
+    rows : Iterable[dict]
+        The journal's rows, as `pending_replays` took them.
+    output : Path
+        The results folder.
+
+    Returns
+    -------
+    str
+        ``nothing to replay: ...`` with the reason: no graph imported from PyTorch, no schedule saved on one,
+        or every such schedule replayed already.
+    """
+    latest: dict[tuple, dict[str, Any]] = {}
+    for row in rows:
+        latest[row_key(row)] = row
+    imported: dict[Path, bool] = {}
+    mine = []
+    for row in latest.values():
+        if not row.get("graph_path"):
+            continue
+        graph = _inside(output, str(row["graph_path"]))
+        if graph not in imported:
+            imported[graph] = _imported_from_torch(graph)
+        if imported[graph]:
+            mine.append(row)
+    if not mine:
+        return f"nothing to replay: {NO_TORCH_GRAPH}"
+    done = sum(bool(row.get("replay_status")) for row in mine)
+    if done:
+        return (f"nothing to replay: the {done} schedule{'s' if done != 1 else ''} of PyTorch graphs "
+                f"{'were' if done != 1 else 'was'} replayed already")
+    return (f"nothing to replay: none of the {len(mine)} runs on graphs imported from PyTorch saved a schedule "
+            "(see their status and message)")
+
+
+def torch_graphs(config: SweepConfig) -> int:
+    """How many graphs of a config a replay would measure: its ``torch:`` entries (not traced yet) and its graph
+    files imported from PyTorch.
+
+    Parameters
+    ----------
+    config : SweepConfig
+        A loaded config.
+
+    Returns
+    -------
+    int
+    """
+    files = sum(_imported_from_torch(source.path) for source in config.graphs if source.generated is None)
+    return len(config.pending) + files
 
 
 def replay_row(row: dict[str, Any], output: Path, settings: ReplaySettings) -> dict[str, Any]:

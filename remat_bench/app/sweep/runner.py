@@ -535,11 +535,13 @@ def _collect(futures: dict[Future, RunSpec], pool: Executor, journal: Journal, o
 
 def _replay(config: SweepConfig, journal: Journal, outcome: SweepOutcome, reporter: Reporter) -> None:
     """Replay, one at a time, every schedule of a PyTorch graph the journal holds without a replay; journal each."""
-    from remat_bench.app.sweep.replays import FAILED, pending_replays, replay_row
+    from remat_bench.app.sweep.replays import FAILED, nothing_to_replay, pending_replays, replay_row
 
     assert config.replay is not None  # the caller checks
     pending = pending_replays(journal.rows(), config.output)
     reporter.replaying(len(pending))
+    if not pending:
+        reporter.note(nothing_to_replay(journal.rows(), config.output))
     for row in pending:
         try:
             replayed = replay_row(row, config.output, config.replay)
