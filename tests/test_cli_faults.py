@@ -135,3 +135,67 @@ def test_a_non_finite_budget_is_refused_in_one_sentence(command, budget):
 def test_a_finite_gap_is_taken():
     r = invoke("solve", CHAIN, "-m", "chen", "-b", "0.7", "--gap", "0.5", "--json")
     assert r.exit_code == 0 and json.loads(r.output)["status"] == "feasible"
+
+
+# ---------------------------------------------------------------------- a schedule file's budget
+
+
+@pytest.fixture(scope="module")
+def schedule_text(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("schedule") / "s.json"
+    assert invoke("solve", CHAIN, "-m", "chen", "-b", "0.7", "-o", str(path)).exit_code == 0
+    text = path.read_text()
+    assert '"budget": 12,' in text
+    return text
+
+
+@pytest.mark.parametrize("budget", ["-5", "0", "-0.0", "1e400", "NaN", "-Infinity", '"12"', "true", "[12]"])
+def test_a_schedule_file_whose_budget_no_run_has_is_refused_when_read(tmp_path, schedule_text, budget):
+    # Before: -5 and 0 were read, and the schedule then judged "over budget" against them (replay, train).
+    path = tmp_path / "bad.json"
+    path.write_text(schedule_text.replace('"budget": 12,', f'"budget": {budget},'))
+    r = invoke("simulate", CHAIN, str(path))
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith(f"error: {path}: ") and r.output.count("\n") == 1
+    assert "budget" in r.output or "finite" in r.output  # the field, or JSON's own word for NaN and Infinity
+
+
+@pytest.mark.parametrize("budget", ["12", "12.5", "null"])
+def test_a_schedule_file_with_a_budget_is_read(tmp_path, schedule_text, budget):
+    path = tmp_path / "ok.json"
+    path.write_text(schedule_text.replace('"budget": 12,', f'"budget": {budget},'))
+    assert invoke("simulate", CHAIN, str(path)).exit_code == 0
+
+
+@pytest.mark.parametrize("budget", [-5, 0, float("nan"), float("inf")])
+def test_a_schedule_document_with_a_bad_budget_names_the_source_and_the_field(schedule_text, budget):
+    from remat_bench.core.errors import ScheduleError
+    from remat_bench.core.graph import load_graph
+    from remat_bench.core.schedule import schedule_from_dict
+
+    data = {**json.loads(schedule_text), "budget": budget}
+    with pytest.raises(ScheduleError, match=r"^s\.json: field budget is"):
+        schedule_from_dict(data, load_graph(CHAIN), "s.json")
+
+
+def test_the_schema_refuses_a_negative_budget():
+    import jsonschema
+
+    from remat_bench.core.graph import schema
+
+    validator = jsonschema.Draft202012Validator(schema("schedule"))
+    head = {"format": "remat-bench-schedule", "version": 1, "steps": []}
+    assert not validator.is_valid({**head, "budget": -5})
+    assert validator.is_valid({**head, "budget": 12}) and validator.is_valid({**head, "budget": None})
+
+
+def test_zero_is_a_budget_only_on_a_graph_whose_sizes_are_all_zero(tmp_path):
+    # There a fraction of the baseline peak (0) resolves to 0, and `solve -o` writes it.
+    graph = tmp_path / "zero.json"
+    graph.write_text(json.dumps({"format": "remat-bench-graph", "version": 1, "name": "zero", "nodes": [
+        {"id": "a", "inputs": [], "memory": 0, "duration": 0},
+        {"id": "b", "inputs": ["a"], "memory": 0, "duration": 0}]}))
+    path = tmp_path / "s.json"
+    assert invoke("solve", str(graph), "-m", "none", "-b", "0.8", "-o", str(path)).exit_code == 0
+    assert json.loads(path.read_text())["budget"] == 0
+    assert invoke("simulate", str(graph), str(path)).exit_code == 0

@@ -10,6 +10,7 @@ ids and implementation names.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -349,6 +350,25 @@ def _decode_steps_one_by_one(steps: list[Any], graph: Graph, source: str) -> Dec
     return kinds, nodes, impls
 
 
+def _check_budget(budget: Any, graph: Graph, source: str) -> None:
+    """Refuse a budget no run has: not a number, or not a positive, finite one (``null`` is ``min``).
+
+    A schedule's budget is the line its peak is judged against (``replay``, ``train``, ``plot``): a
+    budget of -5 made every schedule "over budget", and nan none. Zero is taken only on a graph
+    whose every size is zero: there a fraction of the baseline peak resolves to 0, which every
+    schedule meets.
+    """
+    if budget is None:
+        return
+    if isinstance(budget, bool) or not isinstance(budget, int | float | np.integer | np.floating):
+        raise ScheduleError(f"{source}: field budget must be a number or null, not {json.dumps(budget)[:40]}; "
+                            "give the budget in the graph's memory units, or null for 'min'")
+    all_zero = not graph.fixed_memory and not graph.memory.any() and not graph.op_workspace.any()
+    if not math.isfinite(budget) or budget < 0 or (budget == 0 and not all_zero):
+        raise ScheduleError(f"{source}: field budget is {budget}; a budget is a positive, finite amount in the "
+                            "graph's memory units (null for 'min')")
+
+
 def schedule_from_dict(data: Any, graph: Graph, source: str = "schedule", force: bool = False) -> Schedule:
     """Resolve a schedule document against ``graph``; refuse one written for another graph.
 
@@ -371,7 +391,8 @@ def schedule_from_dict(data: Any, graph: Graph, source: str = "schedule", force:
     Raises
     ------
     ScheduleError
-        The document is not an object or not a schedule (a graph file, another format), the schema refuses
+        The document is not an object or not a schedule (a graph file, another format), its budget is not
+        a positive, finite number or null (0 only on a graph whose sizes are all zero), the schema refuses
         it, it was written for another graph (without ``force``), or a step names a node ``graph`` does not
         have, an implementation its node does not have, or an implementation on a free step.
     """
@@ -387,6 +408,7 @@ def schedule_from_dict(data: Any, graph: Graph, source: str = "schedule", force:
         what = "has no 'format' field" if found is None else f"has format {found!r}"
         raise ScheduleError(f"{source}: is not a remat-bench schedule file (it {what}; a schedule file "
                             f"has format '{FORMAT}', as `remat-bench solve -o` writes)")
+    _check_budget(data.get("budget"), graph, source)
     # jsonschema takes far longer than the simulation to walk the steps (docs/benchmarks.md, "Reading
     # a schedule file"): the steps are decoded in bulk here
     # (`_decode_steps`), and the schema checks the rest of the document. A file whose steps
