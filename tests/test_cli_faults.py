@@ -199,3 +199,53 @@ def test_zero_is_a_budget_only_on_a_graph_whose_sizes_are_all_zero(tmp_path):
     assert invoke("solve", str(graph), "-m", "none", "-b", "0.8", "-o", str(path)).exit_code == 0
     assert json.loads(path.read_text())["budget"] == 0
     assert invoke("simulate", str(graph), str(path)).exit_code == 0
+
+
+# ---------------------------------------------------------------------- too many jobs
+
+
+def test_jobs_are_cut_to_the_cores_with_one_sentence(monkeypatch):
+    from remat_bench.app import pipeline
+
+    monkeypatch.setattr(pipeline, "usable_cores", lambda: 2)
+    assert pipeline.jobs_at_once(100000, 5) == (2, "--jobs 100000 is more than the 2 cores here; running 2 at a time")
+    assert pipeline.jobs_at_once(2, 5) == (2, None)
+    assert pipeline.jobs_at_once(4, 3) == (2, "--jobs 4 is more than the 2 cores here; running 2 at a time")
+    assert pipeline.jobs_at_once(100000, 1) == (1, None)  # one method: nothing runs side by side
+    monkeypatch.setattr(pipeline, "usable_cores", lambda: 1)
+    assert pipeline.jobs_at_once(3, 3) == (1, "--jobs 3 is more than the 1 core here; running 1 at a time")
+
+
+def test_run_many_starts_no_more_children_than_cores(monkeypatch):
+    # Before: a thread pool of -j workers, one child per method at once.
+    from remat_bench.app import pipeline
+    from remat_bench.core.budget import parse_budget
+    from remat_bench.core.graph import load_graph
+    from remat_bench.toolkit.bound_cache import BoundCache
+
+    pools: list[int] = []
+    real_pool = pipeline.ThreadPoolExecutor
+
+    def pool(max_workers: int):
+        pools.append(max_workers)
+        return real_pool(max_workers=max_workers)
+
+    monkeypatch.setattr(pipeline, "usable_cores", lambda: 2)
+    monkeypatch.setattr(pipeline, "ThreadPoolExecutor", pool)
+    monkeypatch.setattr(pipeline, "evaluate_in_child", pipeline.evaluate)  # the count is what matters, not where
+    g = load_graph(CHAIN)
+    results = pipeline.run_many(g, ["none", "chen", "greedy"], parse_budget("0.8", g), 5, {}, jobs=100000,
+                                bounds=BoundCache())
+    assert pools == [2]
+    assert [r.method for r in results] == ["none", "chen", "greedy"]
+
+
+def test_solve_says_so_when_it_cuts_the_jobs(monkeypatch):
+    from remat_bench.app import pipeline
+
+    monkeypatch.setattr(pipeline, "usable_cores", lambda: 1)  # one core: the runs go one after another here
+    r = invoke("solve", CHAIN, "-m", "none", "-m", "chen", "-b", "0.7", "-j", "100000", "--json")
+    assert r.exit_code == 0, r.output
+    warning, answer = r.output.split("\n", 1)
+    assert warning == "warning: --jobs 100000 is more than the 1 core here; running 1 at a time"
+    assert [run["method"] for run in json.loads(answer)] == ["none", "chen"]

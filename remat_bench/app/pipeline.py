@@ -20,6 +20,7 @@ from remat_bench.core.budget import Budget, parse_budget
 from remat_bench.core.errors import MethodError
 from remat_bench.core.files import cache_dir
 from remat_bench.core.graph import Graph
+from remat_bench.core.machine import usable_cores
 from remat_bench.core.progress import Relabelled, Watcher
 from remat_bench.methods import Method
 from remat_bench.methods.base import SolveContext
@@ -132,6 +133,34 @@ def run(graph: Graph, method: str, budget: str | float | Budget, time_limit: flo
                     gap=gap)
 
 
+def jobs_at_once(jobs: int, runs: int) -> tuple[int, str | None]:
+    """How many of ``runs`` side-by-side runs go at once: ``jobs``, at most one per core this process may use
+    (`remat_bench.core.machine.usable_cores`) and one per run.
+
+    More child processes than cores finish no sooner: they share the cores, and each run's time
+    limit and solve time (which the comparison shows) stretch with the sharing; ``-j 100000``
+    started one child per method at once.
+
+    Parameters
+    ----------
+    jobs : int
+        The runs at once asked for (``solve -j``).
+    runs : int
+        How many runs there are (the methods).
+
+    Returns
+    -------
+    tuple of (int, str or None)
+        The runs at once, and one sentence when ``jobs`` was cut to the cores (None otherwise).
+    """
+    cores = usable_cores()
+    at_once = max(1, min(jobs, runs, cores))
+    if jobs <= cores or runs <= 1:
+        return at_once, None
+    return at_once, (f"--jobs {jobs} is more than the {cores} core{'s' if cores != 1 else ''} here; "
+                     f"running {at_once} at a time")
+
+
 def run_many(graph: Graph, methods: list[str], budget: Budget, time_limit: float | None,
              params: dict[str, dict[str, Any]], *, bound: bool = True, jobs: int = 1,
              bounds: BoundSource | None = None, gap: float | None = None,
@@ -161,7 +190,8 @@ def run_many(graph: Graph, methods: list[str], budget: Budget, time_limit: float
     bound : bool
         As `evaluate` takes it.
     jobs : int
-        How many runs at a time; 1 runs them one after another in this process.
+        How many runs at a time, at most one per core (`jobs_at_once`); 1 runs them one after another
+        in this process.
     bounds : BoundSource or None
         The bound cache to share (default: the user's on-disk cache).
     gap : float or None
@@ -181,6 +211,7 @@ def run_many(graph: Graph, methods: list[str], budget: Budget, time_limit: float
     """
     bounds = bounds if bounds is not None else user_bound_cache()
     solvers = {m: get_solver(m) for m in methods}
+    jobs, _ = jobs_at_once(jobs, len(methods))  # the caller says so when it cut a request (`solve`)
 
     def context(method: str) -> SolveContext:
         return SolveContext(bounds=bounds, watch=None if watch is None else Relabelled(watch, method))

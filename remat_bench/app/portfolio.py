@@ -45,7 +45,6 @@ is recorded with its error, and the others' best stands.
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -60,6 +59,7 @@ from remat_bench.core.budget import budget_of, parse_size
 from remat_bench.core.control import Deadline, interrupted
 from remat_bench.core.errors import MethodError
 from remat_bench.core.graph import Graph, Number
+from remat_bench.core.machine import usable_cores
 from remat_bench.core.outcome import MethodResult, SolutionStatus, Status, Termination, cut_short, search_ended
 from remat_bench.core.progress import ProgressRecorder, Relabelled
 from remat_bench.core.schedule import COMPUTE, Schedule
@@ -222,7 +222,7 @@ class Auto(Method):
             for name in exact:  # a fast member's schedule meets the goal: nothing is faster (or lower)
                 members.append(Member(name, "exact", message=f"{reached}'s schedule is proven optimal"))
         elif exact and not clock.members.expired():
-            jobs = params["jobs"] or min(os.cpu_count() or 1, len(exact))
+            jobs = params["jobs"] or min(usable_cores(), len(exact))
             self._run_exact(graph, budget, exact, clock.members, min(jobs, len(exact)), members, hints)
         if beside is not None:
             beside.collect(members, hints, wait=True)
@@ -302,7 +302,7 @@ class Auto(Method):
         # Every member gets every core, though they share them: CP-SAT's portfolio needs two workers
         # or more (one worker did worse even with the cores to itself: docs/benchmarks.md, "auto: the
         # portfolio beside its members"), and HiGHS's branch and bound runs on one thread whatever it is given.
-        threads = os.cpu_count() or 1
+        threads = usable_cores()
         left = deadline.remaining()
         # Members beyond ``jobs`` wait for a slot: each gets the share of the time its wave has.
         waves = -(-len(names) // jobs)

@@ -51,7 +51,7 @@ from remat_bench.core.simulate import baseline
 @click.option("--no-bound", is_flag=True,
               help="Skip the any-order lower bound (no gap, nothing proven optimal; saves up to a tenth of the limit).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
-              help="With several -m: how many run at once, each in its own process (they share the cores).")
+              help="With several -m: how many run at once, each in its own process (at most one per core).")
 @click.option("--gap", type=FiniteFloat(minimum=0), default=None, metavar="POINTS",
               help="Stop once the schedule held is within POINTS points of overhead of a valid lower bound (the "
                    "any-order bound, or the method's own solver's bound in its space). Default: only a proof stops.")
@@ -70,7 +70,7 @@ def solve(graph: str, methods: tuple[str, ...], budget: str, time_limit: float, 
     (its improving schedules over time).
     """
     from remat_bench.app.graphs import find_graph
-    from remat_bench.app.pipeline import resolve_method, run_many
+    from remat_bench.app.pipeline import jobs_at_once, resolve_method, run_many
     from remat_bench.core.budget import parse_budget
     from remat_bench.core.graph import load_graph
     from remat_bench.core.schedule import save_schedule
@@ -94,7 +94,10 @@ def solve(graph: str, methods: tuple[str, ...], budget: str, time_limit: float, 
     if not as_json and (unmeasured := unmeasured_memory_warning(g)) is not None:  # --json: the costs record says it
         err.print(f"[yellow]warning:[/] {escape(unmeasured)}")
 
-    at_once = f", {min(jobs, len(methods))} at a time" if jobs > 1 and len(methods) > 1 else ""
+    jobs, cut = jobs_at_once(jobs, len(methods))
+    if cut is not None:
+        err.print(f"[yellow]warning:[/] {escape(cut)}")
+    at_once = f", {jobs} at a time" if jobs > 1 and len(methods) > 1 else ""
     live = LiveProgress(f"solving {g.name} with {', '.join(methods)}{at_once} (limit {time_limit:g} s each)",
                         baseline(g).duration, err if progress_lines else None, g.units.get("memory", ""))
     with stop_on_first_ctrl_c(), working(live, as_json):
