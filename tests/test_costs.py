@@ -133,14 +133,13 @@ def test_the_signature_tells_shapes_and_machines_apart():
 
 
 @pytest.mark.parametrize("content", ["{not json", '{"format": "something-else", "entries": {}}', "\x00\xff"])
-def test_a_corrupt_cache_is_ignored_with_a_warning_and_written_anew(tmp_path, content):
+def test_a_corrupt_cache_is_ignored_with_a_warning_and_left_as_it_is(tmp_path, content):
     path = tmp_path / "costs.json"
     path.write_bytes(content.encode("latin-1"))
-    with pytest.warns(CostWarning, match=r"operator cost cache .*costs.json was ignored"):
+    with pytest.warns(CostWarning, match=r"operator cost cache .*costs.json was ignored and is left as it is"):
         g = import_model("mlp", batch=4, depth=1, cost_cache=CostCache(path), repeats=1)
     assert g.units["duration"] == "ns"
-    data = json.loads(path.read_text())
-    assert data["format"] == "remat-bench-op-costs" and len(data["entries"]) > 0
+    assert path.read_bytes() == content.encode("latin-1")  # not a cost cache: perhaps someone's file
 
 
 def test_a_corrupt_cache_on_the_command_line_is_one_warning_never_a_traceback(tmp_path, monkeypatch):

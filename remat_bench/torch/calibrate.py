@@ -20,6 +20,10 @@ answered from the cache (`CostCache`), so identical operators of repeated
 layers are measured once, and a second import of a model runs nothing. A
 workspace is known without measuring for a gradient copy (a clone allocates
 its output only) and a buffer update (``copy_`` writes in place).
+
+The cache's file is anyone's to edit, so what it says is checked before it is
+believed (`implausible`): an entry whose samples do not give its median, or
+whose durations no real run shows on this machine's clock, is measured again.
 """
 
 from __future__ import annotations
@@ -28,14 +32,15 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import stat
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 from torch import fx
@@ -52,6 +57,23 @@ CACHE_FORMAT = "remat-bench-op-costs"
 CACHE_VERSION = 1
 # Entries kept at most; past it the oldest are dropped when the file is written.
 MAX_ENTRIES = 50_000
+# The most bytes of the file that are read, and that `CostCache.save` writes (dropping the oldest entries
+# to stay under it). An entry of 5 samples takes about 250 bytes, so MAX_ENTRIES of them fit several times
+# over; without a limit a file that never ends (a link to /dev/zero) is read until memory runs out.
+MAX_FILE_BYTES = 64 * 2**20
+# The least duration (ns) a real operator run shows on the wall clock, which `time_ns` uses off CUDA: the
+# run is a Python call into the executor that enters `torch.no_grad` and dispatches an aten operator,
+# microseconds on any processor of today. CUDA events time the kernels alone, and an operator that
+# launches none (a view) reads 0, which `time_ns` makes 1: there the floor is 1.
+MIN_WALL_CLOCK_NS = 100
+MIN_CUDA_EVENTS_NS = 1
+# The most (ns) a cached duration may be: one run of one operator taking a quarter of an hour, which a
+# calibration runs ``repeats`` + 1 times. Far above any operator, and low enough that thousands of such
+# nodes stay within the graph's exact duration total (2**53, `remat_bench.core.graph`).
+MAX_DURATION_NS = 10**12
+# The most bytes a cached workspace may be: a petabyte, above any device's memory.
+MAX_WORKSPACE_BYTES = 2**50
+NOT_REGULAR = "it is not a regular file (a folder, device or pipe)"
 STATISTIC = "median"
 WARMUP = 1  # the operator's own run in the pass, before its timed runs
 
@@ -83,9 +105,14 @@ class CostCache:
     """Measured operator costs by signature and machine (`signature_key`), in memory and in one JSON file.
 
     The file is read when first needed and written by `save`, atomically, merged with
-    what another process wrote meanwhile. A file that cannot be read or is not a cost
-    cache is ignored with a `CostWarning` (and written anew); an entry that is not as
-    expected is a miss. A cache that cannot be written costs time, never an import.
+    what another process wrote meanwhile. Only a regular file is opened, and at most
+    `MAX_FILE_BYTES` of it read. A file that is not a cost cache (not JSON, another
+    format, a device, a pipe, too large) is ignored with a `CostWarning` and never
+    written: the costs measured then stay in memory. Nor is a symbolic link written
+    through (it could point anywhere). A missing or empty file is an empty cache, and
+    a cost cache of another version is measured again and rewritten. An entry that is
+    not as expected is a miss; one that no real measurement gives is dropped
+    (`drop_implausible`). A cache that cannot be written costs time, never an import.
 
     Parameters
     ----------
@@ -97,6 +124,9 @@ class CostCache:
         self.path = path
         self._entries: dict[str, dict[str, Any]] | None = None
         self._changed: dict[str, dict[str, Any]] = {}
+        self._measured: set[str] = set()  # keys put by this process: measured here, not read from the file
+        self._refused: str | None = None  # why the file, once read, is not a cost cache: it is never written
+        self._said = False  # whether a warning said that the file is ignored or not written
 
     @classmethod
     def user(cls) -> CostCache:
@@ -108,32 +138,57 @@ class CostCache:
         """
         return cls(cost_cache_path())
 
+    def _load(self) -> tuple[dict[str, dict[str, Any]], str | None]:
+        """The file's entries, and why it is not a cost cache (None when it is one, or is missing or empty)."""
+        assert self.path is not None
+        try:
+            # A device or pipe is not even opened: opening one can block (a pipe with no writer) or act (a
+            # tape, a watchdog). The descriptor is checked again, in case the file changed in between.
+            if not stat.S_ISREG(os.stat(self.path).st_mode):
+                return {}, NOT_REGULAR
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        except FileNotFoundError:
+            return {}, None
+        except OSError as exc:
+            return {}, f"it cannot be read ({exc.strerror or exc.__class__.__name__})"
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return {}, NOT_REGULAR
+            with os.fdopen(fd, "rb", closefd=False) as fh:
+                raw = fh.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            return {}, f"it cannot be read ({exc.strerror or exc.__class__.__name__})"
+        finally:
+            os.close(fd)
+        if len(raw) > MAX_FILE_BYTES:
+            return {}, f"it is larger than {MAX_FILE_BYTES // 2**20} MiB, more than a cost cache holds"
+        if not raw.strip():
+            return {}, None  # an empty file (as mktemp makes one): an empty cache
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            return {}, "it is not JSON"
+        if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or not isinstance(data.get("entries"),
+                                                                                              dict):
+            return {}, "it is not a remat-bench operator cost cache"
+        if data.get("version") != CACHE_VERSION:
+            return {}, None  # another version's entries: measured again, and the file rewritten
+        return {k: v for k, v in data["entries"].items() if isinstance(k, str) and isinstance(v, dict)}, None
+
     def _read(self, warn: bool) -> dict[str, dict[str, Any]]:
         if self.path is None:
             return {}
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return {}
-        except (OSError, UnicodeDecodeError) as exc:
-            return self._ignored(f"it cannot be read ({exc.__class__.__name__})", warn)
-        try:
-            data = json.loads(text)
-        except ValueError:
-            return self._ignored("it is not JSON", warn)
-        if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or not isinstance(data.get("entries"),
-                                                                                              dict):
-            return self._ignored("it is not a remat-bench operator cost cache", warn)
-        if data.get("version") != CACHE_VERSION:
-            return {}  # another version's entries: measured again, and the file rewritten
-        return {k: v for k, v in data["entries"].items() if isinstance(k, str) and isinstance(v, dict)}
-
-    def _ignored(self, why: str, warn: bool) -> dict[str, dict[str, Any]]:
-        if warn:
-            warnings.warn(f"the operator cost cache {self.path} was ignored: {why}; operators are measured again "
-                          f"and the file written anew (set {CACHE_SETTING} to use another file)", CostWarning,
-                          stacklevel=4)
-        return {}
+        entries, why = self._load()
+        if why is not None:
+            if warn and not self._said:
+                fix = (f"set {CACHE_SETTING} to a regular file" if why == NOT_REGULAR else
+                       f"delete the file if it is a damaged cost cache, or set {CACHE_SETTING} to another file")
+                warnings.warn(f"the operator cost cache {self.path} was ignored and is left as it is: {why}; "
+                              f"operators are measured again and their costs kept in memory only ({fix})",
+                              CostWarning, stacklevel=4)
+                self._said = True
+            self._refused = self._refused or why
+        return entries
 
     @property
     def entries(self) -> dict[str, dict[str, Any]]:
@@ -158,7 +213,8 @@ class CostCache:
         Returns
         -------
         dict or None
-            Its fields: ``ns`` (the median), ``samples``, ``repeats``, ``workspace`` (bytes), ``op``, ``when``.
+            Its fields: ``ns`` (the median), ``samples``, ``repeats``, ``statistic``, ``workspace`` (bytes),
+            ``op``, ``when``.
         """
         return self.entries.get(key)
 
@@ -176,27 +232,140 @@ class CostCache:
                  "when": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
         self.entries[key] = entry
         self._changed[key] = entry
+        self._measured.add(key)
+
+    def drop_implausible(self, keys: Iterable[str], floor_ns: int) -> int:
+        """Drop the entries of ``keys`` read from the file that no real measurement gives (`implausible`),
+        so that their operators are measured again; say so in one `CostWarning` naming the file.
+
+        Parameters
+        ----------
+        keys : iterable of str
+            `signature_key` values of one machine.
+        floor_ns : int
+            The least duration that machine's clock shows for a real operator run (`duration_floor_ns`).
+
+        Returns
+        -------
+        int
+            The entries dropped.
+        """
+        dropped: list[str] = []
+        for key in dict.fromkeys(keys):
+            entry = self.entries.get(key)
+            why = None if entry is None or key in self._measured else implausible(entry, floor_ns)
+            if why is not None:
+                del self.entries[key]
+                dropped.append(why)
+        if dropped:
+            warnings.warn(f"the operator cost cache {self.path} held {len(dropped)} "
+                          f"{'entry' if len(dropped) == 1 else 'entries'} that no real measurement gives (the "
+                          f"first: {dropped[0]}); those operators are measured again", CostWarning, stacklevel=3)
+        return len(dropped)
 
     def save(self) -> None:
         """Write the entries added since the last save into the file, merged with what it holds now.
 
-        A file that cannot be written is said once in a `CostWarning`; the entries stay in memory.
+        The file is left alone, and that said once in a `CostWarning`, when it is a symbolic link or not a
+        cost cache; likewise when it cannot be written. The entries stay in memory.
         """
         if self.path is None or not self._changed:
             return
-        merged = {**self._read(warn=False), **self._changed}
-        if len(merged) > MAX_ENTRIES:
-            oldest = sorted(merged, key=lambda k: str(merged[k].get("when", "")))
-            for key in oldest[:len(merged) - MAX_ENTRIES]:
-                del merged[key]
-        text = json.dumps({"format": CACHE_FORMAT, "version": CACHE_VERSION, "entries": merged},
-                          separators=(",", ":"), sort_keys=True)
+        on_disk = self._read(warn=False)
+        refused = ("it is a symbolic link, which is not written through" if os.path.islink(self.path)
+                   else None if self._refused is None else f"it is not a cost cache: {self._refused}")
+        if refused is not None:
+            if not self._said:
+                warnings.warn(f"the operator cost cache {self.path} was not written: {refused}; the costs measured "
+                              f"now are kept in memory only (set {CACHE_SETTING} to a regular file)", CostWarning,
+                              stacklevel=2)
+                self._said = True
+            self._changed = {}
+            return
+        merged = {**on_disk, **self._changed}
+        text = _cache_text(merged)
         try:
             atomic_write_text(self.path, text)
         except OutputError as exc:
             warnings.warn(f"the operator cost cache was not written ({exc}); the costs are measured again next "
                           f"time (set {CACHE_SETTING} to use another file)", CostWarning, stacklevel=2)
         self._changed = {}
+
+
+def _cache_text(entries: dict[str, dict[str, Any]]) -> str:
+    """The file's text: ``format`` first (what `remat_bench.core.files.file_format` reads), then the newest
+    entries, at most `MAX_ENTRIES` of them in at most `MAX_FILE_BYTES`."""
+    newest_first = sorted(entries, key=lambda k: str(entries[k].get("when", "")), reverse=True)[:MAX_ENTRIES]
+    head = json.dumps({"format": CACHE_FORMAT, "version": CACHE_VERSION}, separators=(",", ":"))[:-1]
+    head += ',"entries":{'
+    kept: dict[str, str] = {}
+    size = len(head) + 2  # json.dumps writes ASCII: characters are bytes
+    for key in newest_first:
+        item = f"{json.dumps(key)}:{json.dumps(entries[key], separators=(',', ':'), sort_keys=True)}"
+        if size + len(item) + 1 > MAX_FILE_BYTES:
+            break
+        kept[key] = item
+        size += len(item) + 1
+    return head + ",".join(kept[k] for k in sorted(kept)) + "}}"
+
+
+def duration_floor_ns(device: torch.device) -> int:
+    """The least duration `remat_bench.torch.measure.time_ns` gives for a real operator run on ``device``.
+
+    Parameters
+    ----------
+    device : torch.device
+        Where operators are timed.
+
+    Returns
+    -------
+    int
+        `MIN_CUDA_EVENTS_NS` on CUDA (events time the kernels alone), else `MIN_WALL_CLOCK_NS`.
+    """
+    return MIN_CUDA_EVENTS_NS if device.type == "cuda" else MIN_WALL_CLOCK_NS
+
+
+def _count(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def implausible(entry: dict[str, Any], floor_ns: int) -> str | None:
+    """Why a cache entry is not what a calibration writes (`_run`), or None when it could be.
+
+    A timed entry holds ``repeats`` samples, each a duration the clock can show (``floor_ns``
+    to `MAX_DURATION_NS`), and ``ns`` is their median as `_run` rounds it; a workspace is a
+    byte count up to `MAX_WORKSPACE_BYTES`. Every real measurement passes.
+
+    Parameters
+    ----------
+    entry : dict
+        A cache entry.
+    floor_ns : int
+        The least duration of a real run on the entry's machine (`duration_floor_ns`).
+
+    Returns
+    -------
+    str or None
+        A phrase naming what is wrong, or None.
+    """
+    if "op" in entry and not isinstance(entry["op"], str):
+        return "an operator that is not a name"
+    if "workspace" in entry:
+        ws = entry["workspace"]
+        if not _count(ws) or not 0 <= ws <= MAX_WORKSPACE_BYTES:
+            return f"a workspace that is not a byte count from 0 to {MAX_WORKSPACE_BYTES:,}"
+    if not any(k in entry for k in ("ns", "samples", "repeats", "statistic")):
+        return None  # a workspace only
+    ns, samples, runs = entry.get("ns"), entry.get("samples"), entry.get("repeats")
+    if entry.get("statistic") != STATISTIC:
+        return f"a duration that is not a {STATISTIC}"
+    if not _count(runs) or runs < 1 or not isinstance(samples, list) or len(samples) != runs:
+        return "samples that do not number the repeats"
+    if not all(_count(t) and floor_ns <= t <= MAX_DURATION_NS for t in samples):
+        return f"a duration outside the {floor_ns:,} to {MAX_DURATION_NS:,} ns a real run shows on its clock"
+    if not _count(ns) or ns != max(1, round(statistics.median(samples))):
+        return "a duration that is not the median of its samples"
+    return None
 
 
 # ---------------------------------------------------------------------- signatures
@@ -399,6 +568,7 @@ def calibrate(program: Program, device: torch.device, *, durations: bool = True,
     time_now: set[int] = set()  # nodes whose signature is timed in this pass (its first node)
     measure_now: set[int] = set()
     first: dict[str, int] = {}
+    cache.drop_implausible((k for k in keys if k is not None), duration_floor_ns(device))
     for v, (node, key) in enumerate(zip(nodes, keys)):
         if key is None:
             continue
