@@ -9,6 +9,15 @@ and spoiled by each test.
 
 from __future__ import annotations
 
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -39,6 +48,168 @@ def refused(result, *words: str) -> str:
     for word in words:
         assert word in lines[0], lines[0]
     return lines[0]
+
+
+# ---------------------------------------------------------------------- results folders that cannot be read
+
+
+def spoiled(results, tmp_path, journal: bool = True):
+    """A copy of the results folder, with or without its journal."""
+    copy = tmp_path / "copy"
+    shutil.copytree(results, copy)
+    if not journal:
+        (copy / "journal.jsonl").unlink()
+    return copy
+
+
+def run_cli(*args: str | Path) -> subprocess.CompletedProcess:
+    """The command in a process of its own, capped at 4 GiB of address space and stopped after 120 s: a file
+    read whole from /dev/zero ends in a MemoryError there, not in this test's process, and a pipe that
+    blocks fails the test instead of hanging it (the bound is a guard, far above the seconds these take)."""
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 * 2**30, 4 * 2**30))
+
+    try:
+        return subprocess.run([sys.executable, "-m", "remat_bench.app.cli", *map(str, args)], capture_output=True,
+                              text=True, timeout=120, preexec_fn=cap, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"remat-bench {' '.join(map(str, args))} did not end (reading a pipe?)")
+
+
+def refused_in_process(result: subprocess.CompletedProcess, *words: str) -> str:
+    assert result.returncode in (1, 2), result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+OVER_TIME = ["progress", "profile", "time-to-best"]
+
+
+def corrupt(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:100])  # cut short: no Parquet footer
+
+
+def other_columns(path: Path) -> None:
+    pd.DataFrame({"a": [1]}).to_parquet(path)
+
+
+@pytest.mark.parametrize("spoil, words", [(corrupt, "is not a Parquet table that can be read"),
+                                          (other_columns, "lacks the columns run_id, time_s, duration")])
+def test_a_progress_table_that_does_not_read_is_one_sentence_naming_it_for_charts_and_report(
+        results, tmp_path, spoil, words):
+    folder = spoiled(results, tmp_path, journal=False)
+    spoil(folder / "progress.parquet")
+    remedy = "remove this file to go without the runs' progress, or run the sweep again"
+    for kind in OVER_TIME:
+        result = CliRunner().invoke(main, ["plot", str(folder), "--kind", kind, "-o", str(tmp_path / "p.png")])
+        refused(result, f"{folder / 'progress.parquet'}: ", words, remedy)
+    result = CliRunner().invoke(main, ["report", str(folder), "-o", str(tmp_path / "r.md")])
+    refused(result, f"{folder / 'progress.parquet'}: ", words, remedy)
+    (folder / "progress.parquet").unlink()  # as the sentence says: the report goes without progress
+    result = CliRunner().invoke(main, ["report", str(folder), "-o", str(tmp_path / "r.md")])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("spoil, words", [(corrupt, "is not a Parquet table that can be read"),
+                                          (other_columns, "lacks the columns graph, graph_sha256, method")])
+def test_a_results_table_that_does_not_read_is_one_sentence_naming_it(results, tmp_path, spoil, words):
+    folder = spoiled(results, tmp_path, journal=False)
+    spoil(folder / "results.parquet")
+    for command in (["plot", str(folder), "--kind", "tradeoff", "-o", str(tmp_path / "p.png")],
+                    ["report", str(folder), "-o", str(tmp_path / "r.md")]):
+        refused(CliRunner().invoke(main, command), f"{folder / 'results.parquet'}: ", words,
+                "restore either file, or run the sweep again")
+
+
+def point_rows_at(folder: Path, column: str, target: str) -> None:
+    """Every row of the journal that saved a schedule names ``target`` in ``column``, as a hand edit would."""
+    journal = folder / "journal.jsonl"
+    rows = [json.loads(line) for line in journal.read_text().splitlines()]
+    for row in rows:
+        if row.get("schedule"):
+            row[column] = target
+    journal.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+@pytest.mark.parametrize("column, what", [("schedule", "it is the schedule of run"),
+                                          ("graph_path", "it is the file of graph 'chain-16'")])
+@pytest.mark.parametrize("target", ["/dev/zero", "/dev/urandom", "fifo"])
+def test_a_journal_naming_a_device_or_a_pipe_is_refused_without_reading_it(results, tmp_path, column, what,
+                                                                           target):
+    folder = spoiled(results, tmp_path)
+    if target == "fifo":
+        target = str(tmp_path / "fifo")
+        os.mkfifo(target)
+    point_rows_at(folder, column, target)
+    for command in (["plot", folder, "--kind", "timeline", "-o", tmp_path / "t.png"],
+                    ["report", folder, "-o", tmp_path / "r.md"]):
+        refused_in_process(run_cli(*command), f"{target}: is a device, pipe or socket, not a regular file", what,
+                           "restore that file, or run the sweep again")
+
+
+@pytest.mark.parametrize("name, make", [("journal.jsonl", lambda p: os.symlink("/dev/zero", p)),
+                                        ("journal.jsonl", os.mkfifo),
+                                        ("results.parquet", os.mkfifo), ("progress.parquet", os.mkfifo)])
+def test_a_results_file_that_is_a_device_or_a_pipe_is_refused(results, tmp_path, name, make):
+    folder = spoiled(results, tmp_path, journal=name == "progress.parquet")
+    if name != "progress.parquet":
+        (folder / "journal.jsonl").unlink(missing_ok=True)
+    (folder / name).unlink(missing_ok=True)
+    make(folder / name)
+    kind = "progress" if name == "progress.parquet" else "tradeoff"
+    if name == "progress.parquet":
+        (folder / "journal.jsonl").unlink()
+    refused_in_process(run_cli("plot", folder, "--kind", kind, "-o", tmp_path / "p.png"),
+                       f"{folder / name}: is a device, pipe or socket, not a regular file")
+
+
+@pytest.mark.parametrize("make", [os.mkfifo, lambda p: os.symlink("/dev/zero", p)], ids=["pipe", "device"])
+def test_resuming_into_a_folder_whose_journal_is_a_pipe_or_a_device_is_refused(results, tmp_path, make):
+    folder = spoiled(results, tmp_path)
+    (folder / "journal.jsonl").unlink()
+    make(folder / "journal.jsonl")
+    config = tmp_path / "again.yaml"
+    config.write_text((folder / "config.yaml").read_text())
+    refused_in_process(run_cli("sweep", config, "--output", folder, "--resume"),
+                       f"the results folder {folder} holds journal.jsonl, which is not a regular file",
+                       "move it away or choose another --output")
+
+
+def test_a_config_copy_that_is_a_pipe_does_not_hold_the_report(results, tmp_path):
+    folder = spoiled(results, tmp_path)
+    (folder / "config.yaml").unlink()
+    os.mkfifo(folder / "config.yaml")
+    result = run_cli("report", folder, "-o", tmp_path / "r.md")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "r.md").read_text().startswith(f"# Sweep report: {folder.name}\n")
+
+
+def test_schedule_files_and_a_graph_that_are_devices_are_refused(results, tmp_path):
+    schedule = next((results / "schedules").rglob("*.json"))
+    refused_in_process(run_cli("plot", "/dev/zero", "--graph", CHAIN, "--kind", "timeline", "-o", tmp_path / "t.png"),
+                       "/dev/zero: is a device, pipe or socket", "give schedule files")
+    refused_in_process(run_cli("plot", schedule, "--graph", "/dev/zero", "--kind", "timeline", "-o",
+                               tmp_path / "t.png"), "/dev/zero: is a device, pipe or socket", "give a graph file")
+    refused_in_process(run_cli("plot", results, "--graph", "/dev/zero", "--kind", "timeline", "-o",
+                               tmp_path / "t.png"), "no graph named '/dev/zero' in the results")
+
+
+def test_journal_lines_that_are_not_utf8_or_too_long_are_left_out_with_a_count(results, tmp_path, monkeypatch):
+    from remat_bench.app.sweep import journal
+
+    folder = spoiled(results, tmp_path)
+    longest = max(map(len, (folder / "journal.jsonl").read_bytes().splitlines(keepends=True)))
+    monkeypatch.setattr(journal, "MAX_ROW_BYTES", longest)  # as if a row could be no longer than these
+    with open(folder / "journal.jsonl", "ab") as fh:
+        fh.write(b'{"graph": "\xff\xfe"}\n' + b"x" * (3 * longest) + b"\n")
+    result = CliRunner().invoke(main, ["plot", str(folder), "--kind", "tradeoff", "-o", str(tmp_path / "p.png")])
+    assert result.exit_code == 0, result.output
+    assert f"note: 2 rows of {folder / 'journal.jsonl'} could not be read" in result.output
+    assert len(load_table(folder)) == 6
 
 
 # ---------------------------------------------------------------------- plot --within

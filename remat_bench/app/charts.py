@@ -373,10 +373,13 @@ def graph_in_results(frame: pd.DataFrame, folder: str | Path, text: str) -> str:
 def _graph_hash(text: str) -> str | None:
     """The hash of the graph ``text`` names outside the results, or None when it names none."""
     from remat_bench.app.graphs import find_graph
+    from remat_bench.core.files import check_regular
     from remat_bench.core.graph import load_graph
 
     try:
-        return load_graph(find_graph(text)).sha256
+        path = find_graph(text)
+        check_regular(path)  # --graph /dev/zero names no graph, and is not read
+        return load_graph(path).sha256
     except RematBenchError:
         return None
 

@@ -35,7 +35,7 @@ from remat_bench.app.sweep.results import (
     succeeded,
     summarize,
 )
-from remat_bench.core.errors import RematBenchError
+from remat_bench.core.errors import GraphError, RematBenchError, ScheduleError
 from remat_bench.core.files import atomic_write_text
 from remat_bench.core.outcome import Status
 from remat_bench.core.provenance import CostSource, cost_source, mixed_sources
@@ -720,6 +720,8 @@ def _graph_charts(results: Path, table: pd.DataFrame, graph: str, figures: Path,
 
     try:
         chosen = schedules_at(results, table[table["graph"] == graph], graph=graph)
+    except (GraphError, ScheduleError):
+        raise  # a file the results name cannot be read: the report says which, and stops
     except RematBenchError:
         return ["No schedule within budget was found on this graph, so there is no timeline.", ""]
     stem = f"{i:02d}-{safe_name(''.join(c if c.isalnum() or c in '-_' else '_' for c in graph))}"
@@ -752,13 +754,16 @@ def cost_sources(results: str | Path, table: pd.DataFrame) -> dict[str, CostSour
     dict
         Graph name -> its cost source; None for a graph whose file cannot be read any more.
     """
+    from remat_bench.core.files import check_regular
     from remat_bench.core.graph import load_graph
 
     sources: dict[str, CostSource | None] = {}
     for graph, where in table.groupby("graph", sort=False)["graph_path"].first().items():
         path = Path(str(where))
+        path = path if path.is_absolute() else Path(results) / path
         try:
-            sources[str(graph)] = cost_source(load_graph(path if path.is_absolute() else Path(results) / path))
+            check_regular(path)  # a row's path is data: a device or a pipe there is not read
+            sources[str(graph)] = cost_source(load_graph(path))
         except (RematBenchError, OSError):
             sources[str(graph)] = None
     return sources
@@ -767,13 +772,16 @@ def cost_sources(results: str | Path, table: pd.DataFrame) -> dict[str, CostSour
 def _sweep_name(results: Path) -> str:
     import yaml
 
+    from remat_bench.app.sweep.config import MAX_CONFIG_BYTES
+    from remat_bench.core.files import read_regular
+
     config = results / "config.yaml"
     try:
-        data = yaml.safe_load(config.read_text(encoding="utf-8"))
-        if isinstance(data, dict) and data.get("name"):
+        data = yaml.safe_load(read_regular(config, limit=MAX_CONFIG_BYTES).decode("utf-8"))
+        if isinstance(data, dict) and isinstance(data.get("name"), str) and data["name"]:
             return f"Sweep report: {data['name']}"
-    except (OSError, yaml.YAMLError):
-        pass
+    except (RematBenchError, UnicodeDecodeError, yaml.YAMLError):
+        pass  # the title is then the folder's name
     return f"Sweep report: {results.name}"
 
 

@@ -6,6 +6,11 @@ goes through `atomic_write_bytes`, so a write that cannot happen is one
 An output named by a symbolic link is written through it: the file the link
 points to is replaced, and the link stays.
 
+Reading takes regular files only, up to a size, so that a path naming a device
+(/dev/zero never ends) or a pipe (it waits for a writer) is one sentence, not a
+hang or all of memory: `read_regular` reads a file whole, `open_regular` opens
+one, and `check_regular` vets one before a reader that takes a path opens it.
+
 `safe_name` turns a name taken from data (a graph's name, a model's arguments)
 into one file name, so a path derived from it stays in its folder.
 """
@@ -20,12 +25,16 @@ import re
 import stat
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
-from remat_bench.core.errors import OutputError
+from remat_bench.core.errors import OutputError, RematBenchError
 
 # The first bytes of a file are enough to tell its format: every file remat-bench writes
 # starts with {"format": ...}; reading more could mean reading a device forever.
 HEAD_BYTES = 4096
+# The largest file read whole: a graph of the largest size generated (1,000,000 nodes, 10,000,000 edges) is
+# a few hundred MB of JSON, and parsing takes several times its size in memory.
+MAX_READ_BYTES = 2**30
 _FORMAT = re.compile(rb'^\s*\{\s*"format"\s*:\s*"([^"\\]{1,64})"')
 # A file name from data keeps these characters; the rest become '_'. Long names are cut (file systems
 # refuse names above 255 bytes), keeping a hash of the whole so that different names stay different.
@@ -114,6 +123,131 @@ def file_format(path: Path) -> str | None:
         return None
     match = _FORMAT.match(head)
     return match.group(1).decode("utf-8", "replace") if match else None
+
+
+def _refusal(mode: int, size: int, limit: int | None) -> str | None:
+    """Why a file of this mode and size is not read; None when it is."""
+    if stat.S_ISDIR(mode):
+        return "is a folder, not a file"
+    if not stat.S_ISREG(mode):
+        return "is a device, pipe or socket, not a regular file, and is not read (it could never end)"
+    if limit is not None and size > limit:
+        return f"is {size:,} bytes, more than the {limit:,} read whole"
+    return None
+
+
+def check_regular(path: str | Path, error: type[Exception] = RematBenchError, limit: int | None = MAX_READ_BYTES,
+                  hint: str = "give the path of a file") -> None:
+    """Refuse, before a reader opens it, a path that is not a regular file of at most ``limit`` bytes.
+
+    For readers that take a path (`remat_bench.core.graph.load_graph`, Parquet): the file is vetted, not
+    opened, so what it names may still change before it is read; `read_regular` reads what it vetted.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file; links are followed.
+    error : type of Exception
+        The error raised (`GraphError`, `ScheduleError`, ...).
+    limit : int or None
+        The largest size taken, in bytes; None for any.
+    hint : str
+        What to do, ending the sentence.
+
+    Raises
+    ------
+    error
+        ``{path}: {what is wrong}; {hint}`` for a missing path, a folder, a device, pipe or socket, or a
+        file above ``limit``.
+    """
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise error(f"{path}: no such file; {hint}") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot be read ({exc.strerror or exc}); {hint}") from None
+    why = _refusal(info.st_mode, info.st_size, limit)
+    if why is not None:
+        raise error(f"{path}: {why}; {hint}")
+
+
+def open_regular(path: str | Path, error: type[Exception] = RematBenchError, limit: int | None = MAX_READ_BYTES,
+                 hint: str = "give the path of a file") -> BinaryIO:
+    """A regular file of at most ``limit`` bytes, opened for reading in binary.
+
+    The file is opened without waiting (a pipe with no writer would block the open) and vetted by what
+    was opened, so a path swapped after a check is not read either.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file; links are followed.
+    error : type of Exception
+        The error raised (`GraphError`, `ScheduleError`, ...).
+    limit : int or None
+        The largest size taken, in bytes; None for any.
+    hint : str
+        What to do, ending the sentence.
+
+    Returns
+    -------
+    BinaryIO
+        Open at its start; the caller closes it.
+
+    Raises
+    ------
+    error
+        As `check_regular` says, or the file cannot be opened.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise error(f"{path}: no such file; {hint}") from None
+    except IsADirectoryError:
+        raise error(f"{path}: is a folder, not a file; {hint}") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot be read ({exc.strerror or exc}); {hint}") from None
+    fh = os.fdopen(fd, "rb")
+    info = os.fstat(fd)
+    why = _refusal(info.st_mode, info.st_size, limit)
+    if why is not None:
+        fh.close()
+        raise error(f"{path}: {why}; {hint}")
+    return fh
+
+
+def read_regular(path: str | Path, error: type[Exception] = RematBenchError, limit: int | None = MAX_READ_BYTES,
+                 hint: str = "give the path of a file") -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, read whole (`open_regular`).
+
+    Parameters
+    ----------
+    path : str or Path
+        The file; links are followed.
+    error : type of Exception
+        The error raised (`GraphError`, `ScheduleError`, ...).
+    limit : int or None
+        The largest size taken, in bytes; None for any.
+    hint : str
+        What to do, ending the sentence.
+
+    Returns
+    -------
+    bytes
+
+    Raises
+    ------
+    error
+        As `check_regular` says, or the file cannot be opened or read.
+    """
+    with open_regular(path, error, limit, hint) as fh:
+        try:
+            data = fh.read() if limit is None else fh.read(limit + 1)
+        except OSError as exc:
+            raise error(f"{path}: cannot be read ({exc.strerror or exc}); {hint}") from None
+    if limit is not None and len(data) > limit:  # it grew after the check
+        raise error(f"{path}: is more than the {limit:,} bytes read whole; {hint}")
+    return data
 
 
 def check_writable(path: str | Path) -> None:

@@ -142,7 +142,10 @@ def plot(sources: tuple[Path, ...], kind: str, within: float, output: Path, grap
     remat-bench plot results/paper-progress --kind progress -o figure5.png
     """
     from remat_bench.app import charts
+    from remat_bench.app.graphs import find_graph
     from remat_bench.app.sweep.results import load_table, schedules_at, skipped_note
+    from remat_bench.core.errors import GraphError, ScheduleError
+    from remat_bench.core.files import check_regular
     from remat_bench.core.schedule import load_schedule
 
     charts.image_format(output)  # a wrong suffix is refused before the results are read
@@ -170,6 +173,10 @@ def plot(sources: tuple[Path, ...], kind: str, within: float, output: Path, grap
         if not graph:
             raise click.BadParameter("schedule files need --graph, the graph file they were written for",
                                      param_hint="--graph")
+        # Devices and pipes are not read: /dev/zero would fill memory, a pipe without a writer never ends.
+        check_regular(find_graph(graph), GraphError, hint="give a graph file")
+        for path in sources:
+            check_regular(path, ScheduleError, hint="give schedule files (as `remat-bench solve -o` writes them)")
         g = load(graph)
         scheds = [(path.stem, load_schedule(path, g)) for path in sources]
         if kind == "intervals" and len(scheds) != 1:

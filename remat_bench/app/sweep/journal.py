@@ -18,8 +18,12 @@ from typing import Any
 
 from remat_bench.app.sweep.config import row_key
 from remat_bench.app.sweep.worker import SWEEP_FAULT
+from remat_bench.core.errors import RematBenchError
+from remat_bench.core.files import open_regular
 
 JOURNAL = "journal.jsonl"
+# A row is a few kB (a hundred progress points at most); a longer line is no row, and is not held in memory.
+MAX_ROW_BYTES = 64 * 2**20
 
 
 def _plain(value: Any) -> Any:
@@ -88,24 +92,36 @@ class Journal:
 
     def rows(self) -> Iterator[dict[str, Any]]:
         """Every complete row, in the order written; rows that cannot be read (a line cut short by a
-        kill, a row edited by hand without the columns that name its run) are counted in
-        ``skipped_lines`` and left out (`readable`).
+        kill, a row edited by hand without the columns that name its run, bytes that are not UTF-8, a
+        line longer than `MAX_ROW_BYTES`) are counted in ``skipped_lines`` and left out (`readable`).
 
         Yields
         ------
         dict
             One result row; none when the file is missing.
+
+        Raises
+        ------
+        RematBenchError
+            The journal is not a regular file (a device, pipe or socket, a folder) or cannot be read.
         """
         self.skipped_lines = 0
         if not self.path.exists():
             return
-        with self.path.open("r", encoding="utf-8") as fh:
-            for line in fh:
+        with open_regular(self.path, RematBenchError, limit=None,
+                          hint="a results folder's journal is the file a sweep appends its runs to: put that file "
+                               "back, or remove this one (the table is then read from results.parquet)") as fh:
+            while line := fh.readline(MAX_ROW_BYTES + 1):
+                if len(line) > MAX_ROW_BYTES and not line.endswith(b"\n"):  # no row: skip to the next line
+                    while (rest := fh.readline(MAX_ROW_BYTES)) and not rest.endswith(b"\n"):
+                        pass
+                    self.skipped_lines += 1
+                    continue
                 if not line.strip():
                     continue
                 try:
-                    row = json.loads(line)
-                except ValueError:  # the partial line of a process killed mid-write
+                    row = json.loads(line.decode("utf-8"))
+                except ValueError:  # the partial line of a process killed mid-write (or bytes that are not UTF-8)
                     self.skipped_lines += 1
                     continue
                 if readable(row):

@@ -359,7 +359,12 @@ def build_progress(rows: Iterable[Mapping]) -> pd.DataFrame:
     records = [{"run_id": run, **{c: point.get(c) for c in PROGRESS_COLUMNS[1:]}}
                for run, points in latest.items() for point in points
                if isinstance(point, Mapping) and point.get("time_s") is not None]
-    frame = pd.DataFrame(records, columns=list(PROGRESS_COLUMNS))
+    return _typed_progress(pd.DataFrame(records, columns=list(PROGRESS_COLUMNS)))
+
+
+def _typed_progress(frame: pd.DataFrame) -> pd.DataFrame:
+    """The progress table's column types, whatever its source held (a value that is no number is missing)."""
+    frame = frame.copy()
     for column in ("time_s", "duration", "peak", "overhead_pct", "bound"):
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("Float64")
     for column in ("run_id", "source"):
@@ -405,14 +410,23 @@ def load_progress(folder: str | Path) -> pd.DataFrame | None:
     -------
     pandas.DataFrame or None
         Columns `PROGRESS_COLUMNS`.
+
+    Raises
+    ------
+    RematBenchError
+        The file read is not a regular file, or (the Parquet) not a Parquet table with `PROGRESS_COLUMNS`.
     """
     from remat_bench.app.sweep.journal import JOURNAL, Journal
+    from remat_bench.app.sweep.results import read_parquet
 
     folder = Path(folder)
     if (folder / JOURNAL).exists():
         frame = build_progress(Journal(folder / JOURNAL).rows())
     elif (folder / PROGRESS_TABLE).exists():
-        frame = pd.read_parquet(folder / PROGRESS_TABLE)
+        frame = _typed_progress(read_parquet(
+            folder / PROGRESS_TABLE, PROGRESS_COLUMNS,
+            f"it is rebuilt from {JOURNAL}, which is not in the folder: restore that, remove this file to go "
+            "without the runs' progress, or run the sweep again")[list(PROGRESS_COLUMNS)])
     else:
         return None
     return None if frame.empty else frame

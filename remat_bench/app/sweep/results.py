@@ -239,7 +239,8 @@ def load_table(folder: str | Path) -> pd.DataFrame:
     Raises
     ------
     RematBenchError
-        The folder holds neither a journal nor a results table.
+        The folder holds neither a journal nor a results table, or the one read is not a regular file, or
+        (the table) not a Parquet table with the columns that name a run.
     """
     from remat_bench.app.sweep.journal import JOURNAL, Journal, named, readable
     from remat_bench.core.errors import RematBenchError
@@ -250,7 +251,10 @@ def load_table(folder: str | Path) -> pd.DataFrame:
         rows = list(journal.rows())
         skipped = journal.skipped_lines
     elif (folder / TABLE).exists():
-        rows, skipped = pd.read_parquet(folder / TABLE).to_dict("records"), 0
+        table = read_parquet(folder / TABLE, TABLE_KEY_COLUMNS,
+                             f"it is the only record of the runs, as {JOURNAL} is not in the folder: restore either "
+                             "file, or run the sweep again")
+        rows, skipped = table.to_dict("records"), 0
     else:
         raise RematBenchError(f"{folder}: holds no results ({JOURNAL} or {TABLE}); run `remat-bench sweep` first")
     kept = [row for row in rows if readable(row) and named(row)]
@@ -258,6 +262,47 @@ def load_table(folder: str | Path) -> pd.DataFrame:
     frame = build_table(kept)
     frame.attrs["skipped_rows"] = skipped
     frame.attrs["source"] = str(folder / (JOURNAL if (folder / JOURNAL).exists() else TABLE))
+    return frame
+
+
+# The columns a row of a results table is told by (its run key and names): a table without them is none.
+TABLE_KEY_COLUMNS = ("graph", "graph_sha256", "method", "params", "budget_text", "status", "repeat", "time_limit")
+
+
+def read_parquet(path: Path, columns: Sequence[str], remedy: str) -> pd.DataFrame:
+    """A Parquet table of a results folder (the results table or the progress table), read whole.
+
+    Parameters
+    ----------
+    path : Path
+        The file.
+    columns : Sequence[str]
+        The columns it must have.
+    remedy : str
+        What to do when it cannot be read, ending the sentence.
+
+    Returns
+    -------
+    pandas.DataFrame
+
+    Raises
+    ------
+    RematBenchError
+        One sentence naming ``path``: not a regular file, not a Parquet table, or without some of ``columns``.
+    """
+    from remat_bench.core.errors import RematBenchError
+    from remat_bench.core.files import read_regular
+
+    data = read_regular(path, RematBenchError, hint=remedy)
+    try:
+        frame = pd.read_parquet(io.BytesIO(data))
+    except Exception:  # pyarrow raises kinds of its own (ArrowInvalid, OSError, ...) for bytes it cannot parse
+        raise RematBenchError(f"{path}: is not a Parquet table that can be read (corrupt, cut short, or another "
+                              f"kind of file); {remedy}") from None
+    missing = [column for column in columns if column not in frame.columns]
+    if missing:
+        raise RematBenchError(f"{path}: lacks the column{'s' if len(missing) != 1 else ''} {', '.join(missing)} "
+                              f"that remat-bench writes there; {remedy}")
     return frame
 
 
@@ -453,10 +498,13 @@ def schedules_at(folder: str | Path, frame: pd.DataFrame, graph: str | None = No
     Raises
     ------
     RematBenchError
-        An unknown graph or budget, or no run that saved a schedule there; a graph or schedule file
-        that cannot be read (its own error).
+        An unknown graph or budget, or no run that saved a schedule there.
+    GraphError, ScheduleError
+        A graph or schedule file that cannot be read: missing, not a regular file (a device or pipe a row
+        names is not opened), or refused by its reader.
     """
-    from remat_bench.core.errors import RematBenchError
+    from remat_bench.core.errors import GraphError, RematBenchError, ScheduleError
+    from remat_bench.core.files import check_regular
     from remat_bench.core.graph import load_graph
     from remat_bench.core.schedule import load_schedule
 
@@ -489,11 +537,20 @@ def schedules_at(folder: str | Path, frame: pd.DataFrame, graph: str | None = No
     if picked.empty:
         raise RematBenchError(f"{folder}: no run on graph '{graph}' found a schedule at budget '{budget}'")
     graph_path = Path(str(picked["graph_path"].iloc[0]))
-    g = load_graph(graph_path if graph_path.is_absolute() else folder / graph_path)
+    graph_path = graph_path if graph_path.is_absolute() else folder / graph_path
+    # The paths are data: a hand-edited row may name a device or a pipe, which must not be read.
+    check_regular(graph_path, GraphError, hint=f"it is the file of graph '{graph}' in the results of {folder}: "
+                                                "restore that file, or run the sweep again")
+    g = load_graph(graph_path)
     order = {m: i for i, m in enumerate(_method_order())}
     picked = picked.assign(rank=picked["method"].map(lambda m: order.get(m, len(order)))).sort_values(
         ["rank", "label"], kind="stable")
-    schedules = [(str(row.label), load_schedule(folder / str(row.schedule), g)) for row in picked.itertuples()]
+    schedules = []
+    for row in picked.itertuples():
+        path = folder / str(row.schedule)
+        check_regular(path, ScheduleError, hint=f"it is the schedule of run {row.run_id} in the results of "
+                                                f"{folder}: restore that file, or run the sweep again")
+        schedules.append((str(row.label), load_schedule(path, g)))
     amount = picked["budget"].iloc[0]
     return ScheduleSet(g, budget, None if pd.isna(amount) else amount.item() if hasattr(amount, "item") else amount,
                        schedules, picked)

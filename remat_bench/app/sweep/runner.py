@@ -24,6 +24,7 @@ import errno
 import fcntl
 import os
 import socket
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -278,8 +279,12 @@ def check_output(out: Path, csv: bool = False, create: bool = True) -> None:
     for name in (JOURNAL, LOCK, "config.yaml", TABLE, *([CSV] if csv else [])):
         path = out / name
         if path.exists():
+            # A pipe would hold the open (and the sweep) until a reader came; a device is no record.
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                raise ConfigError(f"the results folder {out} holds {name}, which is not a regular file (a folder, "
+                                  "device, pipe or socket); move it away or choose another --output")
             try:
-                os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+                os.close(os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NONBLOCK", 0)))
             except OSError as exc:
                 raise refuse(path, exc) from None
 
