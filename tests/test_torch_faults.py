@@ -240,7 +240,7 @@ def test_a_token_id_language_model_imports_and_replays_through_the_cli(tmp_path)
     save_schedule(baseline_schedule(g).with_meta(method="none"), g, tmp_path / "s.json")
     r = runner.invoke(main, ["replay", str(path), str(tmp_path / "s.json"), "--json", "--device", "cpu"])
     assert r.exit_code == 0, r.output
-    data = json.loads(r.output)
+    data = json.loads(r.stdout)
     assert data["outputs_match"] is True and data["max_abs_diff"] == 0.0
     assert data["measured_peak"] == data["simulated_peak"] == baseline(g).peak
     # Without --vocab a language model reads the ids of the vocabulary its logits cover.

@@ -119,7 +119,7 @@ def test_cli_trains_and_prints_json(tmp_path):
     out = CliRunner().invoke(main, ["train", str(tmp_path / "g.json"), str(tmp_path / "s.json"), "--steps", "4",
                                     "-c", "schedule,eager", "--json"])
     assert out.exit_code == 0, out.output
-    data = json.loads(out.output)
+    data = json.loads(out.stdout)
     assert [c["name"] for c in data["configurations"]] == ["schedule", "eager"]
     assert data["params_match"] is True and data["max_loss_diff"] == 0.0
     assert data["configurations"][0]["measured_peak"] == data["simulated_peak"]

@@ -134,7 +134,8 @@ def paired_overhead(schedule_s: Sequence[float], baseline_s: Sequence[float]) ->
 
 def interleaved_times(device: torch.device, run_schedule: Callable[[], Callable[[], None]],
                       run_baseline: Callable[[], Callable[[], None]] | None,
-                      repeats: int) -> tuple[list[float], list[float]]:
+                      repeats: int, on_pair: Callable[[int, float], None] | None = None
+                      ) -> tuple[list[float], list[float]]:
     """Time the schedule and the baseline in turns: a warm-up of each, then ``repeats`` pairs.
 
     The order is baseline, schedule, baseline, schedule, ...: the two see the
@@ -154,6 +155,8 @@ def interleaved_times(device: torch.device, run_schedule: Callable[[], Callable[
         The same for the baseline; None times the schedule alone.
     repeats : int
         Pairs timed, at least 1.
+    on_pair : callable or None
+        Told ``(pairs done, seconds the last pair took)`` after each pair.
 
     Returns
     -------
@@ -164,10 +167,12 @@ def interleaved_times(device: torch.device, run_schedule: Callable[[], Callable[
     for prepare in runs:  # warm-up: allocator pools, kernel choices, caches
         timed(device, prepare())
     times: list[list[float]] = [[] for _ in runs]
-    for _ in range(repeats):
+    for done in range(1, repeats + 1):
         for i, prepare in enumerate(runs):
             run = prepare()
             times[i].append(timed(device, run))
+        if on_pair is not None:
+            on_pair(done, sum(t[-1] for t in times))
     return (times[-1], times[0] if run_baseline is not None else [])
 
 
@@ -403,7 +408,8 @@ def replay_files(graph_path: str | Path, schedule_path: str | Path, device: str 
 
 
 def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_run: bool = True, *,
-           repeats: int = DEFAULT_REPEATS, with_baseline: bool = True) -> ReplayResult:
+           repeats: int = DEFAULT_REPEATS, with_baseline: bool = True,
+           on_event: Callable[[dict[str, Any]], None] | None = None) -> ReplayResult:
     """Execute ``schedule`` on ``graph`` with real tensors; measure the peak and check the outputs.
 
     First a profiled run of the schedule measures its peak, and its loss and
@@ -435,6 +441,9 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
         Timed runs of the schedule, each paired with one of the baseline; at least 1.
     with_baseline : bool
         Run the baseline beside the schedule: its peak, and the pairs that give the measured overhead.
+    on_event : callable or None
+        Told ``{"kind": "measured"}`` once the peak is measured, then ``{"kind": "pair", "pair": i, "of":
+        repeats, "time_s": s}`` after each timed pair.
 
     Returns
     -------
@@ -446,8 +455,8 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
     ScheduleError
         A schedule the simulator finds not valid for the graph.
     ReplayError
-        ``repeats`` below 1, no such device, a synthetic replay that would not fit in the free memory, or
-        an operator that fails on real tensors.
+        ``repeats`` below 1, no such device, a replay that would not fit in the device's free memory (checked
+        before anything is built), or an operator that fails on real tensors.
     GraphError
         An imported graph whose model now traces to other nodes.
     """
@@ -470,6 +479,12 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
     base_delta: int | None = None
     times: tuple[list[float], list[float]] = ([], [])
     spec = spec_of(graph)
+    tell = on_event if on_event is not None else (lambda event: None)
+    if spec is not None:  # before the model is built and its parameters allocated (the baseline is checked later)
+        short = no_room(dev, _as_bytes(sim.peak))
+        if short:
+            raise ReplayError(f"replaying '{graph.name}' needs {short} at the schedule's simulated peak; replay it "
+                              "on a larger machine")
     run = _model_run(graph, dev) if spec is not None else _synthetic_run(graph, dev, sim.peak)
     with run as (prepare, fixed_bytes, finish):
         profiled = prepare(steps, True)
@@ -478,18 +493,20 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
         wall = time.perf_counter() - start  # profiled: used only without timed runs
         check = finish()
         if base_steps is not None:
-            no_room = _no_room(dev, _as_bytes(base.peak - graph.fixed_memory))
-            if no_room:
-                base_note, base_steps = f"it needs {no_room}, beyond the fixed memory", None
+            short = no_room(dev, _as_bytes(base.peak - graph.fixed_memory))
+            if short:
+                base_note, base_steps = f"it needs {short}, beyond the fixed memory", None
         if base_steps is not None:
             try:
                 base_delta = measure_peak(dev, prepare(base_steps, False))
             except (ReplayError, torch.OutOfMemoryError) as exc:
                 base_note, base_steps = f"it failed on {dev}: {exc}", None
+        tell({"kind": "measured"})
         if timing_run:
             times = interleaved_times(dev, lambda: prepare(steps, False),
                                       None if base_steps is None else (lambda: prepare(base_steps, False)),
-                                      repeats)
+                                      repeats, lambda done, took: tell({"kind": "pair", "pair": done,
+                                                                        "of": repeats, "time_s": took}))
     step_times, base_times = times
     measured_peak = fixed_bytes + measured_delta
     result = ReplayResult(
@@ -694,9 +711,9 @@ def _as_bytes(amount: Number) -> int:
 @contextlib.contextmanager
 def _synthetic_run(graph: Graph, device: torch.device,
                    simulated_peak: Number) -> Iterator[tuple[Prepare, int, Callable[[], dict]]]:
-    no_room = _no_room(device, _as_bytes(simulated_peak))
-    if no_room:
-        raise ReplayError(f"graph '{graph.name}' needs {no_room} at its simulated peak; replay it on a larger "
+    short = no_room(device, _as_bytes(simulated_peak))
+    if short:
+        raise ReplayError(f"graph '{graph.name}' needs {short} at its simulated peak; replay it on a larger "
                           "machine")
     memory = [_as_bytes(m) for m in graph.memory.tolist()]
     op_inputs = graph.op_inputs
@@ -739,8 +756,20 @@ def _synthetic_run(graph: Graph, device: torch.device,
         del fixed
 
 
-def _no_room(device: torch.device, need: int) -> str:
-    """Why ``need`` more bytes do not fit on ``device`` (over 80% of its free memory); empty when they do."""
+def no_room(device: torch.device, need: int) -> str:
+    """Why ``need`` more bytes do not fit on ``device`` (over 80% of its free memory); empty when they do.
+
+    Parameters
+    ----------
+    device : torch.device
+    need : int
+        Bytes a run would allocate on it.
+
+    Returns
+    -------
+    str
+        ``"<need> bytes, more than 80% of the <free> bytes free on <device>"``, or empty.
+    """
     available = _available_bytes(device)
     if available is not None and need > 0.8 * available:
         return f"{need:,} bytes, more than 80% of the {available:,} bytes free on {device}"

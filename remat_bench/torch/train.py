@@ -44,6 +44,7 @@ which is left out of the times as well (the profiler slows it).
 from __future__ import annotations
 
 import hashlib
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -68,11 +69,16 @@ from remat_bench.torch.program import (
     make_batch,
 )
 from remat_bench.torch.randomness import seeded_random_ops
-from remat_bench.torch.replay import ATOL, RTOL, compare
+from remat_bench.torch.replay import ATOL, RTOL, compare, no_room
 
 CONFIGURATIONS = ("schedule", "eager", "compile", "compile-budget")
 MODES = ("exact", "compiled")
 DEFAULT_LR = 0.01
+
+# What `train` tells its caller as it goes (a configuration begins, a step ends, a warning before a run): one
+# dict per event, ``{"kind": "configuration" | "step" | "warning", ...}``; `remat_bench.torch.isolated` streams
+# them from its child process to the command line.
+Events = Callable[[dict[str, Any]], None]
 
 
 class TrainError(RematBenchError):
@@ -291,7 +297,7 @@ def _eager_step(module: TrainingStep, seed: int, device: torch.device) -> StepFn
 
 
 def _run(config: Configuration, step_fn: StepFn, module: TrainingStep, spec: ModelSpec, steps: int,
-         device: torch.device, lr: float, fixed_bytes: int) -> None:
+         device: torch.device, lr: float, fixed_bytes: int, on_event: Events) -> None:
     optimizer = torch.optim.SGD(module.parameters(), lr=lr)
     for k in range(steps):
         inputs, labels = batch_for_step(spec, k, device)
@@ -303,9 +309,15 @@ def _run(config: Configuration, step_fn: StepFn, module: TrainingStep, spec: Mod
             config.measured_peak = fixed_bytes + measure_peak(device, run)
         else:
             elapsed = time_ns(device, run) / 1e9
+        loss = float(box[0])
+        if not math.isfinite(loss):
+            raise TrainError(f"training diverged: {config.name}'s loss is {loss} at step {k + 1} with the learning "
+                             f"rate {lr:g}; give a smaller --lr")
         optimizer.step()
-        config.losses.append(float(box[0]))
+        config.losses.append(loss)
         config.step_times_s.append(elapsed)
+        on_event({"kind": "step", "configuration": config.name, "step": k + 1, "steps": steps, "loss": loss,
+                  "time_s": elapsed})
     optimizer.zero_grad(set_to_none=True)
     config.parameters = {k: p.detach().clone() for k, p in module.named_parameters()}
 
@@ -316,7 +328,8 @@ def _into(box: list[torch.Tensor], step_fn: StepFn, inputs: torch.Tensor, labels
 
 def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exact",
           device: torch.device | str = "cpu", lr: float = DEFAULT_LR,
-          configurations: Sequence[str] = CONFIGURATIONS, backend: str = "inductor") -> TrainReport:
+          configurations: Sequence[str] = CONFIGURATIONS, backend: str = "inductor",
+          on_event: Events | None = None) -> TrainReport:
     """Train the graph's model for ``steps`` steps with the schedule and beside it (module docstring).
 
     Parameters
@@ -338,6 +351,9 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
     backend : str
         The compiled schedule's backend (``mode="compiled"``): ``inductor``, or ``aot_eager`` (the same
         partition, graphs run uncompiled: a plan checked in seconds).
+    on_event : callable or None
+        Told of each configuration as it begins, each step as it ends (its loss and time) and, before a
+        compiled plan runs, that it is over its budget as compiled (`Events`).
 
     Returns
     -------
@@ -346,7 +362,9 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
     Raises
     ------
     TrainError
-        Fewer than 2 steps, an unknown mode or configuration, or a schedule the simulator refuses.
+        Fewer than 2 steps, an unknown mode or configuration (or one named twice), a learning rate that is
+        not a positive number the parameters can hold, a schedule the simulator refuses, a run that would
+        not fit in the device's free memory, or a loss that is no longer finite (the training diverged).
     """
     if steps < 2:
         raise TrainError(f"train needs at least 2 steps (the second one's peak is measured), not {steps}")
@@ -355,19 +373,38 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
     unknown = [c for c in configurations if c not in CONFIGURATIONS]
     if unknown:
         raise TrainError(f"unknown configuration {unknown[0]!r}; choose from {', '.join(CONFIGURATIONS)}")
+    twice = [c for i, c in enumerate(configurations) if c in configurations[:i]]
+    if twice:
+        raise TrainError(f"configuration {twice[0]!r} is named twice; name each once")
+    # SGD scales each gradient by the rate in the parameters' dtype (float32 here): one it cannot hold ends
+    # the step with an overflow, a negative or zero one trains nothing.
+    if not (math.isfinite(lr) and 0 < lr <= torch.finfo(torch.float32).max):
+        raise TrainError(f"the learning rate must be a positive number below {torch.finfo(torch.float32).max:.3g}, "
+                         f"not {lr:g}")
+    tell: Events = on_event if on_event is not None else (lambda event: None)
     dev = torch.device(device)
     sim = _simulated(graph, schedule)
     spec = spec_of(graph)
     if spec is None:
         raise TrainError(f"graph '{graph.name}' was not imported from PyTorch: there is no model to train")
     base_peak = baseline(graph).peak
+    # Checked before anything is built: an allocator failure half-way through says less, and later.
+    others = [c for c in configurations if c != "schedule"]
+    need = max(int(sim.peak), int(base_peak) if others else 0)
+    short = no_room(dev, need)
+    if short:
+        raise TrainError(f"training '{graph.name}' needs {short}"
+                         + (" (the other configurations train without the schedule, at the baseline's peak)"
+                            if others and base_peak > sim.peak else "")
+                         + "; train a smaller batch or model")
     fraction = (float(schedule.budget) / float(base_peak)) if schedule.budget is not None else None
     fixed_bytes = 0
     as_compiled_peak: int | None = None
     random = bool(random_nodes(graph))
     own_masks = "dropout masks from inductor's generator: losses comparable in distribution only" if random else ""
     results: list[Configuration] = []
-    for name in ["schedule", *[c for c in configurations if c != "schedule"]]:
+    chosen = ["schedule", *others]
+    for index, name in enumerate(chosen):
         compiled = name != "eager" and not (name == "schedule" and mode == "exact")
         if compiled:
             # Each configuration compiles a new module: without a reset, dynamo counts their compilations
@@ -389,10 +426,11 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
             config.note = ("the schedule's plan under torch.compile, exactly" if plan.exact else
                            "the schedule's plan under torch.compile, as compiled: " + "; ".join(plan.differences))
             if schedule.budget is not None and as_compiled_peak > schedule.budget:
-                config.note = (f"as compiled, the plan's simulated peak {as_compiled_peak:,} is above the budget "
-                               f"{int(schedule.budget):,} (torch.compile recomputes a value once at most and holds "
-                               "it until its last use; chen's and torch-budget's schedules compile as they "
-                               "are); " + config.note)
+                over = (f"as compiled, the plan's simulated peak {as_compiled_peak:,} is above the budget "
+                        f"{int(schedule.budget):,} (torch.compile recomputes a value once at most and holds "
+                        "it until its last use; chen's and torch-budget's schedules compile as they are)")
+                config.note = over + "; " + config.note
+                tell({"kind": "warning", "text": over + "; training it anyway"})
         elif name == "eager":
             step_fn = _eager_step(module, spec.seed, dev)
         elif name == "compile":
@@ -409,7 +447,8 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
 
             step_fn = compile_with_memory_budget(module, fraction)
             config.note = "; ".join(filter(None, [f"activation_memory_budget={fraction:.3f}", own_masks]))
-        _run(config, step_fn, module, spec, steps, dev, lr, fixed_bytes)
+        tell({"kind": "configuration", "configuration": config.name, "index": index + 1, "of": len(chosen)})
+        _run(config, step_fn, module, spec, steps, dev, lr, fixed_bytes, tell)
         if compiled:
             _record_partition(config, step_fn)
         results.append(config)

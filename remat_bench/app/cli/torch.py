@@ -4,7 +4,9 @@ section 9). Without PyTorch each is one sentence saying how to install it, exit 
 from __future__ import annotations
 
 import json
+import math
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -13,10 +15,16 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from remat_bench.app.cli.helpers import SECONDS, check_output, err, key_values, load, out, show, working
+from remat_bench.app.cli.helpers import SECONDS, check_output, err, key_values, load, out, show
 from remat_bench.core.budget import format_amount
 from remat_bench.core.graph import Graph
 from remat_bench.core.provenance import CostWarning, cost_source
+from remat_bench.torch.isolated import RUN_TIME_LIMIT, RunStopped
+
+# The most timed pairs of a replay and steps of a training run: a larger count is a typing slip (a run stopped by
+# its pace says so too, within seconds).
+MAX_REPEATS = 10_000
+MAX_STEPS = 1_000_000
 
 
 @click.command("import-torch")
@@ -77,8 +85,8 @@ def import_torch(model: str, batch: int | None, input_shape: str | None, duratio
     the family's transformers config.
     """
     _require_torch("graphs import-torch")
-    from remat_bench.app.sweep.config import trace_model
     from remat_bench.core.graph import save_graph
+    from remat_bench.torch.isolated import trace_model
 
     check_output(output, [], "remat-bench-graph")
     shape = _parse_shape(input_shape) if input_shape else None
@@ -101,12 +109,16 @@ def import_torch(model: str, batch: int | None, input_shape: str | None, duratio
 @click.argument("graph")
 @click.argument("schedule", type=click.Path(path_type=Path))
 @click.option("--device", type=click.Choice(["cuda", "cpu"]), help="Default: cuda when present, else cpu.")
-@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
+@click.option("--repeats", type=click.IntRange(min=1, max=MAX_REPEATS), default=5, show_default=True,
               help="Timed runs of the schedule, each paired with one of the baseline just before it.")
 @click.option("--no-baseline", is_flag=True,
               help="Do not run the baseline: no measured overhead, no baseline peak.")
+@click.option("--time-limit", "-t", type=SECONDS, default=RUN_TIME_LIMIT, show_default=True,
+              help="Seconds for the whole replay (it runs in a child process, stopped then; one whose first "
+                   "pairs say it would take longer is stopped at once).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def replay(graph: str, schedule: Path, device: str | None, repeats: int, no_baseline: bool, as_json: bool) -> None:
+def replay(graph: str, schedule: Path, device: str | None, repeats: int, no_baseline: bool, time_limit: float,
+           as_json: bool) -> None:
     """Run SCHEDULE with real tensors through PyTorch and measure the real peak and overhead.
 
     For a graph imported with `graphs import-torch`, every step runs the
@@ -118,14 +130,17 @@ def replay(graph: str, schedule: Path, device: str | None, repeats: int, no_base
     measured peak is above the budget the schedule file holds.
     """
     _require_torch("replay")
-    from remat_bench.torch.replay import load_schedule_for
-    from remat_bench.torch.replay import replay as run_replay
+    from remat_bench.torch.isolated import replay_isolated
+    from remat_bench.torch.replay import load_schedule_for, resolve_device
 
     g = load(graph)
     sched = load_schedule_for(g, schedule)  # refuses a schedule written for another graph
-    with working(f"replaying {schedule.name} on {g.name} ({repeats} timed runs"
-                 f"{'' if no_baseline else ', each beside the baseline'})...", as_json):
-        result = run_replay(g, sched, device, repeats=repeats, with_baseline=not no_baseline)
+    dev = str(resolve_device(device))  # a device not here is refused before a child starts
+    progress = RunProgress(f"replaying {schedule.name} on {g.name} ({repeats} timed runs"
+                           f"{'' if no_baseline else ', each beside the baseline'})", as_json)
+    with progress:
+        result = replay_isolated(g, sched, repeats=repeats, time_limit=time_limit, on_event=progress,
+                                 device=dev, with_baseline=not no_baseline)
     show(result.to_json(), as_json, lambda: _replayed(g, result))
     if result.within_budget is False and result.budget is not None:
         unit = g.units.get("memory", "")
@@ -222,14 +237,14 @@ def _parse_shape(text: str) -> tuple[int, ...]:
 @click.command()
 @click.argument("model")
 @click.argument("schedule", type=click.Path(path_type=Path))
-@click.option("--steps", type=click.IntRange(min=2), default=20, show_default=True,
+@click.option("--steps", type=click.IntRange(min=2, max=MAX_STEPS), default=20, show_default=True,
               help="Optimizer steps of each configuration (the second one's peak is measured).")
 @click.option("--mode", type=click.Choice(["exact", "compiled"]), default="exact", show_default=True,
               help="The schedule exactly, operator by operator, or its plan under torch.compile.")
 @click.option("--configurations", "-c", default="schedule,eager,compile,compile-budget", show_default=True,
               help="Comma-separated: schedule, eager (plain autograd), compile (torch.compile), "
                    "compile-budget (torch.compile at PyTorch's activation_memory_budget for the schedule's budget).")
-@click.option("--lr", type=float, default=0.01, show_default=True, help="SGD learning rate.")
+@click.option("--lr", type=float, default=0.01, show_default=True, help="SGD learning rate, a positive number.")
 @click.option("--device", type=click.Choice(["cuda", "cpu"]), help="Default: cuda when present, else cpu.")
 @click.option("--batch", type=click.IntRange(min=1), help="With a model name: as graphs import-torch takes it.")
 @click.option("--input-shape", metavar="DxDx...", help="With a model name: as graphs import-torch takes it.")
@@ -237,10 +252,14 @@ def _parse_shape(text: str) -> tuple[int, ...]:
               help="With a model name: as graphs import-torch takes it.")
 @click.option("--kwarg", "kwargs", multiple=True, metavar="KEY=VALUE",
               help="With a model name: as graphs import-torch takes it.")
+@click.option("--time-limit", "-t", type=SECONDS, default=RUN_TIME_LIMIT, show_default=True,
+              help="Seconds for the whole run, every configuration included (it runs in a child process, "
+                   "stopped then, with the losses it had printed; one whose first steps say it would take "
+                   "longer is stopped at once).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def train(model: str, schedule: Path, steps: int, mode: str, configurations: str, lr: float, device: str | None,
           batch: int | None, input_shape: str | None, task: str | None, kwargs: tuple[str, ...],
-          as_json: bool) -> None:
+          time_limit: float, as_json: bool) -> None:
     """Train MODEL with SCHEDULE for --steps steps, beside plain eager training and torch.compile.
 
     MODEL is the graph file SCHEDULE was solved on (written by `graphs import-torch`), or a model as
@@ -251,20 +270,23 @@ def train(model: str, schedule: Path, steps: int, mode: str, configurations: str
     mode), or when its measured peak is above the schedule's budget.
     """
     _require_torch("train")
+    from remat_bench.torch.isolated import train_isolated
     from remat_bench.torch.replay import resolve_device
-    from remat_bench.torch.train import CONFIGURATIONS
-    from remat_bench.torch.train import train as run_train
 
-    chosen = [c.strip() for c in configurations.split(",") if c.strip()]
-    unknown = [c for c in chosen if c not in CONFIGURATIONS]
-    if unknown:
-        raise click.BadParameter(f"'{unknown[0]}' is not one of {', '.join(CONFIGURATIONS)}",
-                                 param_hint="--configurations")
-    g = _train_graph(model, batch, input_shape, task, kwargs)
-    sched = _schedule_for(g, schedule)
-    dev = resolve_device(device)
-    with working(f"training {g.name} for {steps} steps ({', '.join(chosen)})...", as_json):
-        report = run_train(g, sched, steps, mode=mode, device=dev, lr=lr, configurations=chosen)
+    chosen = _configurations(configurations)
+    if not (math.isfinite(lr) and lr > 0):
+        raise click.BadParameter(f"the learning rate must be a positive number, not {lr:g}", param_hint="--lr")
+    g, imported = _train_graph(model, batch, input_shape, task, kwargs)
+    sched = _schedule_for(g, schedule, imported)
+    dev = str(resolve_device(device))  # a device not here is refused before a child starts
+    progress = RunProgress(f"training {g.name} for {steps} steps ({', '.join(chosen)})", as_json)
+    try:
+        with progress:
+            report = train_isolated(g, sched, steps, configurations=chosen, time_limit=time_limit,
+                                    on_event=progress, mode=mode, device=dev, lr=lr)
+    except RunStopped as stopped:
+        show(progress.partial_json(str(stopped)), as_json, progress.partial_table)
+        raise
     show(report.to_json(), as_json, lambda: _trained(g, report))
     mine = report.configurations[0]
     over = report.budget is not None and mine.measured_peak is not None and mine.measured_peak > report.budget
@@ -280,36 +302,169 @@ def train(model: str, schedule: Path, steps: int, mode: str, configurations: str
     sys.exit(1 if over or differs else 0)
 
 
+def _configurations(text: str) -> list[str]:
+    """``--configurations``: each a known configuration, named once, at least one."""
+    from remat_bench.torch.train import CONFIGURATIONS
+
+    chosen = [c.strip() for c in text.split(",") if c.strip()]
+    if not chosen:
+        raise click.BadParameter(f"name at least one of {', '.join(CONFIGURATIONS)}", param_hint="--configurations")
+    unknown = [c for c in chosen if c not in CONFIGURATIONS]
+    if unknown:
+        raise click.BadParameter(f"'{unknown[0]}' is not one of {', '.join(CONFIGURATIONS)}",
+                                 param_hint="--configurations")
+    twice = [c for i, c in enumerate(chosen) if c in chosen[:i]]
+    if twice:
+        raise click.BadParameter(f"'{twice[0]}' is named twice; name each configuration once",
+                                 param_hint="--configurations")
+    return chosen
+
+
 def _train_graph(model: str, batch: int | None, input_shape: str | None, task: str | None,
-                 kwargs: tuple[str, ...]) -> Graph:
-    """A graph file, or the model imported here with the default costs (as `graphs import-torch` does)."""
+                 kwargs: tuple[str, ...]) -> tuple[Graph, bool]:
+    """A graph file, or the model imported here with the default costs (as `graphs import-torch` does); and
+    whether it was imported here."""
     if Path(model).suffix == ".json" or Path(model).is_file():
-        return load(model)
-    from remat_bench.app.sweep.config import trace_model
+        given = [name for name, value in (("--batch", batch), ("--input-shape", input_shape), ("--task", task),
+                                          ("--kwarg", kwargs)) if value]
+        if given:
+            raise click.BadParameter(f"{model} is a graph file, whose model, batch and shapes are fixed; "
+                                     f"{given[0]} applies only when MODEL names a model to import",
+                                     param_hint=given[0])
+        return load(model), False
+    from remat_bench.torch.isolated import TRACE_TIME_LIMIT, trace_model
 
     shape = _parse_shape(input_shape) if input_shape else None
     return trace_model(dict(model=model, batch=batch, input_shape=shape, task=task,
-                            model_kwargs=_parse_kwargs(kwargs)), 600.0)
+                            model_kwargs=_parse_kwargs(kwargs)), TRACE_TIME_LIMIT), True
 
 
-def _schedule_for(g: Graph, path: Path) -> Any:
-    """SCHEDULE for the graph; solved on another import of the same model (other costs), its steps must fit."""
+def _schedule_for(g: Graph, path: Path, imported: bool) -> Any:
+    """SCHEDULE for the graph. On a graph file it must have been solved for that graph; on a model imported
+    here (other costs, perhaps another batch: another hash) its steps must run on the graph's nodes."""
     from remat_bench.core.errors import ScheduleError
     from remat_bench.core.graph import parse_json, read_text
     from remat_bench.core.schedule import schedule_from_dict
     from remat_bench.core.simulate import simulate
     from remat_bench.torch.replay import load_schedule_for
 
-    try:
-        return load_schedule_for(g, path)
-    except ScheduleError:
-        data = parse_json(read_text(path, ScheduleError), str(path), ScheduleError)
-        sched = schedule_from_dict(data, g, str(path))  # refuses steps that name nodes the graph lacks
-        sim = simulate(g, sched)
-        if not sim.valid:
-            raise ScheduleError(f"{path} was solved for another graph and its steps do not run on "
-                                f"'{g.name}' ({sim.violation}); pass the graph file it was solved on") from None
-        return sched
+    if not imported:
+        try:
+            return load_schedule_for(g, path)
+        except ScheduleError as exc:
+            raise ScheduleError(str(exc).replace("refusing to replay it: replay", "refusing to train with it: "
+                                                 "train with")) from None
+    data = parse_json(read_text(path, ScheduleError), str(path), ScheduleError)
+    sched = schedule_from_dict(data, g, str(path), force=True)  # refuses steps that name nodes the graph lacks
+    sim = simulate(g, sched)
+    if not sim.valid:
+        raise ScheduleError(f"{path} was solved for another graph and its steps do not run on "
+                            f"'{g.name}' ({sim.violation}); pass the graph file it was solved on")
+    return sched
+
+
+class RunProgress:
+    """What a replay or training run shows while it runs, and what it had measured when it was stopped.
+
+    On a terminal a status line (redrawn by rich); off one, once the run has taken `LINE_EVERY_S` seconds, a
+    line on standard error at the next event and every `LINE_EVERY_S` seconds after (a short run prints
+    none); warnings at once, either way. It is the ``on_event`` of
+    `remat_bench.torch.isolated.train_isolated` and ``replay_isolated``.
+
+    Parameters
+    ----------
+    text : str
+        What is being done.
+    as_json : bool
+        The command prints JSON: no status line (the lines on standard error still come).
+    """
+
+    LINE_EVERY_S = 10.0
+
+    def __init__(self, text: str, as_json: bool) -> None:
+        self.text = text
+        self.now = "starting (building the model)"
+        self.live = not as_json and err.is_terminal
+        self.last_line = time.monotonic()
+        self.losses: dict[str, list[float]] = {}
+        self.times: dict[str, list[float]] = {}
+        self._status: Any = None
+
+    def __enter__(self) -> RunProgress:
+        if self.live:
+            self._status = err.status(self)
+            self._status.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._status is not None:
+            self._status.__exit__(*exc)
+
+    def __rich__(self) -> str:
+        return f"{escape(self.text)}: {escape(self.now)}"
+
+    def _line(self) -> None:
+        if time.monotonic() - self.last_line < self.LINE_EVERY_S:
+            return
+        self.last_line = time.monotonic()
+        if not self.live:
+            err.print(f"{escape(self.text)}: {escape(self.now)}", highlight=False)
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        """Take one event of the run (`remat_bench.torch.train.Events`, or replay's)."""
+        kind = event.get("kind")
+        if kind == "warning":
+            err.print(f"[yellow]warning:[/] {escape(str(event['text']))}", highlight=False)
+            return
+        if kind == "configuration":
+            self.now = f"{event['configuration']} ({event['index']}/{event['of']})"
+            self._line()
+            return
+        if kind == "step":
+            name = str(event["configuration"])
+            self.losses.setdefault(name, []).append(float(event["loss"]))
+            if event.get("time_s") is not None:
+                self.times.setdefault(name, []).append(float(event["time_s"]))
+            self.now = f"{name}: step {event['step']:,}/{event['steps']:,}, loss {event['loss']:.6f}"
+        elif kind == "measured":
+            self.now = "peak measured; timing"
+        elif kind == "pair":
+            self.now = f"timed pair {event['pair']:,}/{event['of']:,} ({event['time_s']:.3f} s)"
+        self._line()
+
+    def partial_json(self, stopped: str) -> dict[str, Any]:
+        """What a stopped training run had measured, as ``train --json`` prints it then.
+
+        Parameters
+        ----------
+        stopped : str
+            Why it stopped.
+
+        Returns
+        -------
+        dict
+        """
+        return {"stopped": stopped,
+                "configurations": [{"name": name, "losses": losses, "step_times_s": self.times.get(name, [])}
+                                   for name, losses in self.losses.items()]}
+
+    def partial_table(self) -> Table:
+        """What a stopped training run had measured: each configuration's losses so far.
+
+        Returns
+        -------
+        Table
+        """
+        table = Table(title="stopped before its end: the steps that ran")
+        for column in ("configuration", "steps", "first loss", "last loss", "median step"):
+            table.add_column(column, justify="left" if column == "configuration" else "right")
+        for name, losses in self.losses.items():
+            times = sorted(self.times.get(name, []))
+            median = f"{times[len(times) // 2] * 1000:.1f} ms" if times else "-"
+            table.add_row(name, f"{len(losses):,}", f"{losses[0]:.6f}", f"{losses[-1]:.6f}", median)
+        if not self.losses:
+            table.caption = "no step had ended"
+        return table
 
 
 NOTE_CHARS = 240  # a configuration's note in train's table: a compiled plan's differences can run long

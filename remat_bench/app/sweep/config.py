@@ -53,9 +53,8 @@ import math
 import os
 import re
 import stat
-import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -69,9 +68,9 @@ from remat_bench.core.budget import format_amount, lowest_fraction, memory_floor
 from remat_bench.core.errors import BudgetError, ConfigError, GraphError, MethodError, RematBenchError
 from remat_bench.core.files import safe_name
 from remat_bench.core.graph import Graph
-from remat_bench.core.outcome import Termination
 from remat_bench.core.provenance import CostWarning
 from remat_bench.core.simulate import baseline
+from remat_bench.torch.isolated import TRACE_TIME_LIMIT, trace_model
 
 TOP_KEYS = ("name", "description", "output", "graphs", "methods", "budgets", "time_limit", "grace",
             "memory_limit", "repeats", "seeds", "executor", "address", "workers", "replay")
@@ -82,11 +81,6 @@ TORCH_KEYS = ("model", "batch", "input_shape", "task", "input_dtype", "vocab", "
               "kwargs", "time_limit")
 EXECUTORS = ("local", "dask")
 DEFAULT_TIME_LIMIT = 300.0
-# Seconds a model may take to be built and traced: far above what the zoo's largest models take
-# (docs/benchmarks.md, "Figures that used to live in the code"), so only a model that hangs reaches it.
-TRACE_TIME_LIMIT = 600.0
-# The share of a torch graph's time limit its costs may take to measure (`trace_model`).
-MEASURE_SHARE = 0.8
 # Keys of ``replay:`` (`ReplaySettings`): how the schedules of PyTorch graphs are replayed after the runs.
 REPLAY_KEYS = ("repeats", "device", "time_limit")
 REPLAY_DEVICES = ("cpu", "cuda")
@@ -1004,62 +998,6 @@ def _generating(doc: _Document, node: yaml.Node, kind: str, call: Callable[[], A
 
 
 # ---------------------------------------------------------------------- PyTorch graphs
-
-
-def trace_model(options: Mapping[str, Any], time_limit: float = TRACE_TIME_LIMIT,
-                search: Sequence[str] = ()) -> Graph:
-    """`import_model(**options)` in a child process, stopped after ``time_limit`` seconds.
-
-    Building and tracing a model runs its factory and its forward pass, the user's code: one that never
-    returns is stopped, and one that exits (``sys.exit``) or raises anything is one sentence, a
-    `GraphError`, instead of ending or hanging this process. ``search`` folders come first on the
-    child's import path. Where no child can start (a script read from standard input), the call runs
-    here, without the time limit. Measuring the step's costs stops at `MEASURE_SHARE` of the limit, and
-    the graph then has counted costs, said in a `CostWarning` re-raised here.
-
-    Parameters
-    ----------
-    options : Mapping
-        The keywords of `remat_bench.torch.importer.import_model`.
-    time_limit : float
-        The longest the child may take, in s.
-    search : Sequence of str
-        Folders put first on the import path, where the model's factory may live.
-
-    Returns
-    -------
-    Graph
-
-    Raises
-    ------
-    GraphError
-        A model that could not be built or traced, was stopped at the time limit, or ended the child.
-    """
-    from remat_bench.core.graph import graph_from_dict
-    from remat_bench.toolkit.child import can_spawn, run_in_child
-    from remat_bench.torch.importer import import_model_reporting
-
-    model = options.get("model", "?")
-    end = time.monotonic() + time_limit
-    # Measuring a large step's costs can take most of the limit: it stops in time to answer with counted costs.
-    options = {"measure_deadline": time.time() + MEASURE_SHARE * time_limit, **options}
-    outcome = (run_in_child(import_model_reporting, (dict(options), list(search)), lambda: time.monotonic() > end)
-               if can_spawn() else None)
-    if outcome is None or outcome.termination is Termination.NOT_APPLICABLE:
-        kind, payload = import_model_reporting(dict(options), list(search))
-    elif outcome.returned:
-        kind, payload = outcome.value
-    elif outcome.termination in (Termination.TIME_LIMIT, Termination.INTERRUPTED):
-        raise GraphError(f"model '{model}' was not built and traced within {time_limit:g} s, so it was stopped "
-                         "(does its factory or forward pass ever return?); give it more time with --time-limit, "
-                         "or time_limit in a torch entry")
-    else:
-        raise GraphError(f"model '{model}' could not be traced: {outcome.message} (did its code end the process?)")
-    if kind != "graph":
-        raise GraphError(payload)
-    for text in payload["warnings"]:  # costs not measured as asked: the caller says it its own way
-        warnings.warn(text, CostWarning, stacklevel=2)
-    return graph_from_dict(payload["graph"], source=str(options.get("name") or model))
 
 
 def trace_torch_graphs(config: SweepConfig, note: Callable[[str], None] | None = None) -> SweepConfig:
