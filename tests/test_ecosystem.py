@@ -248,6 +248,36 @@ def test_hf_errors_are_one_sentence():
     assert "16 tokens per sample are more than the 8 positions" in one_sentence(exc)
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    ({"layers": -1}, "layers must be a positive integer, not -1"),
+    ({"layers": 0}, "layers must be a positive integer, not 0"),
+    ({"width": True}, "width must be a positive integer, not True"),
+    ({"heads": 2.5}, "heads must be a positive integer, not 2.5"),
+    ({"vocab": "many"}, "vocab must be a positive integer, not 'many'"),
+    ({"n_positions": -8}, "max_positions must be a positive integer, not -8"),
+    ({"layers": 10**9}, "1,000,000,000 layers are more than the 1,024 a model may have here (its graph would pass "
+                        "a million nodes); give fewer layers"),
+])
+def test_hf_sizes_no_model_has_are_refused_before_anything_is_built(kwargs, message):
+    # A GPT-2 of layers=-1 was imported with no blocks (exit 0); one of a billion layers built until its limit.
+    from remat_bench.torch.ecosystem import entry
+
+    with pytest.raises(ModelSpecError) as exc:
+        entry("hf:gpt2", dict(kwargs))
+    assert one_sentence(exc) == f"model 'hf:gpt2': {message}"
+
+
+def test_hf_parameters_beyond_the_memory_here_are_refused_before_the_build(monkeypatch):
+    from remat_bench.core import machine
+
+    monkeypatch.setattr(machine, "available_memory_bytes", lambda: 2**30)
+    with pytest.raises(ModelSpecError) as exc:
+        factory("hf:gpt2")(layers=12)  # GPT-2 small: 124 million parameters (counted high: 0.7 GiB)
+    assert one_sentence(exc) == ("model 'hf:gpt2' would hold about 0.7 GiB of parameters, more than 50% of the 1.0 "
+                                 "GiB available here; give fewer layers or a smaller width")
+    assert factory("hf:gpt2")(layers=1, width=64, heads=2, vocab=128).model.config.n_layer == 1
+
+
 # ---------------------------------------------------------------------- the name, the library, the command
 
 

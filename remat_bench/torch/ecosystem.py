@@ -306,6 +306,12 @@ FRIENDLY = {"layers": "layers", "width": "width", "hidden": "width", "heads": "h
             "max_positions": "max_positions"}
 # Not config fields: tokens per sample, and the attention implementation.
 HF_OPTIONS = ("sequence", "attention", "dropout")
+# The largest published decoders have about 120 layers; far above that, a graph passes a million nodes and
+# building the module alone takes minutes: refused before anything is built.
+MAX_LAYERS = 1024
+# A model's parameters are allocated when it is built (tracing fakes only the activations): those that would
+# take more than this share of the memory available are refused before the build.
+PARAMETER_SHARE = 0.5
 ATTENTIONS = ("sdpa", "eager")
 
 
@@ -332,8 +338,9 @@ def _hf_entry(model: str, name: str, kwargs: dict[str, Any]) -> ZooModel:
                     f"transformers {family.model}, random weights")
 
 
-def _hf_config(model: str, family: HFFamily, kwargs: dict[str, Any]) -> Any:
-    """The family's config with ``kwargs`` set on its fields; one sentence for a name it does not have."""
+def _hf_config(model: str, family: HFFamily, kwargs: dict[str, Any], building: bool = False) -> Any:
+    """The family's config with ``kwargs`` set on its fields; one sentence for a name it does not have, a size
+    no model has, or (``building``: the model is about to be built) parameters that do not fit here."""
     import transformers
 
     config_class = getattr(transformers, family.config)
@@ -354,6 +361,7 @@ def _hf_config(model: str, family: HFFamily, kwargs: dict[str, Any]) -> Any:
         fields[field] = value
     if "dropout" in kwargs:
         fields.update({f: kwargs["dropout"] for f in family.dropout})
+    _check_sizes(model, family, default, fields, building)
     # Special token ids past a smaller vocabulary (GPT-2's 50256) would be warned about; no step reads them.
     vocab = fields.get("vocab_size", default.vocab_size)
     for token in ("bos_token_id", "eos_token_id", "pad_token_id"):
@@ -373,6 +381,44 @@ def _hf_config(model: str, family: HFFamily, kwargs: dict[str, Any]) -> Any:
     config.use_cache = False
     config._attn_implementation = _attention_name(attention)
     return config
+
+
+def _check_sizes(model: str, family: HFFamily, default: Any, fields: dict[str, Any], building: bool) -> None:
+    """Refuse, before anything is built, sizes no model has: a layer count, width, head count, vocabulary or
+    position table that is not a positive integer, or more than `MAX_LAYERS` layers; and, ``building``,
+    parameters that would not fit in the memory available here (a GPT-2 of ``layers=-1`` was built with no
+    blocks; one of a billion layers built until its time limit)."""
+    from remat_bench.core.machine import available_memory_bytes
+
+    friendly = {field: name for name, field in family.fields.items()}
+    size: dict[str, int] = {}
+    for name, field in family.fields.items():
+        value = fields.get(field, getattr(default, field, None))
+        if value is None and name in ("kv_heads", "ffn"):
+            continue  # derived by the config (from heads, from width)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            given = next((k for k, v in FRIENDLY.items() if v == name), field) if field in fields else field
+            raise ModelSpecError(f"model '{model}': {friendly.get(field, given)} must be a positive integer, not "
+                                 f"{value!r}")
+        size[name] = value
+    if size["layers"] > MAX_LAYERS:
+        raise ModelSpecError(f"model '{model}': {size['layers']:,} layers are more than the {MAX_LAYERS:,} a "
+                             "model may have here (its graph would pass a million nodes); give fewer layers")
+    if not building:
+        return
+    width, vocab = size["width"], size["vocab"]
+    heads = size["heads"]
+    kv_width = width * size.get("kv_heads", heads) // heads
+    ffn = size.get("ffn", 4 * width)
+    # Attention's four projections, the feed-forward's two or three matrices, embeddings and the head.
+    per_layer = 2 * width * width + 2 * width * kv_width + 3 * width * ffn
+    params = size["layers"] * per_layer + 2 * vocab * width + size["max_positions"] * width
+    need = 4 * params  # float32
+    available = available_memory_bytes()
+    if available is not None and need > PARAMETER_SHARE * available:
+        raise ModelSpecError(f"model '{model}' would hold about {need / 2**30:,.1f} GiB of parameters, more than "
+                             f"{PARAMETER_SHARE:.0%} of the {available / 2**30:,.1f} GiB available here; give fewer "
+                             "layers or a smaller width")
 
 
 # transformers' own SDPA attention registered under a name of its own, for which transformers builds
@@ -439,7 +485,7 @@ class LanguageModelLogits(nn.Module):
 def _build_hf(model: str, family: HFFamily, **kwargs: Any) -> nn.Module:
     import transformers  # imported by `_hf_family`, offline
 
-    config = _hf_config(model, family, kwargs)
+    config = _hf_config(model, family, kwargs, building=True)
     module = getattr(transformers, family.model)(config)
     positions = getattr(config, family.fields["max_positions"]) if family.position_table else None
     return LanguageModelLogits(module, positions, mask=family.causal and config._attn_implementation == "eager")
