@@ -12,6 +12,7 @@ from tests.needs_torch import torch  # first: torch, or a failure saying how to 
 
 # isort: split
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -316,3 +317,34 @@ def test_load_config_raises_config_error_for_each_of_these(tmp_path):
                  "graphs: [CHAIN]\nmethods: [none]\nbudgets: [!!python/object/apply:os.system [id]]\n"):
         with pytest.raises(ConfigError):
             load_config(write(tmp_path / "c.yaml", body.replace("CHAIN", str(CHAIN))))
+
+
+# ---------------------------------------------------------------------- issue 43, item 11: a glob that never ends
+
+
+def test_a_glob_over_proc_ends_with_a_sentence(tmp_path):
+    # The standard library's walk follows /proc's links back to the root and never ended (dry run included).
+    config = write(tmp_path / "c.yaml", "graphs:\n  - glob: /proc/**/*.json\nmethods: [none]\nbudgets: [0.5]\n")
+    for args in ([str(config), "--dry-run"], [str(config), "-o", str(tmp_path / "out")]):
+        status, lines = sweep(*args)
+        assert status == 2 and lines == [f"error: {config}, line 2: the pattern /proc/**/*.json matches no graph file"]
+
+
+def test_a_glob_follows_no_link_to_a_folder_and_stops_after_its_limit(tmp_path):
+    from remat_bench.core.files import bounded_glob
+
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    for name in ("a/g1.json", "a/b/g2.json", "a/b/.hidden.json", "top.json", "a/notes.txt"):
+        (tmp_path / name).write_text("{}")
+    (tmp_path / "a" / "b" / "loop").symlink_to(tmp_path)  # a walk that follows it never ends
+    (tmp_path / "a" / "link.json").symlink_to(tmp_path / "top.json")  # a link to a file is matched
+    os.mkfifo(tmp_path / "a" / "pipe.json")  # not a regular file: never matched
+    root = str(tmp_path)
+    assert bounded_glob(f"{root}/**/*.json") == sorted(
+        f"{root}/{name}" for name in ("top.json", "a/g1.json", "a/b/g2.json", "a/link.json"))
+    assert bounded_glob(f"{root}/a/*.json") == [f"{root}/a/g1.json", f"{root}/a/link.json"]
+    assert bounded_glob(f"{root}/*/b/g?.json") == [f"{root}/a/b/g2.json"]
+    assert bounded_glob(f"{root}/**/.*.json") == [f"{root}/a/b/.hidden.json"]
+    assert bounded_glob(f"{root}/top.json") == [f"{root}/top.json"] and bounded_glob(f"{root}/none.json") == []
+    with pytest.raises(ConfigError, match=r"^the pattern .*/\*\*/\*.json visits more than 5 files and folders under "):
+        bounded_glob(f"{root}/**/*.json", ConfigError, limit=5)

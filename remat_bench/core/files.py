@@ -365,3 +365,108 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         ``path`` cannot be written, as for `atomic_write_bytes`.
     """
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+# A pattern's walk stops after this many files and folders: thousands of graphs under a folder pass, while
+# a pattern over a whole system tree (``/proc/**``, whose links lead back to the root) is refused in seconds.
+MAX_GLOB_ENTRIES = 200_000
+
+
+def _magic(part: str) -> bool:
+    return any(ch in part for ch in "*?[")
+
+
+def _component_matches(name: str, pattern: str) -> bool:
+    # As `glob`: a name starting with a dot is matched only by a pattern component that starts with one.
+    if name.startswith(".") and not pattern.startswith("."):
+        return False
+    import fnmatch
+
+    return fnmatch.fnmatchcase(name, pattern)
+
+
+def _parts_match(names: list[str], patterns: list[str]) -> bool:
+    """Whether the path components ``names`` match the pattern components, ``**`` standing for any folders."""
+    if not patterns:
+        return not names
+    head, rest = patterns[0], patterns[1:]
+    if head == "**":
+        return any(_parts_match(names[i:], rest) for i in range(len(names) + 1)
+                   if not any(n.startswith(".") for n in names[:i]))
+    return bool(names) and _component_matches(names[0], head) and _parts_match(names[1:], rest)
+
+
+def bounded_glob(pattern: str, error: type[Exception] = RematBenchError,
+                 limit: int = MAX_GLOB_ENTRIES) -> list[str]:
+    """The regular files ``pattern`` matches (``*``, ``?``, ``[...]``, and ``**`` for any folders), sorted.
+
+    Written here rather than with `glob.iglob`: the standard library's walk follows links to folders, so a
+    pattern over ``/proc`` (whose ``root`` links lead back to ``/``) never ends, and it cannot be told to stop
+    after so many entries. This walk does not follow links to folders (a link to a file is matched), visits
+    only the folders the pattern can reach, and gives up after ``limit`` entries.
+
+    Parameters
+    ----------
+    pattern : str
+        A glob pattern, absolute or relative to the working folder.
+    error : type of Exception
+        What a pattern that visits too many entries raises.
+    limit : int
+        The most files and folders the walk may visit.
+
+    Returns
+    -------
+    list of str
+        The paths of the regular files matched (links to regular files included), as the pattern spells them.
+
+    Raises
+    ------
+    error
+        The walk visited more than ``limit`` entries.
+    """
+    parts = pattern.split(os.sep)
+    fixed = 0
+    while fixed < len(parts) - 1 and not _magic(parts[fixed]):
+        fixed += 1
+    root = os.sep.join(parts[:fixed]) if fixed else ""
+    if pattern.startswith(os.sep) and not root:
+        root = os.sep
+    rest = [p for p in parts[fixed:] if p]
+    if not rest or not any(_magic(p) for p in rest):
+        return [pattern] if os.path.isfile(pattern) else []
+    deep = "**" in rest
+    found: list[str] = []
+    visited = 0
+    stack = [(root, [])]
+    while stack:
+        folder, names = stack.pop()
+        try:
+            with os.scandir(folder or ".") as entries:
+                listed = list(entries)
+        except OSError:
+            continue  # a folder that cannot be listed matches nothing
+        for entry in listed:
+            visited += 1
+            if visited > limit:
+                raise error(f"the pattern {pattern} visits more than {limit:,} files and folders under "
+                            f"{root or '.'} without ending; narrow it to the folder of the graphs")
+            path_names = [*names, entry.name]
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if is_dir:
+                depth = len(path_names)
+                # As `glob`, ``**`` does not enter hidden folders (``.venv``, ``.git``) unless the pattern names one.
+                if deep:
+                    reachable = not entry.name.startswith(".") or any(p.startswith(".") for p in rest)
+                else:
+                    reachable = depth < len(rest) and _component_matches(entry.name, rest[depth - 1])
+                if reachable:
+                    stack.append((os.path.join(folder, entry.name) if folder else entry.name, path_names))
+            elif _parts_match(path_names, rest):
+                path = os.path.join(folder, entry.name) if folder else entry.name
+                with contextlib.suppress(OSError):
+                    if stat.S_ISREG(os.stat(path).st_mode):
+                        found.append(path)
+    return sorted(found)

@@ -45,7 +45,6 @@ repeat, time limit): the journal uses the key to skip finished runs on
 from __future__ import annotations
 
 import difflib
-import glob as globbing
 import hashlib
 import itertools
 import json
@@ -66,7 +65,7 @@ from remat_bench.app.evaluate import PIPELINE_PARAMS, parse_method_params
 from remat_bench.app.graphs import graph_named
 from remat_bench.core.budget import format_amount, lowest_fraction, memory_floor, parse_budget, parse_size
 from remat_bench.core.errors import BudgetError, ConfigError, GraphError, MethodError, RematBenchError
-from remat_bench.core.files import safe_name
+from remat_bench.core.files import bounded_glob, safe_name
 from remat_bench.core.graph import Graph
 from remat_bench.core.provenance import CostWarning
 from remat_bench.core.simulate import baseline
@@ -834,7 +833,10 @@ def _graph_entries(doc: _Document, node: yaml.Node, env: Mapping[str, str]) -> l
             pattern = text
             if matches is None:
                 pattern = doc.expand_path(value, text, env)
-                matches = sorted(p for p in globbing.iglob(pattern, recursive=True) if os.path.isfile(p))
+                try:
+                    matches = bounded_glob(pattern)
+                except RematBenchError as exc:
+                    raise doc.error(value, str(exc)) from None
             if not matches:
                 raise doc.error(value, f"the pattern {pattern} matches no graph file")
             entries.append(files(value, matches))
