@@ -437,7 +437,7 @@ def bounded_glob(pattern: str, error: type[Exception] = RematBenchError,
     deep = "**" in rest
     found: list[str] = []
     visited = 0
-    stack = [(root, [])]
+    stack: list[tuple[str, list[str]]] = [(root, [])]
     while stack:
         folder, names = stack.pop()
         try:
