@@ -82,6 +82,19 @@ def test_missing_file_and_folder(tmp_path):
     assert result.exit_code == 2
 
 
+def test_a_device_or_a_pipe_is_refused_unread_as_graph_and_schedule(tmp_path):
+    # /dev/zero was read until memory ran out (a MemoryError traceback), a pipe with no writer blocked.
+    import os
+
+    os.mkfifo(tmp_path / "pipe.json")
+    shipped = "graphs/chain-16-train.json"
+    for args in (["/dev/zero", "/dev/zero"], [str(tmp_path / "pipe.json"), "x.json"], [shipped, "/dev/urandom"]):
+        result = CliRunner().invoke(main, ["simulate", *args])
+        bad = next(a for a in args if a != shipped)
+        assert result.exit_code == 2 and result.output == (f"error: {bad}: is a device, pipe or socket, not a regular "
+                                                           "file, and is not read (it could never end)\n")
+
+
 def test_good_graph_round_trips_with_same_hash(tmp_path):
     g = graph_from_data(GOOD)
     save_graph(g, tmp_path / "g.json")

@@ -125,8 +125,23 @@ def file_format(path: Path) -> str | None:
     return match.group(1).decode("utf-8", "replace") if match else None
 
 
-def _refusal(mode: int, size: int, limit: int | None) -> str | None:
-    """Why a file of this mode and size is not read; None when it is."""
+def why_not_read(mode: int, size: int, limit: int | None) -> str | None:
+    """Why a file of this mode and size is not read; None when it is.
+
+    Parameters
+    ----------
+    mode : int
+        ``st_mode`` of the file (``os.stat``).
+    size : int
+        ``st_size``, in bytes.
+    limit : int or None
+        The largest size read whole; None for any.
+
+    Returns
+    -------
+    str or None
+        A clause (``is a folder, not a file``), or None.
+    """
     if stat.S_ISDIR(mode):
         return "is a folder, not a file"
     if not stat.S_ISREG(mode):
@@ -166,7 +181,7 @@ def check_regular(path: str | Path, error: type[Exception] = RematBenchError, li
         raise error(f"{path}: no such file; {hint}") from None
     except OSError as exc:
         raise error(f"{path}: cannot be read ({exc.strerror or exc}); {hint}") from None
-    why = _refusal(info.st_mode, info.st_size, limit)
+    why = why_not_read(info.st_mode, info.st_size, limit)
     if why is not None:
         raise error(f"{path}: {why}; {hint}")
 
@@ -207,13 +222,12 @@ def open_regular(path: str | Path, error: type[Exception] = RematBenchError, lim
         raise error(f"{path}: is a folder, not a file; {hint}") from None
     except OSError as exc:
         raise error(f"{path}: cannot be read ({exc.strerror or exc}); {hint}") from None
-    fh = os.fdopen(fd, "rb")
-    info = os.fstat(fd)
-    why = _refusal(info.st_mode, info.st_size, limit)
+    info = os.fstat(fd)  # before fdopen, which refuses a folder with an exception of its own
+    why = why_not_read(info.st_mode, info.st_size, limit)
     if why is not None:
-        fh.close()
+        os.close(fd)
         raise error(f"{path}: {why}; {hint}")
-    return fh
+    return os.fdopen(fd, "rb")
 
 
 def read_regular(path: str | Path, error: type[Exception] = RematBenchError, limit: int | None = MAX_READ_BYTES,
