@@ -298,10 +298,20 @@ def test_a_cached_bound_that_a_schedule_contradicts_is_discarded_and_recomputed(
     entry.write_text(json.dumps(data))
     again = solve()
     assert again["lower_bound_any_order"] == 53  # recomputed, not the edited 1e9
-    assert again["stats"]["bound_any_order"]["discarded"] == \
-        "a schedule within the budget takes 53, below the bound 1000000000.0"
+    # No bound of this graph is 1e9 (every bound lies between its durations' sum and twice that): the cache
+    # does not believe the entry, and computes the bound again.
+    assert again["stats"]["bound_any_order"]["from_cache"] is False
+    assert "discarded" not in again["stats"]["bound_any_order"]
     assert again["proven_optimal"] and again["gap_pct"] == 0.0
     assert json.loads(entry.read_text())["bound"]["value"] == 53  # the cache holds the fresh bound
+    # A value it could be, that a schedule contradicts: greedy's schedule, before the method runs.
+    data["bound"]["value"], data["bound"]["recomputed"] = 55, []
+    entry.write_text(json.dumps(data))
+    third = solve()
+    assert third["lower_bound_any_order"] == 53 and third["proven_optimal"]
+    assert third["stats"]["bound_any_order"]["discarded"] == \
+        "a greedy schedule within the budget takes 53, below the bound 55; recomputed"
+    assert json.loads(entry.read_text())["bound"]["value"] == 53
 
 
 def test_a_bound_still_contradicted_after_recomputing_is_an_error_never_optimal(monkeypatch):

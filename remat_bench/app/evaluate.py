@@ -6,7 +6,8 @@ the memory floor), computes the any-order bound the run is judged by, calls the 
 turns whatever it raises into a result, applies the shared clean-up, simulates the
 cleaned schedule and judges it: over budget whatever the method believed, optimal only
 where the schedule meets the any-order bound, and that bound checked against the
-schedule (a contradiction discards a cached bound). `evaluate_in_child` runs the same
+schedule (a contradiction discards a cached bound; a bound from the cache is also held
+against a quick greedy schedule before the method runs, `checked_any_order`). `evaluate_in_child` runs the same
 in a child process stopped `remat_bench.core.control.grace_s` past its limit. `solve`,
 `solve` side by side, sweeps, the portfolio (`remat_bench.app.portfolio`) and candidate
 schedules (through `SolveContext.runner` = `run_source`) all go through them.
@@ -31,7 +32,15 @@ from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import Simulation, baseline, clean_up_simulated, simulate
 from remat_bench.methods import Method, get_method
 from remat_bench.methods.base import SolveContext
+from remat_bench.methods.greedy import GreedyPass
+from remat_bench.methods.greedy import _Stuck as GreedyStuck  # what `greedy_schedule` raises when it gives up
 from remat_bench.toolkit.bound import Bound, BoundSource
+
+# A bound from the cache is held against greedy's schedule (`checked_any_order`), its pass stopped after
+# this many computations per node (and 100 more): a schedule found within it is one of the cheap ones, and
+# a pass that thrashes stops in a fraction of a second on a graph of thousands of nodes (greedy itself
+# allows 20 per node).
+CHECK_COMPUTES_PER_NODE = 2
 
 
 @dataclass
@@ -563,14 +572,58 @@ def _any_order(graph: Graph, budget: Budget, time_limit: float | None, bounds: B
     The bound is part of the run's time: at most a tenth of the limit, and the method gets the rest.
     """
     start = time.perf_counter()
-    any_order, from_cache = bounds.get(graph, budget.amount, bound_effort(time_limit))
+    any_order, from_cache, discarded = checked_any_order(graph, budget.amount, bound_effort(time_limit), bounds)
     result.bound_time_s = time.perf_counter() - start
     result.any_order = any_order
     result.lower_bound_any_order = any_order.value
-    result.stats_bound = {**any_order.as_dict(), "from_cache": from_cache}
+    result.stats_bound = {**any_order.as_dict(), "from_cache": from_cache,
+                          **({"discarded": discarded} if discarded else {})}
     if time_limit is not None:
         time_limit = max(time_limit - result.bound_time_s, 0.1 * time_limit)
     return time_limit
+
+
+def checked_any_order(graph: Graph, budget: Number | None, effort: float,
+                      bounds: BoundSource) -> tuple[Bound, bool, str | None]:
+    """The any-order bound of ``graph`` at ``budget`` from ``bounds``; one that came from the cache is first
+    held against greedy's schedule, and computed again when that schedule contradicts it.
+
+    A cached bound is a claim anyone could have edited: the cache checks what needs no schedule
+    (`remat_bench.toolkit.bound_cache.checked_bound`), and here a schedule within the budget shorter
+    than the bound, or one at all where the bound says none fits, refutes it. Greedy's pass, capped at
+    `CHECK_COMPUTES_PER_NODE` computations per node, costs little beside the bound.
+
+    Parameters
+    ----------
+    graph : Graph
+    budget : Number or None
+        In the graph's memory units; None for ``min`` (the trivial bound: nothing to check).
+    effort : float
+        Seconds the bound may take when it is computed (`bound_effort`).
+    bounds : BoundSource
+        Where bounds are cached.
+
+    Returns
+    -------
+    bound : Bound
+    from_cache : bool
+        Whether the bound is the cache's (checked), rather than computed now.
+    discarded : str or None
+        Why the cached bound was discarded and computed again: greedy's schedule contradicted it.
+    """
+    bound, from_cache = bounds.get(graph, budget, effort)
+    if not from_cache or budget is None or bound.value is None:
+        return bound, from_cache, None  # None: believed only below a proven peak bound (the cache checks)
+    run = GreedyPass(graph, budget)
+    run.max_computes = CHECK_COMPUTES_PER_NODE * graph.n + 100
+    try:
+        sim = simulate(graph, run.run())
+    except GreedyStuck:
+        return bound, True, None  # greedy finds nothing here quickly: nothing contradicts the bound
+    why = contradiction(bound, sim.duration, sim.peak, budget, "a greedy schedule") if sim.valid else None
+    if why is None:
+        return bound, True, None
+    return bounds.recompute(graph, budget, effort), False, f"{why}; recomputed"
 
 
 def _call(graph: Graph, solver: type[Method], parsed: dict[str, Any], budget: Budget, time_limit: float | None,
@@ -675,7 +728,8 @@ def _hold_to_bound(graph: Graph, budget: Budget, result: RunResult, bounds: Boun
     return True
 
 
-def contradiction(bound: Bound, duration: Number, peak: Number, budget: Number | None) -> str | None:
+def contradiction(bound: Bound, duration: Number, peak: Number, budget: Number | None,
+                  schedule: str = "a schedule") -> str | None:
     """Why a simulated schedule contradicts ``bound``, or None when it does not.
 
     A schedule whose peak is within ``budget`` cannot be shorter than a valid lower bound at
@@ -690,6 +744,8 @@ def contradiction(bound: Bound, duration: Number, peak: Number, budget: Number |
         The schedule's simulated duration and peak.
     budget : Number or None
         In the graph's memory units; None for ``min``.
+    schedule : str
+        How the sentence names the schedule ("a greedy schedule").
 
     Returns
     -------
@@ -699,10 +755,10 @@ def contradiction(bound: Bound, duration: Number, peak: Number, budget: Number |
     if budget is not None and peak > budget:
         return None
     if bound.termination is Termination.PROVEN and bound.value is None:
-        return f"the bound says no schedule fits the budget, yet one with peak {peak} does"
+        return f"the bound says no schedule fits the budget, yet {schedule} with peak {peak} does"
     if bound.value is None:
         return None
     slack = 0 if isinstance(bound.value, int) and isinstance(duration, int) else 1e-9 * max(1.0, abs(bound.value))
     if duration < bound.value - slack:
-        return f"a schedule within the budget takes {duration}, below the bound {bound.value}"
+        return f"{schedule} within the budget takes {duration}, below the bound {bound.value}"
     return None

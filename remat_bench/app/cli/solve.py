@@ -373,6 +373,7 @@ def bound(graph: str, budget: str, time_limit: float, as_json: bool) -> None:
 
     Exit status 0 with the bound; 1 when the bound proves that no schedule fits.
     """
+    from remat_bench.app.evaluate import checked_any_order
     from remat_bench.app.pipeline import user_bound_cache
     from remat_bench.core.budget import parse_budget
     from remat_bench.core.simulate import baseline, overhead_pct
@@ -382,7 +383,7 @@ def bound(graph: str, budget: str, time_limit: float, as_json: bool) -> None:
     if b.is_min:
         raise click.BadParameter("the bound needs a budget, not 'min'", param_hint="--budget")
     # Through the on-disk cache: a bound `solve` or a sweep computed with as much effort answers at once.
-    result, _ = user_bound_cache().get(g, b.amount, time_limit)
+    result, _, discarded = checked_any_order(g, b.amount, time_limit, user_bound_cache())
     base = baseline(g)
     overhead = None if result.value is None else overhead_pct(result.value, base.duration)
     data = {"graph": g.name, "budget": b.amount, "budget_fraction": b.fraction, "status": result.status,
@@ -390,7 +391,8 @@ def bound(graph: str, budget: str, time_limit: float, as_json: bool) -> None:
             "baseline_duration": base.duration, "baseline_peak": base.peak,
             "recomputed": list(result.recomputed), "cuts": result.cuts, "solve_time_s": result.solve_time_s,
             "no_order_fits": result.no_order_fits, "order_peak_at_least": result.order_peak_at_least,
-            "prefix_sizes": list(result.prefix_sizes), "recompute_cuts": result.recompute_cuts}
+            "prefix_sizes": list(result.prefix_sizes), "recompute_cuts": result.recompute_cuts,
+            "cached_bound_discarded": discarded}
 
     def rows() -> Iterator[tuple[str, str]]:
         unit = g.units.get("memory", "")
@@ -415,6 +417,8 @@ def bound(graph: str, budget: str, time_limit: float, as_json: bool) -> None:
                 yield "", "rematerialization may not be needed: a schedule with no recomputation may fit"
         yield "cuts", (f"{result.cuts} binding memory cuts, {len(result.prefix_sizes)} prefix cuts, "
                        f"solved in {result.solve_time_s:.2f} s")
+        if discarded:
+            yield "cached bound", f"discarded: {escape(discarded)}"
 
     show(data, as_json, lambda: key_values(rows()))
     sys.exit(1 if result.value is None else 0)
