@@ -17,6 +17,7 @@ from remat_bench.app.cli import main
 from remat_bench.app.cli.helpers import STDOUT_CLOSED_STATUS
 from remat_bench.app.cli.live import LiveProgress
 from remat_bench.core.progress import ANY_ORDER, ProgressPoint
+from remat_bench.methods.base import Method
 from tests.helpers import SHIPPED
 
 CHAIN = str(SHIPPED / "chain-16-train.json")
@@ -249,3 +250,91 @@ def test_solve_says_so_when_it_cuts_the_jobs(monkeypatch):
     warning, answer = r.output.split("\n", 1)
     assert warning == "warning: --jobs 100000 is more than the 1 core here; running 1 at a time"
     assert [run["method"] for run in json.loads(answer)] == ["none", "chen"]
+
+
+# ---------------------------------------------------------------------- the time limit covers the whole command
+
+
+def test_the_run_gets_the_limit_less_the_time_spent_before_it_and_a_reserve_for_after():
+    import time
+
+    from remat_bench.app.cli.solve import AFTER_RUN_S, left_for_run
+
+    started = time.perf_counter() - 2.0  # the command started 2 s ago (reading a large graph, say)
+    assert left_for_run(10.0, started) <= 10.0 - 2.0 - AFTER_RUN_S
+    assert left_for_run(1.0, started) == pytest.approx(0.1)  # a limit already spent leaves a tenth
+    assert left_for_run(3.0, time.perf_counter()) <= 3.0 - 0.05 * 3.0  # the reserve is a twentieth at most
+
+
+@pytest.mark.parametrize("command", [["solve", CHAIN, "-m", "chen", "-b", "0.7"], ["floor", CHAIN, "-m", "chen"]])
+def test_solve_and_floor_hand_the_run_what_is_left_of_their_limit(monkeypatch, command):
+    from remat_bench.app import pipeline
+
+    given: list[float] = []
+    for name in ("run", "run_many"):
+        real = getattr(pipeline, name)
+
+        def spy(*args, _real=real, **kwargs):
+            given.append(args[3])  # the time limit, in both
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(pipeline, name, spy)
+    assert invoke(*command, "-t", "7").exit_code == 0
+    assert len(given) == 1 and 0.7 <= given[0] <= 7 - 0.25
+
+
+def test_a_solve_ends_without_the_interpreter_teardown_yet_flushes_and_runs_the_exit_handlers(tmp_path):
+    # The teardown freed CP-SAT's models after the answer: 0.3-2.8 s past the limit on random_layered_n1000.
+    target = tmp_path / "s.json"
+    script = ("import atexit, sys\n"
+              "atexit.register(lambda: print('exit handlers ran', file=sys.stderr))\n"
+              "from remat_bench.app.cli import main\n"
+              "main()\n")
+    proc = subprocess.run([sys.executable, "-c", script, "solve", CHAIN, "-m", "chen", "-b", "0.7", "--json",
+                           "-o", str(target)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["status"] == "feasible"
+    assert proc.stderr.endswith("exit handlers ran\n")
+    assert json.loads(target.read_text())["method"] == "chen"
+    failed = subprocess.run([sys.executable, "-c", script, "solve", CHAIN, "-m", "none", "-b", "0.5"],
+                            capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 1 and "infeasible" in failed.stdout
+
+
+class Sleepy(Method):
+    """An exact member that overruns its limit in a step it cannot interrupt (as moccasin's model build does)."""
+
+    name = "sleepy"
+    description = "sleeps past its time limit"
+
+    def solve(self, graph, budget, time_limit, **params):
+        import time
+
+        time.sleep(10)
+        raise AssertionError("never reached: the child is stopped at auto's limit first")
+
+
+def test_auto_stops_an_exact_member_at_its_own_limit(monkeypatch):
+    # Before: one exact member ran in auto's process, and auto ended when the member did.
+    from remat_bench import methods
+    from remat_bench.app import portfolio
+    from remat_bench.app.portfolio import TIME_OUT, Auto
+    from remat_bench.core.budget import parse_budget
+    from remat_bench.core.graph import load_graph
+    from remat_bench.toolkit.bound_cache import BoundCache
+
+    monkeypatch.setitem(methods.BUILTIN, "sleepy", f"{__name__}:Sleepy")  # the child loads it by its place
+    monkeypatch.setattr(portfolio, "EXACT", (*portfolio.EXACT, "sleepy"))
+    monkeypatch.setattr(Auto, "_goals", lambda self, graph, budget: self.context)
+    g = load_graph(CHAIN)
+    run = pipeline_run(g, "auto", parse_budget("0.8", g), 2.0, {"members": "greedy,sleepy"}, BoundCache())
+    members = {m["method"]: m for m in run.stats["members"]}
+    assert members["sleepy"]["message"] == TIME_OUT
+    assert (members["sleepy"]["status"], members["sleepy"]["termination"]) == ("no_solution", "time_limit")
+    assert run.status.found_schedule and run.stats["winner"] == "greedy"
+
+
+def pipeline_run(g, method, budget, time_limit, params, bounds):
+    from remat_bench.app import pipeline
+
+    return pipeline.run(g, method, budget, time_limit, params, bound=False, bounds=bounds)  # no goal: sleepy runs

@@ -20,9 +20,9 @@ have to run them all and pick.
    bound: no schedule is faster). Each is offered every schedule of step 1 (`SolveContext.hints`): it
    starts from the fastest that fits its space (or the lowest-peak one, for Moccasin's
    phase 1) and answers with nothing slower than what it was offered
-   (`remat_bench.methods.candidates.best_of`). With ``jobs`` above 1 they run side by
-   side in child processes, the cores split between them; else one after another, each on
-   an equal share of the time left.
+   (`remat_bench.methods.candidates.best_of`). They run in child processes, ``jobs`` side
+   by side (the cores split between them), each stopped at auto's own time limit at the latest;
+   with ``jobs=1`` one after another in this process, each on an equal share of the time left.
 3. **Polish**: for the share of the time kept for it (``polish``, a tenth by default), the
    fastest schedule so far, unless proven optimal, has its recomputations undone one at a
    time, the most expensive first, with the rest reordered to fit the budget again
@@ -80,6 +80,8 @@ EXACT = ("moccasin", "checkmate", "monet")
 TORCH_MIN_S = 30.0
 # The share of the time limit reorder may take at most: its answer only matters when an order fits.
 REORDER_SHARE = 0.1
+# Why an exact member's child was stopped at auto's own time limit.
+TIME_OUT = "stopped: auto's time limit ran out"
 
 
 def _members(text: str) -> tuple[str, ...]:
@@ -223,7 +225,8 @@ class Auto(Method):
                 members.append(Member(name, "exact", message=f"{reached}'s schedule is proven optimal"))
         elif exact and not clock.members.expired():
             jobs = params["jobs"] or min(usable_cores(), len(exact))
-            self._run_exact(graph, budget, exact, clock.members, min(jobs, len(exact)), members, hints)
+            self._run_exact(graph, budget, exact, clock.members, min(jobs, len(exact)), members, hints,
+                            here=params["jobs"] == 1, stop_at=clock.whole)
         if beside is not None:
             beside.collect(members, hints, wait=True)
         if clock.keep > 0:
@@ -285,11 +288,14 @@ class Auto(Method):
                 hints.append((name, member.schedule))
 
     def _run_exact(self, graph: Graph, budget: Number | None, names: list[str], deadline: Deadline, jobs: int,
-                   members: list[Member], hints: list[tuple[str, Schedule]]) -> None:
-        """Step 2: the exact members, offered the fast members' schedules; side by side when ``jobs`` > 1."""
+                   members: list[Member], hints: list[tuple[str, Schedule]], here: bool = False,
+                   stop_at: Deadline | None = None) -> None:
+        """Step 2: the exact members, offered the fast members' schedules; ``jobs`` at a time in child
+        processes, each stopped once ``stop_at`` (auto's own limit) has passed, or one after another here
+        (``here``, or where no child can start)."""
         from remat_bench.toolkit.child import can_spawn
 
-        if jobs <= 1 or not can_spawn():
+        if here or not can_spawn():
             for k, name in enumerate(names):
                 if (reached := self._reached(budget, members)) is not None:
                     members.append(Member(name, "exact", message=f"{reached}'s schedule is proven optimal"))
@@ -311,13 +317,19 @@ class Auto(Method):
         proven = _Proven()
 
         def stop() -> str:
-            return f"stopped: {proven.by}'s schedule is proven optimal" if proven.by else ""
+            if proven.by:
+                return f"stopped: {proven.by}'s schedule is proven optimal"
+            # A member past its limit in a step it cannot interrupt (moccasin's model build started with
+            # little time left: 3.3 s past it beside two busy processes) would hold auto past its own.
+            return TIME_OUT if stop_at is not None and stop_at.expired() else ""
 
         def one(name: str) -> Member:
             if proven.by:
                 return Member(name, "exact", message=f"{proven.by}'s schedule is proven optimal")
             params = {"threads": threads, **_exact_params(graph, name, members)}
             member = self._evaluated(graph, budget, name, "exact", params, limit, hints, stop=stop)
+            if member.status is Status.ERROR and member.message == TIME_OUT:
+                member.status, member.termination = Status.NO_SOLUTION, Termination.TIME_LIMIT
             if self._reached(budget, [member]) is not None:
                 proven.found(name)
             elif proven.by and proven.by != name and member.status is Status.ERROR:
