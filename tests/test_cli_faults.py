@@ -338,3 +338,22 @@ def pipeline_run(g, method, budget, time_limit, params, bounds):
     from remat_bench.app import pipeline
 
     return pipeline.run(g, method, budget, time_limit, params, bound=False, bounds=bounds)  # no goal: sleepy runs
+
+
+def test_auto_without_a_bound_from_its_caller_gives_its_own_a_tenth_of_its_limit(monkeypatch):
+    # Before: 3 s whatever the limit (solve --no-bound -t 1 on random_layered_n1000 took 3.4 s).
+    from remat_bench.core.budget import parse_budget
+    from remat_bench.core.graph import load_graph
+    from remat_bench.toolkit.bound_cache import BoundCache
+
+    efforts: list[float] = []
+    real = BoundCache.get
+
+    def spy(self, graph, budget, effort, *args, **kwargs):
+        efforts.append(effort)
+        return real(self, graph, budget, effort, *args, **kwargs)
+
+    monkeypatch.setattr(BoundCache, "get", spy)
+    g = load_graph(CHAIN)
+    pipeline_run(g, "auto", parse_budget("0.8", g), 1.0, {"members": "greedy", "jobs": 1}, BoundCache())
+    assert efforts and max(efforts) <= 0.5

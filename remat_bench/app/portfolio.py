@@ -54,7 +54,14 @@ from typing import Any
 
 import numpy as np
 
-from remat_bench.app.evaluate import RunResult, applicable, evaluate, evaluate_in_child, judge_schedule
+from remat_bench.app.evaluate import (
+    RunResult,
+    applicable,
+    bound_effort,
+    evaluate,
+    evaluate_in_child,
+    judge_schedule,
+)
 from remat_bench.core.budget import budget_of, parse_size
 from remat_bench.core.control import Deadline, interrupted
 from remat_bench.core.errors import MethodError
@@ -196,9 +203,14 @@ class Auto(Method):
               check=_model_memory),
     )
 
+    # Seconds auto may spend on the any-order bound when its caller computed none (`solve --no-bound`):
+    # 3 s took a 1 s solve past 3.4 s.
+    bound_effort_s = 3.0
+
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
               **params: Any) -> MethodResult:
         clock = _Clock(time_limit, params["polish"])
+        self.bound_effort_s = min(3.0, bound_effort(time_limit))
         self.goals = dataclasses.replace(self._goals(graph, budget), model_memory=_model_memory(params["model_memory"]))
         members: list[Member] = []
         hints: list[tuple[str, Schedule]] = []
@@ -442,13 +454,14 @@ class Auto(Method):
         return cut_short() if interrupted() or deadline.expired() or cut else Termination.CONVERGED
 
     def _any_order(self, graph: Graph, budget: Number | None) -> Any:
-        """The any-order bound the pipeline computed (from the cache), or one computed now in a few seconds."""
+        """The any-order bound the pipeline computed (from the cache), or one computed now with the effort a
+        run gives it (`remat_bench.app.evaluate.bound_effort`: a tenth of auto's limit, 3 s at most)."""
         if budget is None:
             return None
         known = self.context.bounds.peek(graph, budget)
         if known is not None:
             return known
-        return self.context.bounds.get(graph, budget, effort=3.0)[0]
+        return self.context.bounds.get(graph, budget, effort=self.bound_effort_s)[0]
 
 
 def _declared(name: str, params: dict[str, Any]) -> dict[str, Any]:
