@@ -20,6 +20,10 @@ os.environ["REMAT_BENCH_BOUND_CACHE"] = tempfile.mkdtemp(prefix="remat-bench-tes
 # session, so that the imports of one test run share what they measured, and no user's cache is read or written.
 os.environ["REMAT_BENCH_COST_CACHE"] = os.path.join(tempfile.mkdtemp(prefix="remat-bench-test-costs-"), "op-costs.json")
 
+# Tables are as wide on every machine: rich takes the width from COLUMNS, else from the terminal the tests run in
+# (80 columns cut the table cells the tests read), and pytest-xdist's workers inherit COLUMNS=80.
+os.environ["COLUMNS"] = "120"
+
 import pytest
 
 from remat_bench.app import datasets

@@ -342,7 +342,7 @@ def test_a_source_that_drips_or_stalls_meets_the_deadline_of_the_whole_fetch(tmp
     started = time.monotonic()
     with hostile(source_folder(tmp_path, data), mode) as url, pytest.raises(DatasetError) as failed:
         datasets.fetch(data, tmp_path / "out", source=url, deadline=1.0)
-    assert time.monotonic() - started < 10  # it ended at all (a drip took 22 minutes, a stall 60 s per read)
+    assert time.monotonic() - started < 45  # it ended at all (a drip took 22 minutes, a stall 60 s per read)
     message = str(failed.value)
     assert message.startswith(f"downloading chain-16-train.json from {first_url(url, data)} had not ended when "
                               "the fetch's time limit of 1 s ran out (")
