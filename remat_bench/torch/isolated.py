@@ -39,6 +39,8 @@ RUN_TIME_LIMIT = 1800.0
 # A run whose first timed steps say it would take more than its time limit is stopped there; the pace is
 # read once this many seconds have passed or the run has timed this many steps (whichever comes first).
 PACE_SECONDS = 5.0
+# The steps of a training configuration that set no pace: the first warms up (or compiles), the second is profiled.
+WARM_STEPS = 2
 
 Events = Callable[[dict[str, Any]], None]
 
@@ -171,7 +173,9 @@ def _stream(fn: Callable[..., Any], args: tuple[Any, ...], what: str, time_limit
         built[0] = True
         if event.get("kind") in ("step", "pair"):
             pace.done += 1
-            if event.get("time_s") is not None:
+            # A configuration's first two steps warm up (or compile) and are profiled: they set no pace.
+            steady = event.get("kind") == "pair" or event.get("step", 0) > WARM_STEPS
+            if event.get("time_s") is not None and steady:
                 pace.times.append(float(event["time_s"]))
         if on_event is not None:
             on_event(event)
