@@ -26,7 +26,7 @@ demo: install
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy remat_bench
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto
 
 bench: install
 	$(BIN)/python -m benchmarks $(BENCH)

@@ -230,7 +230,8 @@ def residual_graph(seed: int):
                  name=f"residual-{seed}")
 
 
-RESIDUAL_CASES = [(seed, b) for seed in range(0, 170, 3) for b in all_budgets(residual_graph(seed))]
+# Every sixth seed (114 s of the suite with every third); the seeds that once exposed a gap are pinned below.
+RESIDUAL_CASES = [(seed, b) for seed in range(0, 170, 6) for b in all_budgets(residual_graph(seed))]
 
 
 @pytest.mark.parametrize("seed, budget", RESIDUAL_CASES)

@@ -32,7 +32,8 @@ def test_solve_output_resimulates_to_the_same_numbers(graph, tmp_path):
     checked = 0
     for method in METHODS:
         out = tmp_path / f"{method}.json"
-        r = runner.invoke(main, ["solve", graph, "-m", method, "-b", budget, "-t", "3", "--json", "-o", str(out)])
+        # 1 s each: what a method finds does not matter here, only that its file says what solve printed.
+        r = runner.invoke(main, ["solve", graph, "-m", method, "-b", budget, "-t", "1", "--json", "-o", str(out)])
         assert r.exit_code in (0, 1), f"{method}: {r.output}"
         solved = json.loads(r.output)
         if solved["peak"] is None:

@@ -40,24 +40,47 @@ def test_the_readme_lists_the_commands_it_promises():
         assert skipped in commands, f"NOT_RUN names '{skipped}', which the README no longer has"
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
+# The README's commands in independent chains, each run in a folder of its own (their outputs, s.json among them,
+# do not meet), so that a parallel run of the suite runs them side by side. A command goes to the first chain
+# one of whose words it holds; the rest run in order in the last.
+CHAINS = {
+    "pytorch": ("import-torch", "resnet18.json"),
+    "sweep": ("sweep ", "results/smoke", "report ", "plot "),
+    "generated": ("graphs import ", "graph.json", "graphs generate", "r50.json", "resnet50.json"),
+    "shipped": ("",),
+}
+
+
+def chain_of(command: str) -> str:
+    return next(name for name, words in CHAINS.items() if any(word in command for word in words))
+
+
+def test_the_chains_hold_every_command_in_the_readmes_order():
+    chained = {name: [c for c in readme_commands() if chain_of(c) == name] for name in CHAINS}
+    assert sum(len(commands) for commands in chained.values()) == len(readme_commands())
+    assert all(chained.values()), chained  # each chain still has commands: a rename in the README shows here
+    assert chained["pytorch"][0].startswith("graphs import-torch")  # the import before the solve and replay
+    assert chained["sweep"][0].startswith("sweep ")  # the sweep before its report and chart
+
+
+def workdir(tmp_path: Path) -> Path:
     """A folder to run in, as a user would from the clone (configs/, docs/ and graphs/ beside it), whose outputs
     (s.json, results/...) land outside the repository."""
-    here = tmp_path_factory.mktemp("readme")
     for name in ("configs", "docs", "graphs"):
-        (here / name).symlink_to(ROOT / name)
-    return here
+        (tmp_path / name).symlink_to(ROOT / name)
+    return tmp_path
 
 
-def test_every_readme_command_runs_as_written(workdir):
+@pytest.mark.parametrize("chain", list(CHAINS))
+def test_every_readme_command_runs_as_written(tmp_path, chain):
     pytest.importorskip("torch", reason="the README's PyTorch commands need torch (make test installs it)")
-    env = {**os.environ, "REMAT_BENCH_BOUND_CACHE": str(workdir / "bounds")}
+    here = workdir(tmp_path)
+    env = {**os.environ, "REMAT_BENCH_BOUND_CACHE": str(here / "bounds")}
     failures = []
     for command in readme_commands():
-        if command in NOT_RUN:
+        if command in NOT_RUN or chain_of(command) != chain:
             continue
-        proc = subprocess.run([sys.executable, "-m", "remat_bench", *shlex.split(command)], cwd=workdir,
+        proc = subprocess.run([sys.executable, "-m", "remat_bench", *shlex.split(command)], cwd=here,
                               capture_output=True, text=True, env=env, timeout=600)
         # Exit 1 is `solve` finding no schedule within the budget (an infeasible budget among them).
         if proc.returncode != 0:

@@ -137,7 +137,7 @@ def point_rows_at(folder: Path, column: str, target: str) -> None:
 
 @pytest.mark.parametrize("column, what", [("schedule", "it is the schedule of run"),
                                           ("graph_path", "it is the file of graph 'chain-16'")])
-@pytest.mark.parametrize("target", ["/dev/zero", "/dev/urandom", "fifo"])
+@pytest.mark.parametrize("target", ["/dev/zero", "fifo"])  # /dev/urandom takes the path /dev/zero does
 def test_a_journal_naming_a_device_or_a_pipe_is_refused_without_reading_it(results, tmp_path, column, what,
                                                                            target):
     folder = spoiled(results, tmp_path)

