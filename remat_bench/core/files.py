@@ -151,6 +151,11 @@ def why_not_read(mode: int, size: int, limit: int | None) -> str | None:
     return None
 
 
+def _then(hint: str) -> str:
+    """``"; hint"``, or nothing for an empty hint (a reader whose caller says what to do)."""
+    return f"; {hint}" if hint else ""
+
+
 def check_regular(path: str | Path, error: type[Exception] = RematBenchError, limit: int | None = MAX_READ_BYTES,
                   hint: str = "give the path of a file") -> None:
     """Refuse, before a reader opens it, a path that is not a regular file of at most ``limit`` bytes.
@@ -178,12 +183,12 @@ def check_regular(path: str | Path, error: type[Exception] = RematBenchError, li
     try:
         info = os.stat(path)
     except FileNotFoundError:
-        raise error(f"{path}: no such file; {hint}") from None
+        raise error(f"{path}: no such file{_then(hint)}") from None
     except OSError as exc:
-        raise error(f"{path}: cannot be read ({exc.strerror or exc}); {hint}") from None
+        raise error(f"{path}: cannot be read ({exc.strerror or exc}){_then(hint)}") from None
     why = why_not_read(info.st_mode, info.st_size, limit)
     if why is not None:
-        raise error(f"{path}: {why}; {hint}")
+        raise error(f"{path}: {why}{_then(hint)}")
 
 
 def open_regular(path: str | Path, error: type[Exception] = RematBenchError, limit: int | None = MAX_READ_BYTES,
@@ -217,16 +222,16 @@ def open_regular(path: str | Path, error: type[Exception] = RematBenchError, lim
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
-        raise error(f"{path}: no such file; {hint}") from None
+        raise error(f"{path}: no such file{_then(hint)}") from None
     except IsADirectoryError:
-        raise error(f"{path}: is a folder, not a file; {hint}") from None
+        raise error(f"{path}: is a folder, not a file{_then(hint)}") from None
     except OSError as exc:
-        raise error(f"{path}: cannot be read ({exc.strerror or exc}); {hint}") from None
+        raise error(f"{path}: cannot be read ({exc.strerror or exc}){_then(hint)}") from None
     info = os.fstat(fd)  # before fdopen, which refuses a folder with an exception of its own
     why = why_not_read(info.st_mode, info.st_size, limit)
     if why is not None:
         os.close(fd)
-        raise error(f"{path}: {why}; {hint}")
+        raise error(f"{path}: {why}{_then(hint)}")
     return os.fdopen(fd, "rb")
 
 
@@ -258,9 +263,9 @@ def read_regular(path: str | Path, error: type[Exception] = RematBenchError, lim
         try:
             data = fh.read() if limit is None else fh.read(limit + 1)
         except OSError as exc:
-            raise error(f"{path}: cannot be read ({exc.strerror or exc}); {hint}") from None
+            raise error(f"{path}: cannot be read ({exc.strerror or exc}){_then(hint)}") from None
     if limit is not None and len(data) > limit:  # it grew after the check
-        raise error(f"{path}: is more than the {limit:,} bytes read whole; {hint}")
+        raise error(f"{path}: is more than the {limit:,} bytes read whole{_then(hint)}")
     return data
 
 

@@ -22,7 +22,6 @@ import gc
 import hashlib
 import json
 import math
-import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -607,29 +606,9 @@ def read_text(path: str | Path, error: type[Exception] = GraphError) -> str:
         pipe with no writer would block), a file above `remat_bench.core.files.MAX_READ_BYTES`, a file that
         cannot be read, or bytes that are not UTF-8.
     """
-    from remat_bench.core.files import MAX_READ_BYTES, why_not_read
+    from remat_bench.core.files import read_regular
 
-    path = Path(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        raise error(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise error(f"{path}: is a folder, not a file") from None
-    except OSError as exc:
-        raise error(f"{path}: cannot be read ({exc.strerror})") from None
-    info = os.fstat(fd)
-    why = why_not_read(info.st_mode, info.st_size, MAX_READ_BYTES)
-    if why is not None:
-        os.close(fd)
-        raise error(f"{path}: {why}")
-    with os.fdopen(fd, "rb") as fh:
-        try:
-            data = fh.read(MAX_READ_BYTES + 1)
-        except OSError as exc:
-            raise error(f"{path}: cannot be read ({exc.strerror})") from None
-    if len(data) > MAX_READ_BYTES:
-        raise error(f"{path}: is more than the {MAX_READ_BYTES:,} bytes read whole")
+    data = read_regular(path, error, hint="")
     try:
         # A byte-order mark (as some Windows editors write) is not part of the text.
         return data.decode("utf-8-sig")
