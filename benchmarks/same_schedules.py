@@ -7,8 +7,9 @@ bounds), then compare the two files::
     (in the other checkout)                                       ...                       -o b.jsonl
     python -m benchmarks.same_schedules compare a.jsonl b.jsonl
 
-Each line records one published instance (Table 2's graphs and VGG16 at 0.9 and 0.8): status,
-overhead and a hash of the cleaned schedule's steps. Runs cut short by the time limit are not
+Each line records one instance (Table 2's published graphs and VGG16, and the shipped PyTorch zoo
+graphs ``graphs/torch-*.json``, each at 0.9 and 0.8): status, overhead and a hash of the cleaned
+schedule's steps. Runs cut short by the time limit are not
 repeatable with CP-SAT's parallel workers (its portfolio's interleaving depends on timing), so a
 difference there says nothing until the same checkout is run twice and differs too; the compare
 table marks which rows are proven (repeatable) and which are time-limited.
@@ -23,10 +24,11 @@ from pathlib import Path
 
 import click
 
-from benchmarks.common import console, machine, paper, show
+from benchmarks.common import ROOT, console, machine, paper, show
 
 GRAPHS = ("random_layered_n100", "random_layered_n250", "checkmate_fcn8_vgg_train", "checkmate_resnet50_train",
           "checkmate_vgg16_train", "random_layered_n500", "random_layered_n1000")
+ZOO = ("torch-mlp-b64", "torch-gpt-b8", "torch-resnet18-b8", "torch-vgg11-b8", "torch-unet-b4", "torch-resnet50-b4")
 BUDGETS = ("0.9", "0.8")
 
 
@@ -45,9 +47,10 @@ def run_cmd(methods: tuple[str, ...], time_limit: float, output: Path) -> None:
 
     lines = []
     console.print(f"# {machine()}")
+    sources = [(name, paper(name)) for name in GRAPHS] + [(name, ROOT / "graphs" / f"{name}.json") for name in ZOO]
     for method in methods:
-        for name in GRAPHS:
-            graph = load_graph(paper(name))
+        for name, path in sources:
+            graph = load_graph(path)
             for budget in BUDGETS:
                 start = time.perf_counter()
                 r = run(graph, method, budget, time_limit=time_limit)
