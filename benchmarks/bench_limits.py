@@ -21,7 +21,7 @@ import tempfile
 import time
 
 from benchmarks.common import Rows, paper, show
-from remat_bench.app.catalog import solver_names as method_names
+from remat_bench.app.catalog import method_names
 
 LIMITS = [float(x) for x in os.environ.get("BENCH_LIMITS", "1,3,10").split(",")]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from remat_bench.app.catalog import solver_names as method_names
+from remat_bench.app.catalog import method_names
 from remat_bench.app.cli import main
 
 BAD = Path(__file__).parent / "data" / "bad"

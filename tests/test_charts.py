@@ -312,7 +312,7 @@ def test_scaling_chart_ticks_read_as_plain_numbers(table):
 def test_the_budget_line_is_neutral_and_labelled(schedules):
     from matplotlib.colors import to_hex
 
-    from remat_bench.app.catalog import solver_names as method_names
+    from remat_bench.app.catalog import method_names
 
     g, scheds = schedules
     fig = charts.timeline_figure(g, [("chen", dict(scheds)["chen"])], budget=12)

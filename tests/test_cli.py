@@ -361,8 +361,7 @@ def test_an_all_zero_graph_gets_answers_not_a_division_by_zero(tmp_path):
 
 def test_every_number_parameter_declares_its_range_and_a_huge_one_is_refused_before_solving():
     """Issue 30 item 11: `-p grid=99999999999999999999999` for chen failed inside the method (exit 1)."""
-    from remat_bench.app.catalog import get_solver as get_method
-    from remat_bench.app.catalog import solver_names as method_names
+    from remat_bench.app.catalog import get_method, method_names
 
     unbounded = [f"{m}.{p.name}" for m in method_names() for p in get_method(m).params
                  if p.type in (int, float) and p.choices is None and (p.minimum is None or p.maximum is None)]

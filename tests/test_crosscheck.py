@@ -9,7 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from remat_bench.app.catalog import solver_names as method_names
+from remat_bench.app.catalog import method_names
 from remat_bench.app.cli import main
 from tests.helpers import SHIPPED
 

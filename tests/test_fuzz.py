@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from remat_bench.app.catalog import solver_names as method_names
+from remat_bench.app.catalog import method_names
 from remat_bench.app.pipeline import run
 from remat_bench.core.budget import memory_floor
 from remat_bench.core.graph import Graph, Implementation, Node

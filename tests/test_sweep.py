@@ -469,7 +469,7 @@ budgets: [0.9]
 def test_the_production_config_names_registered_methods_with_valid_parameters():
     import yaml
 
-    from remat_bench.app.catalog import get_solver as get_method
+    from remat_bench.app.catalog import get_method
 
     config = yaml.safe_load((ROOT / "configs" / "production.yaml").read_text())
     names = set()

@@ -1,4 +1,4 @@
-"""Every solver a user can name: the registered methods (`remat_bench.methods`) and the portfolio.
+"""Every method a user can name: the registered methods (`remat_bench.methods`) and the portfolio.
 
 ``auto`` runs other methods, so it lives above them (`remat_bench.app.portfolio`) and is not in
 the method registry; it is named here beside them, with the same interface (`Method`), so that
@@ -7,13 +7,14 @@ the method registry; it is named here beside them, with the same interface (`Met
 
 from __future__ import annotations
 
+from remat_bench import methods as registry
 from remat_bench.app.portfolio import Auto
-from remat_bench.methods import Method, get_method, method_names, unknown_method
+from remat_bench.methods import Method, unknown_method
 
 PORTFOLIOS: dict[str, type[Method]] = {"auto": Auto}
 
 
-def solver_names() -> list[str]:
+def method_names() -> list[str]:
     """Every name a user can give ``--method``: the registered methods, then the portfolio.
 
     Returns
@@ -21,10 +22,10 @@ def solver_names() -> list[str]:
     list of str
         The built-in methods, then any plugin methods, then ``auto``.
     """
-    return [*method_names(), *PORTFOLIOS]
+    return [*registry.method_names(), *PORTFOLIOS]
 
 
-def get_solver(name: str) -> type[Method]:
+def get_method(name: str) -> type[Method]:
     """The class named ``name``; an unknown name is one sentence listing the known ones.
 
     Parameters
@@ -44,6 +45,6 @@ def get_solver(name: str) -> type[Method]:
     """
     if name in PORTFOLIOS:
         return PORTFOLIOS[name]
-    if name not in method_names():
-        raise unknown_method(name, solver_names())
-    return get_method(name)
+    if name not in registry.method_names():
+        raise unknown_method(name, method_names())
+    return registry.get_method(name)

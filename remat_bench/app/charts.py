@@ -13,7 +13,7 @@ lines are stacked a line width apart; each chart says which it did.
 
 Each method keeps one colour and one marker in every chart: the methods of
 docs/design.md's table take fixed places, and any other registered method (a
-plugin) follows in `remat_bench.app.catalog.solver_names` order. Variants of one
+plugin) follows in `remat_bench.app.catalog.method_names` order. Variants of one
 method (a parameter grid) share its colour and differ by line style.
 
 - `tradeoff`: overhead against budget, one panel per graph. Points are runs;
@@ -123,9 +123,9 @@ def method_style(method: str) -> dict[str, str]:
     dict
         ``color`` and ``marker``, as matplotlib's keywords.
     """
-    from remat_bench.app.catalog import solver_names
+    from remat_bench.app.catalog import method_names
 
-    order = list(DESIGN_METHODS) + [m for m in solver_names() if m not in DESIGN_METHODS]
+    order = list(DESIGN_METHODS) + [m for m in method_names() if m not in DESIGN_METHODS]
     if method in order:
         slot = order.index(method)
     else:  # a method no longer registered (old results): a stable place after the known ones

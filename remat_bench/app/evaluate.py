@@ -226,14 +226,14 @@ def gap_pct(duration: Number, bound: Number | None) -> float | None:
 
 # ---------------------------------------------------------------------- the evaluation
 
-def evaluate(graph: Graph, solver: type[Method], budget: Budget, time_limit: float | None,
+def evaluate(graph: Graph, method: type[Method], budget: Budget, time_limit: float | None,
              params: Mapping[str, Any] | None = None, *, bound: bool = True, context: SolveContext | None = None,
              peak_only: bool = False, gap: float | None = None) -> RunResult:
-    """Run ``solver`` on ``graph`` at ``budget`` and judge its answer with the simulator.
+    """Run ``method`` on ``graph`` at ``budget`` and judge its answer with the simulator.
 
     Parameters
     ----------
-    graph, solver, budget, time_limit
+    graph, method, budget, time_limit
         What to solve, with which method class (a registered method, or the portfolio), within
         which budget (parsed: `remat_bench.core.budget.parse_budget`), in how many seconds.
     params
@@ -265,13 +265,13 @@ def evaluate(graph: Graph, solver: type[Method], budget: Budget, time_limit: flo
         A parameter the method does not declare, or a value it refuses (exit status 2).
     """
     began = time.perf_counter()
-    parsed = parse_method_params(solver, params or {})
+    parsed = parse_method_params(method, params or {})
     context = context if context is not None else SolveContext()
-    result = _new_result(graph, solver, parsed, budget)
-    why = _refusal(graph, solver, budget, result)
+    result = _new_result(graph, method, parsed, budget)
+    why = _refusal(graph, method, budget, result)
     if why is not None:
         return why
-    recorder = _recorder(graph, solver, budget, parsed, result, context.watch, began)
+    recorder = _recorder(graph, method, budget, parsed, result, context.watch, began)
     if bound:
         time_limit = _any_order(graph, budget, time_limit, context.bounds, result)
         recorder.any_order(result.lower_bound_any_order)
@@ -284,7 +284,7 @@ def evaluate(graph: Graph, solver: type[Method], budget: Budget, time_limit: flo
         peak_goal=result.peak_lower_bound if peak_only else context.peak_goal)
     recorder.goal = lambda peak, duration: context.reached(budget.amount, peak, duration)
     start = time.perf_counter()
-    answer, verdict = _call(graph, solver, parsed, budget, time_limit, context)
+    answer, verdict = _call(graph, method, parsed, budget, time_limit, context)
     wall = time.perf_counter() - start
     result.termination = answer.termination
     if interrupted() and answer.termination is Termination.TIME_LIMIT:
@@ -335,7 +335,7 @@ def _answer_with_best_held(answer: MethodResult, result: RunResult, recorder: Pr
     return True
 
 
-def _recorder(graph: Graph, solver: type[Method], budget: Budget, parsed: dict[str, Any], result: RunResult,
+def _recorder(graph: Graph, method: type[Method], budget: Budget, parsed: dict[str, Any], result: RunResult,
               watcher: Watcher | None, began: float) -> ProgressRecorder:
     """The run's progress recorder: it scores what the method offers as the answer will be scored
     (`judge_schedule`, with the run's ``impl``), and passes the points it keeps on to ``watcher``."""
@@ -345,23 +345,23 @@ def _recorder(graph: Graph, solver: type[Method], budget: Budget, parsed: dict[s
         judged = judge_schedule(graph, schedule, impl, budget.amount)
         return None if isinstance(judged, str) else (judged.simulation.peak, judged.simulation.duration)
 
-    return ProgressRecorder(score, budget.amount, result.baseline_duration, solver.name, forward=watcher,
+    return ProgressRecorder(score, budget.amount, result.baseline_duration, method.name, forward=watcher,
                             start=began)
 
 
-def evaluate_in_child(graph: Graph, solver: type[Method], budget: Budget, time_limit: float | None,
+def evaluate_in_child(graph: Graph, method: type[Method], budget: Budget, time_limit: float | None,
                       params: Mapping[str, Any] | None = None, *, bound: bool = True,
                       context: SolveContext | None = None, peak_only: bool = False,
                       stop: Callable[[], str] | None = None, gap: float | None = None) -> RunResult:
     """`evaluate` in a spawned child process, stopped `remat_bench.core.control.grace_s` seconds
     past its limit, on Ctrl-C, or when ``stop()`` gives a reason; a stopped or failed child is an
-    ``error`` result saying so. ``solver`` crosses to the child by its place (a module-level
+    ``error`` result saying so. ``method`` crosses to the child by its place (a module-level
     class). Where no child can start, the evaluation runs here. The child's progress points
     stream back to ``context.watch`` as they are kept.
 
     Parameters
     ----------
-    graph, solver, budget, time_limit, params, bound, context, peak_only, gap
+    graph, method, budget, time_limit, params, bound, context, peak_only, gap
         As for `evaluate`; the child gets only this graph's bounds from ``context.bounds``.
     stop : Callable[[], str] or None
         Asked while the child runs: a non-empty reason it returns stops the child, and becomes
@@ -379,7 +379,7 @@ def evaluate_in_child(graph: Graph, solver: type[Method], budget: Budget, time_l
     """
     from remat_bench.toolkit.child import run_in_child
 
-    parsed = parse_method_params(solver, params or {})  # a bad parameter is refused before a child starts
+    parsed = parse_method_params(method, params or {})  # a bad parameter is refused before a child starts
     context = context if context is not None else SolveContext()
     watcher = context.watch
     # The child gets this graph's bounds only: the rest of a shared cache stays here; its progress
@@ -400,7 +400,7 @@ def evaluate_in_child(graph: Graph, solver: type[Method], budget: Budget, time_l
             why = Termination.TIME_LIMIT
         return bool(reason)
 
-    outcome = run_in_child(_child_evaluate, (graph, solver, budget, time_limit, dict(params or {}), bound, context,
+    outcome = run_in_child(_child_evaluate, (graph, method, budget, time_limit, dict(params or {}), bound, context,
                                              peak_only, gap), stop=stopping, daemon=False,
                            stream_to=None if watcher is None else "on_point",
                            on_message=None if watcher is None else watcher.take)
@@ -408,11 +408,11 @@ def evaluate_in_child(graph: Graph, solver: type[Method], budget: Budget, time_l
         done: RunResult = outcome.value
         return done
     if outcome.termination is Termination.NOT_APPLICABLE:  # no child could start: here, then
-        return evaluate(graph, solver, budget, time_limit, params, bound=bound,
+        return evaluate(graph, method, budget, time_limit, params, bound=bound,
                         context=dataclasses.replace(context, watch=watcher), peak_only=peak_only, gap=gap)
-    result = _new_result(graph, solver, parsed, budget)
+    result = _new_result(graph, method, parsed, budget)
     if outcome.termination is Termination.ERROR:
-        result.message, result.termination = f"method '{solver.name}' failed in its process: {outcome.message}", \
+        result.message, result.termination = f"method '{method.name}' failed in its process: {outcome.message}", \
             Termination.ERROR
     else:
         result.message, result.termination = reason, why
@@ -421,14 +421,14 @@ def evaluate_in_child(graph: Graph, solver: type[Method], budget: Budget, time_l
     return result
 
 
-def _child_evaluate(graph: Graph, solver: type[Method], budget: Budget, time_limit: float | None,
+def _child_evaluate(graph: Graph, method: type[Method], budget: Budget, time_limit: float | None,
                     params: dict[str, Any], bound: bool, context: SolveContext, peak_only: bool,
                     gap: float | None, on_point: Callable[[ProgressPoint], None] | None = None) -> RunResult:
     """`evaluate_in_child`'s child (module level, so that a spawned process can import it); ``on_point``
     sends a progress point to the parent."""
     if on_point is not None:
         context = dataclasses.replace(context, watch=_Sent(on_point))
-    return evaluate(graph, solver, budget, time_limit, params, bound=bound, context=context, peak_only=peak_only,
+    return evaluate(graph, method, budget, time_limit, params, bound=bound, context=context, peak_only=peak_only,
                     gap=gap)
 
 
@@ -519,15 +519,15 @@ def judge_schedule(graph: Graph, schedule: Schedule, impl: str = "first",
 
 # ---------------------------------------------------------------------- its steps
 
-def _new_result(graph: Graph, solver: type[Method], parsed: dict[str, Any], budget: Budget) -> RunResult:
+def _new_result(graph: Graph, method: type[Method], parsed: dict[str, Any], budget: Budget) -> RunResult:
     """The run's record before anything is decided: status error until something better is known."""
     base = baseline(graph)
-    return RunResult(graph=graph.name, graph_sha256=graph.sha256, method=solver.name, params=parsed,
+    return RunResult(graph=graph.name, graph_sha256=graph.sha256, method=method.name, params=parsed,
                      status=Status.ERROR, message="", budget=budget.amount, budget_fraction=budget.fraction,
-                     baseline_peak=base.peak, baseline_duration=base.duration, space=solver.space(parsed))
+                     baseline_peak=base.peak, baseline_duration=base.duration, space=method.space(parsed))
 
 
-def _refusal(graph: Graph, solver: type[Method], budget: Budget, result: RunResult) -> RunResult | None:
+def _refusal(graph: Graph, method: type[Method], budget: Budget, result: RunResult) -> RunResult | None:
     """``result``, final, when the method does not run: its requirements are missing, it does not apply
     (`Method.skip`), or the budget is below the memory floor; None when it runs."""
     if budget.peak_bound is not None:
@@ -537,7 +537,7 @@ def _refusal(graph: Graph, solver: type[Method], budget: Budget, result: RunResu
         result.termination = Termination.PROVEN  # at once, by the memory floor
         result.status = Status.of(SolutionStatus.INFEASIBLE, result.termination)
         return result
-    reason = applicable(graph, solver, budget.amount)
+    reason = applicable(graph, method, budget.amount)
     if reason is not None:
         result.message, result.termination = reason, Termination.NOT_APPLICABLE
         result.status = Status.of(SolutionStatus.NO_SOLUTION, result.termination)
@@ -545,14 +545,14 @@ def _refusal(graph: Graph, solver: type[Method], budget: Budget, result: RunResu
     return None
 
 
-def applicable(graph: Graph, solver: type[Method], budget: Number | None) -> str | None:
-    """Why ``solver`` does not run on ``graph`` at ``budget`` (its requirements are missing here, or
+def applicable(graph: Graph, method: type[Method], budget: Number | None) -> str | None:
+    """Why ``method`` does not run on ``graph`` at ``budget`` (its requirements are missing here, or
     its declared applicability, `Method.skip`, excludes it), or None when it runs.
 
     Parameters
     ----------
     graph : Graph
-    solver : type[Method]
+    method : type[Method]
     budget : Number or None
         In ``graph``'s memory units; None for ``min``.
 
@@ -561,8 +561,8 @@ def applicable(graph: Graph, solver: type[Method], budget: Number | None) -> str
     str or None
         One sentence, or None when the method runs.
     """
-    ok, why = solver.available()
-    return why if not ok else solver.skip(graph, budget)
+    ok, why = method.available()
+    return why if not ok else method.skip(graph, budget)
 
 
 def _any_order(graph: Graph, budget: Budget, time_limit: float | None, bounds: BoundSource,
@@ -626,7 +626,7 @@ def checked_any_order(graph: Graph, budget: Number | None, effort: float,
     return bounds.recompute(graph, budget, effort), False, f"{why}; recomputed"
 
 
-def _call(graph: Graph, solver: type[Method], parsed: dict[str, Any], budget: Budget, time_limit: float | None,
+def _call(graph: Graph, method: type[Method], parsed: dict[str, Any], budget: Budget, time_limit: float | None,
           context: SolveContext) -> tuple[MethodResult, Status | None]:
     """The method's answer, and the verdict on what it raised (None when it returned); its failures (out
     of memory, a model too large, a bug) are answers too.
@@ -635,9 +635,9 @@ def _call(graph: Graph, solver: type[Method], parsed: dict[str, Any], budget: Bu
     """
     verdict = None
     try:
-        method = solver()
-        method.context = context
-        answer = method.solve(graph, budget.amount, time_limit, **{k: v for k, v in parsed.items()
+        instance = method()
+        instance.context = context
+        answer = instance.solve(graph, budget.amount, time_limit, **{k: v for k, v in parsed.items()
                                                                    if k not in PIPELINE_PARAMS})
     except KeyboardInterrupt:
         raise
@@ -647,12 +647,12 @@ def _call(graph: Graph, solver: type[Method], parsed: dict[str, Any], budget: Bu
         verdict = Status.UNSUPPORTED
     except MemoryError:
         # The sweep worker recognises this status (and sentence) to record the run as 'oom'.
-        answer = MethodResult(SolutionStatus.NO_SOLUTION, message=f"method '{solver.name}' ran out of memory",
+        answer = MethodResult(SolutionStatus.NO_SOLUTION, message=f"method '{method.name}' ran out of memory",
                               termination=Termination.RESOURCE_LIMIT)
         verdict = Status.OOM
     except Exception as exc:  # a method's bug is recorded, never lost
         answer = MethodResult(SolutionStatus.NO_SOLUTION,
-                              message=f"method '{solver.name}' failed: {type(exc).__name__}: {exc}",
+                              message=f"method '{method.name}' failed: {type(exc).__name__}: {exc}",
                               stats={"traceback": traceback.format_exc(limit=8)}, termination=Termination.ERROR)
     if interrupted():
         answer.message = ("interrupted: the best schedule found before Ctrl-C" if answer.schedule is not None

@@ -14,7 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from remat_bench.app.catalog import get_solver
+from remat_bench.app.catalog import get_method
 from remat_bench.app.evaluate import RunResult, bound_effort, evaluate, evaluate_in_child, parse_method_params
 from remat_bench.core.budget import Budget, parse_budget
 from remat_bench.core.errors import MethodError
@@ -61,7 +61,7 @@ def user_bound_cache() -> BoundCache:
 
 
 def resolve_method(name: str, params: dict[str, Any]) -> tuple[type[Method], dict[str, Any]]:
-    """The solver class and its full parameter set; raises MethodError for anything unknown, mistyped or
+    """The method class and its full parameter set; raises MethodError for anything unknown, mistyped or
     missing here (exit status 2 before any work).
 
     Parameters
@@ -74,7 +74,7 @@ def resolve_method(name: str, params: dict[str, Any]) -> tuple[type[Method], dic
     Returns
     -------
     tuple of (type[Method], dict)
-        The solver class, and every declared parameter typed (with ``impl`` when given).
+        The method class, and every declared parameter typed (with ``impl`` when given).
 
     Raises
     ------
@@ -82,7 +82,7 @@ def resolve_method(name: str, params: dict[str, Any]) -> tuple[type[Method], dic
         An unknown name, an undeclared or mistyped parameter, or a method whose requirements are
         not installed here.
     """
-    cls = get_solver(name)
+    cls = get_method(name)
     parsed = parse_method_params(cls, params)
     ok, why = cls.available()
     if not ok:
@@ -210,14 +210,14 @@ def run_many(graph: Graph, methods: list[str], budget: Budget, time_limit: float
         An unknown method name, or a parameter a method refuses.
     """
     bounds = bounds if bounds is not None else user_bound_cache()
-    solvers = {m: get_solver(m) for m in methods}
+    classes = {m: get_method(m) for m in methods}
     jobs, _ = jobs_at_once(jobs, len(methods))  # the caller says so when it cut a request (`solve`)
 
     def context(method: str) -> SolveContext:
         return SolveContext(bounds=bounds, watch=None if watch is None else Relabelled(watch, method))
 
     if jobs <= 1 or len(methods) <= 1:
-        return [evaluate(graph, solvers[m], budget, time_limit, params.get(m, {}), bound=bound, context=context(m),
+        return [evaluate(graph, classes[m], budget, time_limit, params.get(m, {}), bound=bound, context=context(m),
                          gap=gap) for m in methods]
     bound_time = 0.0
     if bound:
@@ -228,7 +228,7 @@ def run_many(graph: Graph, methods: list[str], budget: Budget, time_limit: float
             time_limit = max(time_limit - bound_time, 0.1 * time_limit)
 
     def one(method: str) -> RunResult:
-        result = evaluate_in_child(graph, solvers[method], budget, time_limit, params.get(method, {}), bound=bound,
+        result = evaluate_in_child(graph, classes[method], budget, time_limit, params.get(method, {}), bound=bound,
                                    context=context(method), gap=gap)
         result.bound_time_s = bound_time if bound else 0.0
         return result

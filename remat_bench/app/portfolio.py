@@ -374,14 +374,14 @@ class Auto(Method):
                    stop: Callable[[], str] | None = None) -> Member:
         """Member ``name`` run through the evaluation path (`remat_bench.app.evaluate`), in a child process
         when ``stop`` is given (side by side), else here; judged as any run is."""
-        solver, start = get_method(name), time.perf_counter()
+        cls, start = get_method(name), time.perf_counter()
         run_budget = budget_of(budget, graph)
         own = _declared(name, params)
         if stop is None:
-            run = evaluate(graph, solver, run_budget, limit, own, bound=False,
+            run = evaluate(graph, cls, run_budget, limit, own, bound=False,
                            context=self._member_context(name, hints))
         else:
-            run = evaluate_in_child(graph, solver, run_budget, limit, own, bound=False,
+            run = evaluate_in_child(graph, cls, run_budget, limit, own, bound=False,
                                     context=self._member_context(name, hints), stop=stop)
         return Member.of_run(run, role, time.perf_counter() - start)
 

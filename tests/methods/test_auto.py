@@ -211,8 +211,7 @@ def test_moccasin_phase_2_starts_from_the_fastest_hint_that_fits():
 
 
 def test_auto_is_registered_and_listed_with_its_parameters():
-    from remat_bench.app.catalog import get_solver as get_method
-    from remat_bench.app.catalog import solver_names as method_names
+    from remat_bench.app.catalog import get_method, method_names
 
     assert "auto" in method_names() and get_method("auto") is Auto
     assert {p.name for p in Auto.params} == {"members", "jobs", "fast_share", "polish", "model_memory"}

@@ -11,7 +11,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from remat_bench.app.catalog import solver_names
+from remat_bench.app.catalog import method_names
 from remat_bench.app.cli import main
 
 SMALL = "chain-16-train"  # 33 nodes, training: every method but policy and torch-budget applies
@@ -45,10 +45,10 @@ def solve(graph: str, method: str, budget: str, limit: float) -> dict:
 
 
 def test_every_solver_is_in_the_tables():
-    assert set(LONG) == set(SHORT) == set(solver_names())
+    assert set(LONG) == set(SHORT) == set(method_names())
 
 
-@pytest.mark.parametrize("name", solver_names())
+@pytest.mark.parametrize("name", method_names())
 def test_with_a_long_limit_every_solver_says_how_it_ended(name):
     run = solve(SMALL, name, "0.8", 30)
     assert run["termination"] == LONG[name], run["message"]
@@ -58,7 +58,7 @@ def test_with_a_long_limit_every_solver_says_how_it_ended(name):
         assert run["status"] == "unsupported"
 
 
-@pytest.mark.parametrize("name", solver_names())
+@pytest.mark.parametrize("name", method_names())
 def test_with_a_short_limit_every_solver_still_says_why_it_stopped(name):
     run = solve(SMALL, name, "0.8", 0.05)
     assert run["termination"] in SHORT[name], (run["status"], run["message"])

@@ -18,15 +18,15 @@ from remat_bench.app.cli.helpers import show
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 def methods(name: str | None, as_json: bool) -> None:
     """List every method, its parameters and whether it can run here; NAME: one method in full."""
-    from remat_bench.app.catalog import get_solver, solver_names
+    from remat_bench.app.catalog import get_method, method_names
     from remat_bench.core.errors import MethodError
 
     if name is not None:
-        get_solver(name)  # an unknown name: one sentence, with a suggestion
+        get_method(name)  # an unknown name: one sentence, with a suggestion
     rows: list[dict[str, Any]] = []
-    for method in [name] if name else solver_names():
+    for method in [name] if name else method_names():
         try:
-            cls = get_solver(method)
+            cls = get_method(method)
         except MethodError as exc:  # a plugin (or a module) that fails to import: list it, say why
             rows.append({"name": method, "description": "", "available": False, "missing": str(exc),
                          "space": "", "params": []})

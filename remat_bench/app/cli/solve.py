@@ -150,10 +150,10 @@ def _params_for(method: str, given: dict[str, str], several: bool) -> dict[str, 
     """With several methods, each gets the -p values it declares (and the pipeline's own)."""
     if not several:
         return given
-    from remat_bench.app.catalog import get_solver
+    from remat_bench.app.catalog import get_method
     from remat_bench.app.evaluate import PIPELINE_PARAMS
 
-    declared = {name for p in get_solver(method).params for name in (p.name, *p.aliases)}
+    declared = {name for p in get_method(method).params for name in (p.name, *p.aliases)}
     return {k: v for k, v in given.items() if k in declared or k in PIPELINE_PARAMS}
 
 

@@ -1105,7 +1105,7 @@ class MethodGrid:
 
 def _methods(doc: _Document, node: yaml.Node, seeds_given: bool) -> list[MethodGrid]:
     """Each method entry with its parameter grid, every value checked."""
-    from remat_bench.app.catalog import get_solver
+    from remat_bench.app.catalog import get_method
 
     out = []
     for item in doc.items(node, "methods"):
@@ -1119,7 +1119,7 @@ def _methods(doc: _Document, node: yaml.Node, seeds_given: bool) -> list[MethodG
             params_node = entry["params"][1] if "params" in entry else None
         name = doc.text(name_node, "name")
         try:
-            cls = get_solver(name)
+            cls = get_method(name)
         except MethodError as exc:
             raise doc.error(name_node, str(exc)) from None
         ok, why = cls.available()

@@ -450,9 +450,9 @@ def summarize(frame: pd.DataFrame) -> list[MethodSummary]:
 
 
 def _method_order() -> list[str]:
-    from remat_bench.app.catalog import solver_names
+    from remat_bench.app.catalog import method_names
 
-    return solver_names()
+    return method_names()
 
 
 # ---------------------------------------------------------------------- schedules of a results folder
