@@ -260,6 +260,27 @@ class Method:
     supports_min: ClassVar[bool] = True  # answers ``budget=min`` (the lowest peak it can reach)
     # The schedules the method searches: its "optimal" and "infeasible" hold there only.
     search_space: ClassVar[str] = "its own schedule space"
+    # What the report and the charts say of a method, read from here rather than from lists of names:
+    # a planner a training framework ships (PyTorch's budget, DTR's eviction, the rule policies), set
+    # beside the best schedule and bound in the report's production section.
+    production: ClassVar[bool] = False
+
+    @classmethod
+    def input_order(cls, params: dict[str, Any]) -> str | None:
+        """How this method's schedules stand to the graph's input order, for ``params``.
+
+        Parameters
+        ----------
+        params : dict
+            The method's parameters as a run recorded them (defaults may be missing).
+
+        Returns
+        -------
+        str or None
+            ``"kept"``: its schedules keep the input order's first computations (input-order stages);
+            ``"free"``: they may leave it; None: neither is claimed.
+        """
+        return None
 
     @property
     def context(self) -> SolveContext:

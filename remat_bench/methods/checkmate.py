@@ -72,6 +72,10 @@ from remat_bench.toolkit.milp import (
 
 class Checkmate(Method):
     name = "checkmate"
+
+    @classmethod
+    def input_order(cls, params: dict[str, Any]) -> str | None:
+        return "kept"
     search_space = "input-order stages (Checkmate's frontier-advancing schedules)"
     description = "Jain et al. 2020 MILP over input-order stages (HiGHS, or any PuLP solver)"
     params = (

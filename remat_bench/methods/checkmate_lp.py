@@ -271,6 +271,10 @@ def lp_rounding(graph: Graph, budget: Number, *, thresholds: int, samples: int, 
 
 class CheckmateLP(Method):
     name = "checkmate-lp"
+
+    @classmethod
+    def input_order(cls, params: dict[str, Any]) -> str | None:
+        return "kept"
     search_space = "input-order stages (Checkmate's LP relaxation, rounded)"
     description = "Checkmate's LP relaxation (a lower bound) with two-phase deterministic and randomised rounding"
     params = (

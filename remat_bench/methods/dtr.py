@@ -610,6 +610,7 @@ def dtr_schedule(graph: Graph, budget: Number, heuristic: str = "h_dtr", deadlin
 
 class DTR(Method):
     name = "dtr"
+    production = True
     search_space = "eviction under the budget in input order by DTR's heuristic, recomputing on demand"
     description = ("Dynamic Tensor Rematerialization (Kirisame et al. 2021): evict by cost / (memory x staleness), "
                    "recompute on demand")

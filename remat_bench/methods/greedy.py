@@ -397,6 +397,10 @@ def greedy_schedule(graph: Graph, budget: Number) -> Schedule:
 
 class Greedy(Method):
     name = "greedy"
+
+    @classmethod
+    def input_order(cls, params: dict[str, Any]) -> str | None:
+        return "kept"
     search_space = "eviction under the budget in input order, recomputing on demand"
     description = "XLA-style greedy: evict the cheapest value per byte, recompute on demand"
 

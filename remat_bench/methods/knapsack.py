@@ -143,6 +143,7 @@ def knapsack_greedy(weights: np.ndarray, values: np.ndarray, capacity: float) ->
 
 class Knapsack(Method):
     name = "knapsack"
+    production = True
     search_space = "saved sets of forward values, the rest recomputed on demand by the shared lowering"
     description = ("production-style (PyTorch's memory budget): save the activations a 0/1 knapsack picks, "
                    "recompute the rest")

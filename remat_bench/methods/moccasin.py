@@ -792,6 +792,10 @@ def _hints(sm: StagedModel, graph: Graph, candidates: list[tuple[str, Schedule]]
 
 class Moccasin(Method):
     name = "moccasin"
+
+    @classmethod
+    def input_order(cls, params: dict[str, Any]) -> str | None:
+        return "free" if params.get("order") == "free" else "kept"
     search_space = "input-order stages, at most 2 retention intervals per node"
     description = "Bartan et al. 2023 retention intervals on CP-SAT (input-order stages or order=free)"
     params = (

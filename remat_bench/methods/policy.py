@@ -392,6 +392,7 @@ Lowered = tuple[Number, Number, Schedule, bool]  # (duration, peak, schedule, tr
 
 class Policy(Method):
     name = "policy"
+    production = True
     search_space = "one saved set per rule, fixed whatever the budget; recomputation by the shared lowering"
     description = ("frameworks' fixed rules: JAX's dots_saveable, per-block checkpointing (nothing_saveable), "
                    "Megatron's selective recomputation")

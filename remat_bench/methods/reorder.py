@@ -50,6 +50,10 @@ from remat_bench.toolkit.order_search import OrderAnswer, best_order
 
 class Reorder(Method):
     name = "reorder"
+
+    @classmethod
+    def input_order(cls, params: dict[str, Any]) -> str | None:
+        return "free"
     search_space = "every topological order without recomputation"
     description = "the best topological order with no recomputation (list scheduling, local search, then CP-SAT)"
     params = (

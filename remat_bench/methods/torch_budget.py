@@ -76,6 +76,7 @@ def _check_solver(solver: str) -> None:
 
 class TorchBudget(Method):
     name = "torch-budget"
+    production = True
     search_space = "PyTorch's partitions over its activation-memory budget, lowered by the shared lowering"
     description = ("PyTorch's own memory-budget partitioner (torch.compile's min cut and knapsack), run on the "
                    "model a graph was imported from")
