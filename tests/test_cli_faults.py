@@ -17,7 +17,7 @@ from remat_bench.app.cli import main
 from remat_bench.app.cli.helpers import STDOUT_CLOSED_STATUS
 from remat_bench.app.cli.live import LiveProgress
 from remat_bench.core.progress import ANY_ORDER, ProgressPoint
-from remat_bench.methods.base import Method
+from remat_bench.methods.base import Membership, Method, Role
 from tests.helpers import SHIPPED
 
 CHAIN = str(SHIPPED / "chain-16-train.json")
@@ -306,6 +306,7 @@ class Sleepy(Method):
 
     name = "sleepy"
     description = "sleeps past its time limit"
+    member = Membership(Role.EXACT)
 
     def solve(self, graph, budget, time_limit, **params):
         import time
@@ -317,14 +318,12 @@ class Sleepy(Method):
 def test_auto_stops_an_exact_member_at_its_own_limit(monkeypatch):
     # Before: one exact member ran in auto's process, and auto ended when the member did.
     from remat_bench import methods
-    from remat_bench.app import portfolio
     from remat_bench.app.portfolio import TIME_OUT, Auto
     from remat_bench.core.budget import parse_budget
     from remat_bench.core.graph import load_graph
     from remat_bench.toolkit.bound_cache import BoundCache
 
     monkeypatch.setitem(methods.BUILTIN, "sleepy", f"{__name__}:Sleepy")  # the child loads it by its place
-    monkeypatch.setattr(portfolio, "EXACT", (*portfolio.EXACT, "sleepy"))
     monkeypatch.setattr(Auto, "_goals", lambda self, graph, budget: self.context)
     g = load_graph(CHAIN)
     run = pipeline_run(g, "auto", parse_budget("0.8", g), 2.0, {"members": "greedy,sleepy"}, BoundCache())

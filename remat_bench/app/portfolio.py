@@ -5,16 +5,20 @@ No method is best everywhere: on a deep transformer at half its peak a fast heur
 limit, while on the published random layered graphs CP-SAT proves optima that no heuristic
 reaches (docs/benchmarks.md, "auto: the portfolio beside its members"). A user should not
 have to run them all and pick.
-``auto`` runs them as a portfolio, in three steps:
 
-1. **Fast members**, one after another: greedy, dtr, chen, fenghuang, twremat, knapsack (its
-   simulator-guided search), kusumoto, and reorder (the best order without recomputation;
-   skipped when the any-order bound already proves that no order fits). Together they take
-   at most ``fast_share`` of the time; each gets an equal share of what is left of it, so
-   the ones that end in milliseconds hand their time on. Beside them from the start, in a
-   child process, torch-budget (PyTorch's own partitioner, on a graph imported from a model
-   it can trace), for the members' whole time when that is at least ``TORCH_MIN_S``
-   (`_Beside`).
+``auto`` runs them as a portfolio, in three steps. Its members are the registered methods that
+declare a role (`remat_bench.methods.base.Membership`, on the method's class: ``Method.member``),
+each in its place in the run order; what they declare, and the hooks they override
+(``member_params``, ``member_skip``, ``member_covered``), are read here, never a list of names.
+
+1. **Fast members**, one after another: the heuristics (greedy, dtr, chen, fenghuang, twremat,
+   knapsack's simulator-guided search, kusumoto, and reorder, the best order without
+   recomputation, skipped when the any-order bound already proves that no order fits). Together
+   they take at most ``fast_share`` of the time; each gets an equal share of what is left of it
+   (at most its ``share``), so the ones that end in milliseconds hand their time on. A member
+   with ``beside_s`` runs beside them from the start, in a child process, for the members' whole
+   time when that is at least ``beside_s`` (`_Beside`: torch-budget, PyTorch's own partitioner, on
+   a graph imported from a model it can trace).
 2. **Exact members**: moccasin, checkmate, and monet on graphs with operator
    implementations (none when a fast member's schedule already meets the any-order
    bound: no schedule is faster). Each is offered every schedule of step 1 (`SolveContext.hints`): it
@@ -45,6 +49,7 @@ is recorded with its error, and the others' best stands.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -71,34 +76,46 @@ from remat_bench.core.outcome import MethodResult, SolutionStatus, Status, Termi
 from remat_bench.core.progress import ProgressRecorder, Relabelled
 from remat_bench.core.schedule import COMPUTE, Schedule
 from remat_bench.core.simulate import Simulation, baseline, place_frees
-from remat_bench.methods import get_method
-from remat_bench.methods.base import Method, Param, SolveContext
+from remat_bench.methods import get_method, method_names
+from remat_bench.methods.base import Membership, Method, Param, Role, SolveContext
 from remat_bench.toolkit.improve import drop_with_reorder
 
-# In the order they run: the ones that end in milliseconds first, so that their time passes on.
-FAST = ("greedy", "dtr", "chen", "fenghuang", "twremat", "knapsack", "kusumoto", "torch-budget", "reorder")
-# Members run with other parameters than their defaults: knapsack's simulator-guided search (its
-# default is PyTorch's plain knapsack, the production answer) reaches far tighter budgets.
-MEMBER_PARAMS: dict[str, dict[str, Any]] = {"knapsack": {"solver": "search"}}
-EXACT = ("moccasin", "checkmate", "monet")
-# torch-budget runs beside the others only when the members have at least this long: PyTorch's planner
-# traces the model and searches its knob for tens of seconds on the real-scale models (docs/benchmarks.md,
-# "The frontier, fast"), and stopped before it ends it only takes a core from the others.
-TORCH_MIN_S = 30.0
-# The share of the time limit reorder may take at most: its answer only matters when an order fits.
-REORDER_SHARE = 0.1
 # Why an exact member's child was stopped at auto's own time limit.
 TIME_OUT = "stopped: auto's time limit ran out"
 
 
+def _roster() -> list[tuple[str, Membership]]:
+    """Every registered method whose class declares itself a member (`Method.member`): the fast ones,
+    then the exact ones, each in its run order (its ``rank``, then the registry's order)."""
+    found = []
+    for position, name in enumerate(method_names()):
+        try:
+            member = get_method(name).member
+        except MethodError:
+            continue  # a plugin that cannot be loaded here is no member (`remat-bench methods` says why)
+        if member is not None:
+            found.append((member.role is Role.EXACT, member.rank, position, name, member))
+    return [(name, member) for *_, name, member in sorted(found)]
+
+
+def _role(name: str) -> Role:
+    """Member ``name``'s role: its class's; fast for a method that declares none (run where ``members`` names it)."""
+    member = get_method(name).member
+    return Role.FAST if member is None else member.role
+
+
 def _members(text: str) -> tuple[str, ...]:
-    """The members named in ``text`` ('all', or names separated by commas), in portfolio order."""
+    """The members named in ``text`` ('all': the roster, in its order; or names separated by commas, in theirs)."""
     if text.strip() == "all":
-        return FAST + EXACT
+        return tuple(name for name, _ in _roster())
     names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
     if not names:
+        # The example: the first and the last fast member that runs in its turn, and the first exact one.
+        roster = _roster()
+        in_turn = [n for n, m in roster if m.role is Role.FAST and m.share is None and m.beside_s is None]
+        exact = [n for n, m in roster if m.role is Role.EXACT]
         raise MethodError("parameter 'members' of method 'auto' names no method; give 'all' or names like "
-                          "greedy,kusumoto,moccasin")
+                          f"{in_turn[0]},{in_turn[-1]},{exact[0]}")
     if "auto" in names:
         raise MethodError("parameter 'members' of method 'auto' cannot name 'auto' itself")
     for name in names:
@@ -122,7 +139,7 @@ class Member:
     """One member's run, as ``stats["members"]`` records it."""
 
     method: str
-    role: str  # "fast", "exact" or "polish"
+    role: str  # a `Role`'s value ("fast", "exact"), or "polish"
     status: Status | None = None  # None: not run (recorded as "not_run")
     seconds: float = 0.0
     overhead_pct: float | None = None
@@ -184,14 +201,12 @@ class Member:
         return {k: v for k, v in record.items() if k != "schedule" and v not in (None, "")}
 
 
-class Auto(Method):
-    name = "auto"
-    search_space = "every schedule a member finds (its optimal holds where the any-order bound proves it)"
-    description = ("portfolio: the fast heuristics, then the exact methods started from their schedules; "
-                   "the fastest of all")
-    params = (
-        Param("members", str, "all", "methods to run, separated by commas (all: greedy, dtr, chen, fenghuang, "
-              "twremat, knapsack, kusumoto, torch-budget, reorder, moccasin, checkmate, monet)", check=_members),
+@functools.cache
+def _params() -> tuple[Param, ...]:
+    """auto's parameters (`Auto.params`)."""
+    return (
+        Param("members", str, "all", f"methods to run, separated by commas (all: {', '.join(_members('all'))})",
+              check=_members),
         Param("jobs", int, 0, "exact members run side by side in child processes, each with every core (0: one "
               "per core, at most one per member; 1: one after another in this process)", minimum=0, maximum=64),
         Param("fast_share", float, 0.2, "largest share of the time limit the fast members take together",
@@ -202,6 +217,22 @@ class Auto(Method):
               "(checkmate's and monet's MILPs grow with the square of the nodes); none: the machine's limit",
               check=_model_memory),
     )
+
+
+class _Params:
+    """auto's parameters, built when first read: the help of ``members`` names the roster, which loads
+    every registered method, and `remat-bench` starts without loading them."""
+
+    def __get__(self, instance: Any, owner: type) -> tuple[Param, ...]:
+        return _params()
+
+
+class Auto(Method):
+    name = "auto"
+    search_space = "every schedule a member finds (its optimal holds where the any-order bound proves it)"
+    description = ("portfolio: the fast heuristics, then the exact methods started from their schedules; "
+                   "the fastest of all")
+    params = _Params()
 
     # Seconds auto may spend on the any-order bound when its caller computed none (`solve --no-bound`):
     # 3 s took a 1 s solve past 3.4 s.
@@ -215,67 +246,69 @@ class Auto(Method):
         members: list[Member] = []
         hints: list[tuple[str, Schedule]] = []
         fast, exact = self._plan(graph, budget, _members(params["members"]), members)
-        beside = None
-        if "torch-budget" in fast:
-            left = clock.members.remaining()
-            if left is None or left >= TORCH_MIN_S:
-                beside = _Beside(self, graph, budget, clock.members, members)
-            else:
-                members.append(Member("torch-budget", "fast", message=(
-                    f"not run: the members' {left:.1f} s are less than the {TORCH_MIN_S:g} s PyTorch's planner is "
-                    "given at least (its trace and knob search take tens of seconds; a longer limit runs it)")))
-        fast = [name for name in fast if name != "torch-budget"]
-        self._run_fast(graph, budget, fast, clock.members, params["fast_share"] if exact else 1.0, members, hints)
-        if beside is not None:
-            beside.collect(members, hints)  # in time for the exact members when it has ended
+        in_turn = [name for name in fast if _beside_s(name) is None]
+        beside = self._start_beside(graph, budget, [n for n in fast if n not in in_turn], clock.members, members)
+        self._run_fast(graph, budget, in_turn, clock.members, params["fast_share"] if exact else 1.0, members, hints)
+        for started in beside:
+            started.collect(members, hints)  # in time for the exact members when it has ended
         if exact and not any(m.schedule is not None for m in members):
             # Nothing to polish yet: the exact members take the polish's share too (what they find
             # first matters more than a polish that may get no time).
             clock.give_polish_time_to_members()
         if exact and (reached := self._reached(budget, members)) is not None:
             for name in exact:  # a fast member's schedule meets the goal: nothing is faster (or lower)
-                members.append(Member(name, "exact", message=f"{reached}'s schedule is proven optimal"))
+                members.append(Member(name, Role.EXACT.value, message=f"{reached}'s schedule is proven optimal"))
         elif exact and not clock.members.expired():
             jobs = params["jobs"] or min(usable_cores(), len(exact))
             self._run_exact(graph, budget, exact, clock.members, min(jobs, len(exact)), members, hints,
                             here=params["jobs"] == 1, stop_at=clock.whole)
-        if beside is not None:
-            beside.collect(members, hints, wait=True)
+        for started in beside:
+            started.collect(members, hints, wait=True)
         if clock.keep > 0:
             self._polish(graph, budget, members, clock.polish())
         return self._answer(graph, budget, members, clock.whole)
 
     def _plan(self, graph: Graph, budget: Number | None, names: tuple[str, ...],
               members: list[Member]) -> tuple[list[str], list[str]]:
-        """The fast and the exact members that run here, in their order; the others are recorded with why."""
+        """The fast and the exact members that run here, in their order; the others are recorded with why
+        (`Method.skip`, `Method.member_skip`, `Method.member_covered`)."""
         runnable = [n for n in names if self._applies(graph, budget, n, members)]
-        exact = [n for n in runnable if n in EXACT]
-        if not len(graph.backward_indices) and {"moccasin", "checkmate"} <= set(exact):
-            # No backward nodes: moccasin runs its order-free path (`_exact_params`), whose space holds
-            # checkmate's input-order stages, and gets every core (docs/benchmarks.md, "auto on the
-            # published graphs": checkmate alone never beat moccasin order=free alone there).
-            exact.remove("checkmate")
-            members.append(Member("checkmate", "exact", message="no backward nodes: moccasin's "
-                                  "order-free search holds checkmate's space and takes every core"))
-        return [n for n in runnable if n not in EXACT], exact
+        exact = [n for n in runnable if _role(n) is Role.EXACT]
+        for name in tuple(exact):
+            if (covered := get_method(name).member_covered(graph, exact)) is not None:
+                exact.remove(name)
+                members.append(Member(name, Role.EXACT.value, message=covered))
+        return [n for n in runnable if _role(n) is Role.FAST], exact
 
     # ------------------------------------------------------------------ the members
 
     def _applies(self, graph: Graph, budget: Number | None, name: str, members: list[Member]) -> bool:
         """Whether member ``name`` can run here; if not, it is recorded with the reason."""
-        reason = applicable(graph, get_method(name), budget)
-        if reason is None and name == "monet" and not any(len(node.implementations) > 1 for node in graph.nodes):
-            reason = "no node has operator implementations to choose from (checkmate covers the rest)"
-        if reason is None and name == "reorder" and budget is not None:
-            known = self.context.bounds.peek(graph, budget)
-            if known is not None and known.no_order_fits:
-                reason = "the any-order bound proves that no order fits without recomputation"
+        cls = get_method(name)
+        reason = applicable(graph, cls, budget)
+        if reason is None:
+            reason = cls.member_skip(graph, budget, self.context.bounds)
         if reason is not None:
-            role = "exact" if name in EXACT else "fast"
-            members.append(Member(name, role, Status.UNSUPPORTED, message=reason,
+            members.append(Member(name, _role(name).value, Status.UNSUPPORTED, message=reason,
                                   termination=Termination.NOT_APPLICABLE))
             return False
         return True
+
+    def _start_beside(self, graph: Graph, budget: Number | None, names: list[str], deadline: Deadline,
+                      members: list[Member]) -> list[_Beside]:
+        """Step 1's members that run beside the others (`_Beside`), each started when the members' time is
+        at least what it needs (`Membership.beside_s`), else recorded as not run, with why."""
+        started = []
+        left = deadline.remaining()
+        for name in names:
+            member = get_method(name).member
+            assert member is not None and member.beside_s is not None
+            if left is None or left >= member.beside_s:
+                started.append(_Beside(self, graph, budget, name, deadline, members))
+            else:
+                members.append(Member(name, Role.FAST.value, message=(
+                    f"not run: the members' {left:.1f} s are less than the {member.beside_s:g} s {member.beside_why}")))
+        return started
 
     def _run_fast(self, graph: Graph, budget: Number | None, names: list[str], deadline: Deadline,
                   share: float, members: list[Member], hints: list[tuple[str, Schedule]]) -> None:
@@ -285,16 +318,19 @@ class Auto(Method):
         runnable = names
         for k, name in enumerate(runnable):
             if deadline.expired() or interrupted():
-                members.append(Member(name, "fast", message="no time left", termination=cut_short()))
+                members.append(Member(name, Role.FAST.value, message="no time left", termination=cut_short()))
                 continue
             if (reached := self._reached(budget, members)) is not None:
-                members.append(Member(name, "fast", message=f"{reached}'s schedule is proven optimal"))
+                members.append(Member(name, Role.FAST.value, message=f"{reached}'s schedule is proven optimal"))
                 continue
             left = stage.remaining()
             limit = None if left is None else max(0.05, left / (len(runnable) - k))
-            if name == "reorder" and limit is not None and remaining is not None:
-                limit = min(limit, REORDER_SHARE * remaining)
-            member = self._evaluated(graph, budget, name, "fast", MEMBER_PARAMS.get(name, {}), limit)
+            cls = get_method(name)
+            cap = None if cls.member is None else cls.member.share
+            if cap is not None and limit is not None and remaining is not None:
+                limit = min(limit, cap * remaining)
+            own = cls.member_params(graph, _peaks(members))
+            member = self._evaluated(graph, budget, name, Role.FAST.value, own, limit)
             members.append(member)
             if member.schedule is not None:
                 hints.append((name, member.schedule))
@@ -310,12 +346,12 @@ class Auto(Method):
         if here or not can_spawn():
             for k, name in enumerate(names):
                 if (reached := self._reached(budget, members)) is not None:
-                    members.append(Member(name, "exact", message=f"{reached}'s schedule is proven optimal"))
+                    members.append(Member(name, Role.EXACT.value, message=f"{reached}'s schedule is proven optimal"))
                     continue
                 left = deadline.remaining()
                 limit = None if left is None else left / (len(names) - k)
-                members.append(self._evaluated(graph, budget, name, "exact", _exact_params(graph, name, members),
-                                               limit, hints))
+                own = get_method(name).member_params(graph, _peaks(members))
+                members.append(self._evaluated(graph, budget, name, Role.EXACT.value, own, limit, hints))
             return
         # Every member gets every core, though they share them: CP-SAT's portfolio needs two workers
         # or more (one worker did worse even with the cores to itself: docs/benchmarks.md, "auto: the
@@ -337,9 +373,9 @@ class Auto(Method):
 
         def one(name: str) -> Member:
             if proven.by:
-                return Member(name, "exact", message=f"{proven.by}'s schedule is proven optimal")
-            params = {"threads": threads, **_exact_params(graph, name, members)}
-            member = self._evaluated(graph, budget, name, "exact", params, limit, hints, stop=stop)
+                return Member(name, Role.EXACT.value, message=f"{proven.by}'s schedule is proven optimal")
+            params = {"threads": threads, **get_method(name).member_params(graph, _peaks(members))}
+            member = self._evaluated(graph, budget, name, Role.EXACT.value, params, limit, hints, stop=stop)
             if member.status is Status.ERROR and member.message == TIME_OUT:
                 member.status, member.termination = Status.NO_SOLUTION, Termination.TIME_LIMIT
             if self._reached(budget, [member]) is not None:
@@ -406,8 +442,8 @@ class Auto(Method):
         hints = [(m.method, m.schedule) for m in found if m.schedule is not None]
         start = time.perf_counter()
         run = evaluate(graph, Polish, budget_of(at, graph), deadline.remaining(), bound=False,
-                       context=self._member_context("polish", hints))
-        polish = Member.of_run(run, "polish", time.perf_counter() - start)
+                       context=self._member_context(Polish.name, hints))
+        polish = Member.of_run(run, Polish.name, time.perf_counter() - start)
         if run.status is Status.NO_SOLUTION:
             polish.message = run.message
         members.append(polish)
@@ -416,7 +452,7 @@ class Auto(Method):
 
     def _answer(self, graph: Graph, budget: Number | None, members: list[Member], deadline: Deadline) -> MethodResult:
         """Step 4: the fastest schedule within the budget (least peak first for ``min``), with the record."""
-        order = {name: k for k, name in enumerate(FAST + EXACT + ("polish",))}
+        order = {name: k for k, name in enumerate((*_members("all"), Polish.name))}
         members.sort(key=lambda m: order.get(m.method, -1))  # in the order they ran (unknown ones: fast, first)
         found = [m for m in members if m.schedule is not None]
         key: Callable[[Member], tuple[Any, Any]] = ((lambda m: (m.duration, m.peak)) if budget is not None
@@ -481,39 +517,31 @@ def _bounds(members: list[Member], any_order: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _exact_params(graph: Graph, name: str, members: list[Member]) -> dict[str, Any]:
-    """An exact member's parameters beyond its defaults, from what the fast members found.
+def _peaks(members: list[Member]) -> dict[str, Number]:
+    """The peak of each member's schedule so far (after clean-up), by name: what `Method.member_params` reads."""
+    return {m.method: m.peak for m in members if m.schedule is not None and m.peak is not None}
 
-    Moccasin runs its order-free path (stages in the best order, then the free model) on a
-    graph without backward nodes, whose input order is one topological order among many, and
-    where reorder found an order of lower peak than the input order (it then starts from that
-    order instead of searching for one again). On a training graph the input order (forward,
-    then backward) is the one its stages are built for. On the published random layered graphs
-    the order-free path ends at or below the staged model (docs/benchmarks.md, "auto on the
-    published graphs").
-    """
-    if name != "moccasin":
-        return {}
-    if not len(graph.backward_indices):
-        return {"order": "free"}
-    reorder = next((m for m in members if m.method == "reorder" and m.schedule is not None), None)
-    if reorder is None or reorder.peak is None or reorder.peak >= baseline(graph).peak:
-        return {}
-    return {"order": "free"}
+
+def _beside_s(name: str) -> float | None:
+    """The seconds member ``name`` needs to run beside the others (`Membership.beside_s`); None: in its turn."""
+    member = get_method(name).member
+    return None if member is None else member.beside_s
 
 
 class _Beside:
-    """torch-budget, run beside the other members from the start of the run: PyTorch's partitioner traces the
-    model and searches its knob for seconds to minutes, which in the fast stage's turn would take the time
-    the other members need (on a 10 s limit it took 7 s and ended with nothing). It runs in a child process
-    (a trace cannot be interrupted) on the members' whole time, stopped when their time is up or another
-    member's schedule meets the run's goal; its schedule joins the hints when it has ended before the exact
-    members start, and the answer in any case."""
+    """A fast member run beside the others from the start of the run (`Membership.beside_s`): torch-budget,
+    whose PyTorch partitioner traces the model and searches its knob for seconds to minutes, which in the
+    fast stage's turn would take the time the other members need (on a 10 s limit it took 7 s and ended
+    with nothing). It runs in a child process (a trace cannot be interrupted) on the members' whole time,
+    stopped when their time is up or another member's schedule meets the run's goal; its schedule joins
+    the hints when it has ended before the exact members start, and the answer in any case."""
 
-    def __init__(self, auto: Auto, graph: Graph, budget: Number | None, deadline: Deadline,
+    def __init__(self, auto: Auto, graph: Graph, budget: Number | None, name: str, deadline: Deadline,
                  members: list[Member]) -> None:
+        self.name = name
         self.member: Member | None = None
         self.taken = False
+        params = get_method(name).member_params(graph, _peaks(members))
 
         def stop() -> str:
             if deadline.expired():
@@ -522,8 +550,7 @@ class _Beside:
             return f"stopped: {reached}'s schedule is proven optimal" if reached else ""
 
         def run() -> None:
-            member = auto._evaluated(graph, budget, "torch-budget", "fast", MEMBER_PARAMS.get("torch-budget", {}),
-                                     deadline.remaining(), stop=stop)
+            member = auto._evaluated(graph, budget, name, Role.FAST.value, params, deadline.remaining(), stop=stop)
             if member.status is Status.ERROR and member.message == "stopped: the members' time ran out":
                 # Stopped at the time it was given, as a member cut short by its own limit is.
                 member.status, member.termination = Status.NO_SOLUTION, Termination.TIME_LIMIT
@@ -531,7 +558,7 @@ class _Beside:
                 member.status = None  # stopped for another member's proven schedule: not run to its end
             self.member = member
 
-        self.thread = threading.Thread(target=run, name="auto-torch-budget", daemon=True)
+        self.thread = threading.Thread(target=run, name=f"auto-{name}", daemon=True)
         self.thread.start()
 
     def collect(self, members: list[Member], hints: list[tuple[str, Schedule]], wait: bool = False) -> None:
@@ -551,7 +578,7 @@ class _Beside:
         self.taken = True
         members.append(self.member)
         if self.member.schedule is not None:
-            hints.append(("torch-budget", self.member.schedule))
+            hints.append((self.name, self.member.schedule))
 
 
 class _Proven:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, ClassVar
 
 from remat_bench.core.control import (  # noqa: F401 (re-exported: methods import them from here)
@@ -247,6 +248,34 @@ class SolveContext:
         return self.progress.offer(schedule, bound, source) if self.progress is not None else False
 
 
+class Role(Enum):
+    """A method's part in the portfolio (``auto``, `remat_bench.app.portfolio`)."""
+
+    FAST = "fast"  # run first, one after another, each on a share of the members' time
+    EXACT = "exact"  # run after them, offered their schedules (`SolveContext.hints`), side by side
+
+
+@dataclass(frozen=True)
+class Membership:
+    """How the portfolio (``auto``) runs a method as one of its members (`Method.member`).
+
+    ``rank`` is its place among the members of its role, the lowest first: fast members that end
+    in milliseconds run first, so that the time they leave passes on to the others. ``params`` are
+    its parameters inside the portfolio beyond its defaults. ``share`` caps the share of the
+    members' time it may take (None: an equal share of what is left). ``beside_s``: it runs beside
+    the others from the start of the run, in a child process, when the members have at least that
+    many seconds (None: in its turn); ``beside_why`` completes the sentence that says so when they
+    have less ("... less than the 30 s " + ``beside_why``).
+    """
+
+    role: Role
+    rank: int = 100
+    params: Mapping[str, Any] = field(default_factory=dict)
+    share: float | None = None
+    beside_s: float | None = None
+    beside_why: str = ""
+
+
 class Method:
     """Base class of every method. Subclasses set the class attributes and implement `solve`."""
 
@@ -264,6 +293,9 @@ class Method:
     # a planner a training framework ships (PyTorch's budget, DTR's eviction, the rule policies), set
     # beside the best schedule and bound in the report's production section.
     production: ClassVar[bool] = False
+    # What the portfolio (``auto``) runs it as, read from here rather than from lists of names; None: no
+    # member (auto runs it only where its ``members`` parameter names it, as a fast member).
+    member: ClassVar[Membership | None] = None
 
     @classmethod
     def input_order(cls, params: dict[str, Any]) -> str | None:
@@ -279,6 +311,61 @@ class Method:
         str or None
             ``"kept"``: its schedules keep the input order's first computations (input-order stages);
             ``"free"``: they may leave it; None: neither is claimed.
+        """
+        return None
+
+    @classmethod
+    def member_params(cls, graph: Graph, peaks: Mapping[str, Number]) -> dict[str, Any]:
+        """Its parameters as a member of the portfolio, beyond its defaults, from what ran before it.
+
+        Parameters
+        ----------
+        graph : Graph
+            The graph the portfolio solves.
+        peaks : Mapping of str to int or float
+            The peak (after clean-up) of each member's schedule found so far, by member name.
+
+        Returns
+        -------
+        dict
+            ``member.params`` unless a method overrides this.
+        """
+        return dict(cls.member.params) if cls.member is not None else {}
+
+    @classmethod
+    def member_skip(cls, graph: Graph, budget: Number | None, bounds: BoundSource) -> str | None:
+        """Why the portfolio does not run it here although it applies (`skip`): its answer would add nothing.
+
+        Parameters
+        ----------
+        graph : Graph
+        budget : int or float or None
+            The budget in the graph's memory units (None: the lowest peak).
+        bounds : BoundSource
+            The run's bounds, asked only for what they already hold (`BoundSource.peek`).
+
+        Returns
+        -------
+        str or None
+            One sentence, recorded as the member's ``unsupported`` reason; None: it runs.
+        """
+        return None
+
+    @classmethod
+    def member_covered(cls, graph: Graph, exact: Collection[str]) -> str | None:
+        """Why the portfolio leaves it out when the exact members ``exact`` run with it (another one's search
+        holds its space), or None.
+
+        Parameters
+        ----------
+        graph : Graph
+        exact : collection of str
+            The exact members that apply here, itself among them.
+
+        Returns
+        -------
+        str or None
+            One sentence, recorded as the member's message (not run); None: it runs.
         """
         return None
 

@@ -34,6 +34,7 @@ comes from the best `chen`/`greedy` schedule that the model accepts.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 from typing import Any
 
@@ -44,9 +45,11 @@ from remat_bench.core.schedule import COMPUTE, Schedule
 from remat_bench.core.simulate import clean_up_simulated, overhead_pct, place_frees, simulate
 from remat_bench.methods.base import (
     Deadline,
+    Membership,
     Method,
     MethodResult,
     Param,
+    Role,
     SolutionStatus,
     SolveContext,
     Termination,
@@ -72,10 +75,6 @@ from remat_bench.toolkit.milp import (
 
 class Checkmate(Method):
     name = "checkmate"
-
-    @classmethod
-    def input_order(cls, params: dict[str, Any]) -> str | None:
-        return "kept"
     search_space = "input-order stages (Checkmate's frontier-advancing schedules)"
     description = "Jain et al. 2020 MILP over input-order stages (HiGHS, or any PuLP solver)"
     params = (
@@ -94,6 +93,20 @@ class Checkmate(Method):
         KEEP_BEST,
     )
     requires = ("highspy", "pulp")
+    member = Membership(Role.EXACT, rank=2)
+
+    @classmethod
+    def input_order(cls, params: dict[str, Any]) -> str | None:
+        return "kept"
+
+    @classmethod
+    def member_covered(cls, graph: Graph, exact: Collection[str]) -> str | None:
+        # Without backward nodes moccasin runs its order-free path, whose space holds the input-order stages
+        # here, and gets every core (docs/benchmarks.md, "auto on the published graphs": checkmate alone
+        # never beat moccasin order=free alone there).
+        if not len(graph.backward_indices) and "moccasin" in exact:
+            return "no backward nodes: moccasin's order-free search holds checkmate's space and takes every core"
+        return None
 
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
               **params: Any) -> MethodResult:

@@ -37,9 +37,11 @@ from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import simulate
 from remat_bench.methods.base import (
     Deadline,
+    Membership,
     Method,
     MethodResult,
     Param,
+    Role,
     SolutionStatus,
     Termination,
     search_ended,
@@ -135,6 +137,7 @@ class Chen(Method):
     search_space = "Chen's forward checkpoint plans, lowered by the shared lowering"
     description = "Chen et al. 2016: sqrt(n) checkpoints on separators, or the budget-greedy variant"
     needs_backward = True
+    member = Membership(Role.FAST, rank=3)
     params = (
         Param("variant", str, "greedy", "sqrt: about sqrt(n) even segments; greedy: search Chen's threshold b",
               choices=("greedy", "sqrt")),

@@ -80,7 +80,17 @@ from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule, ScheduleBuilder
 from remat_bench.core.simulate import simulate
-from remat_bench.methods.base import Deadline, Method, MethodResult, Param, SolutionStatus, Termination, cut_short
+from remat_bench.methods.base import (
+    Deadline,
+    Membership,
+    Method,
+    MethodResult,
+    Param,
+    Role,
+    SolutionStatus,
+    Termination,
+    cut_short,
+)
 from remat_bench.toolkit.least_peak import least_peak_of_pass
 
 HEURISTICS = ("h_dtr", "h_dtr_eq", "h_dtr_local", "lru", "size")
@@ -619,6 +629,7 @@ class DTR(Method):
               "h_dtr_eq (e* by union-find classes), h_dtr_local (own cost only), lru, size",
               choices=HEURISTICS),
     )
+    member = Membership(Role.FAST, rank=2)
 
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
               **params: Any) -> MethodResult:

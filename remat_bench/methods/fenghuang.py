@@ -93,9 +93,11 @@ from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import Simulation, simulate
 from remat_bench.methods.base import (
     Deadline,
+    Membership,
     Method,
     MethodResult,
     Param,
+    Role,
     SolutionStatus,
     search_ended,
 )
@@ -872,6 +874,7 @@ class FengHuang(Method):
     search_space = "forward checkpoint plans of the division tree, lowered by the shared lowering"
     description = "Feng and Huang 2021: optimal checkpoints of the forward graph by its division tree"
     needs_backward = True
+    member = Membership(Role.FAST, rank=4)
     params = (
         Param("select", str, "simulated",
               "simulated: the per-max-term solution that best fits the budget when simulated; "

@@ -31,7 +31,16 @@ from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule, ScheduleBuilder
 from remat_bench.core.simulate import simulate
-from remat_bench.methods.base import Deadline, Method, MethodResult, SolutionStatus, Termination, cut_short
+from remat_bench.methods.base import (
+    Deadline,
+    Membership,
+    Method,
+    MethodResult,
+    Role,
+    SolutionStatus,
+    Termination,
+    cut_short,
+)
 from remat_bench.toolkit.least_peak import least_peak_of_pass
 
 
@@ -397,12 +406,13 @@ def greedy_schedule(graph: Graph, budget: Number) -> Schedule:
 
 class Greedy(Method):
     name = "greedy"
+    search_space = "eviction under the budget in input order, recomputing on demand"
+    description = "XLA-style greedy: evict the cheapest value per byte, recompute on demand"
+    member = Membership(Role.FAST, rank=1)
 
     @classmethod
     def input_order(cls, params: dict[str, Any]) -> str | None:
         return "kept"
-    search_space = "eviction under the budget in input order, recomputing on demand"
-    description = "XLA-style greedy: evict the cheapest value per byte, recompute on demand"
 
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
               **params: Any) -> MethodResult:

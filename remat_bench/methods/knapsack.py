@@ -40,7 +40,16 @@ import numpy as np
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import COMPUTE, Schedule
 from remat_bench.core.simulate import simulate
-from remat_bench.methods.base import Deadline, Method, MethodResult, Param, SolutionStatus, search_ended
+from remat_bench.methods.base import (
+    Deadline,
+    Membership,
+    Method,
+    MethodResult,
+    Param,
+    Role,
+    SolutionStatus,
+    search_ended,
+)
 from remat_bench.toolkit.blocks import find_blocks
 from remat_bench.toolkit.lowering import LOWERINGS, Found, Plan, lower_plan, search_knob
 
@@ -147,6 +156,9 @@ class Knapsack(Method):
     search_space = "saved sets of forward values, the rest recomputed on demand by the shared lowering"
     description = ("production-style (PyTorch's memory budget): save the activations a 0/1 knapsack picks, "
                    "recompute the rest")
+    # Inside auto its simulator-guided search: it reaches far tighter budgets than the default, PyTorch's
+    # plain knapsack (the production answer).
+    member = Membership(Role.FAST, rank=6, params={"solver": "search"})
     params = (
         Param("solver", str, "dp", "dp: dynamic programming over the capacity (PyTorch's default); greedy: "
               "value per byte; search: drop by memory per unit of recomputation until the simulated peak fits",

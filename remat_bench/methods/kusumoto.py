@@ -75,9 +75,11 @@ from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import Simulation, simulate
 from remat_bench.methods.base import (
     Deadline,
+    Membership,
     Method,
     MethodResult,
     Param,
+    Role,
     SolutionStatus,
     Termination,
     cut_short,
@@ -984,6 +986,7 @@ class Kusumoto(Method):
     search_space = "forward checkpoint plans of lower sets, lowered by the shared lowering"
     description = "Kusumoto et al. 2019: DP over lower sets of the forward graph, exact or approximate, tc or mc"
     needs_backward = True
+    member = Membership(Role.FAST, rank=7)
     params = (
         Param("variant", str, "exact",
               "exact: every lower set (section 4.2); approx: {}, V and the ancestor sets (section 4.3)",

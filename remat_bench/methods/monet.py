@@ -84,9 +84,11 @@ from remat_bench.core.schedule import COMPUTE, Schedule
 from remat_bench.core.simulate import place_frees, simulate
 from remat_bench.methods.base import (
     Deadline,
+    Membership,
     Method,
     MethodResult,
     Param,
+    Role,
     SolutionStatus,
     SolveContext,
     Termination,
@@ -100,6 +102,7 @@ from remat_bench.methods.candidates import (
     candidate_schedules,
     offered_candidates,
 )
+from remat_bench.toolkit.bound import BoundSource
 from remat_bench.toolkit.milp import (
     CONSTANT,
     ModelBuilder,
@@ -1243,6 +1246,13 @@ class Monet(Method):
     )
     requires = ("highspy", "pulp")
     needs_backward = True
+    member = Membership(Role.EXACT, rank=3)
+
+    @classmethod
+    def member_skip(cls, graph: Graph, budget: Number | None, bounds: BoundSource) -> str | None:
+        if not any(len(node.implementations) > 1 for node in graph.nodes):
+            return "no node has operator implementations to choose from (checkmate covers the rest)"
+        return None
 
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
               **params: Any) -> MethodResult:

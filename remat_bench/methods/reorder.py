@@ -43,17 +43,24 @@ import numpy as np
 from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.simulate import place_frees
-from remat_bench.methods.base import Deadline, Method, MethodResult, Param, SolutionStatus, Termination, search_ended
+from remat_bench.methods.base import (
+    Deadline,
+    Membership,
+    Method,
+    MethodResult,
+    Param,
+    Role,
+    SolutionStatus,
+    Termination,
+    search_ended,
+)
 from remat_bench.toolkit import cp_sat
+from remat_bench.toolkit.bound import BoundSource
 from remat_bench.toolkit.order_search import OrderAnswer, best_order
 
 
 class Reorder(Method):
     name = "reorder"
-
-    @classmethod
-    def input_order(cls, params: dict[str, Any]) -> str | None:
-        return "free"
     search_space = "every topological order without recomputation"
     description = "the best topological order with no recomputation (list scheduling, local search, then CP-SAT)"
     params = (
@@ -65,6 +72,19 @@ class Reorder(Method):
               minimum=0, maximum=1),
     )
     requires = ("ortools",)
+    # Inside auto, a tenth of the members' time at most: its answer only matters when an order fits.
+    member = Membership(Role.FAST, rank=9, share=0.1)
+
+    @classmethod
+    def input_order(cls, params: dict[str, Any]) -> str | None:
+        return "free"
+
+    @classmethod
+    def member_skip(cls, graph: Graph, budget: Number | None, bounds: BoundSource) -> str | None:
+        known = None if budget is None else bounds.peek(graph, budget)
+        if known is not None and known.no_order_fits:
+            return "the any-order bound proves that no order fits without recomputation"
+        return None
 
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
               **params: Any) -> MethodResult:

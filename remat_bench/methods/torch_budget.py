@@ -54,7 +54,17 @@ from remat_bench.core.errors import MethodError, RematBenchError
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import simulate
-from remat_bench.methods.base import Deadline, Method, MethodResult, Param, SolutionStatus, Termination, search_ended
+from remat_bench.methods.base import (
+    Deadline,
+    Membership,
+    Method,
+    MethodResult,
+    Param,
+    Role,
+    SolutionStatus,
+    Termination,
+    search_ended,
+)
 from remat_bench.toolkit.lowering import LOWERINGS, Found, Plan, found_key, lower_plan, search_knob
 
 # What torch 2.13 accepts (torch/_functorch/config.py). PyTorch's third estimator, "profile", times
@@ -83,6 +93,11 @@ class TorchBudget(Method):
     requires = ("torch",)
     install_hint = "pip install remat-bench[torch]"
     needs_backward = True
+    # Inside auto it runs beside the others from the start, and only when the members have at least 30 s:
+    # PyTorch's planner traces the model and searches its knob for tens of seconds on the real-scale models
+    # (docs/benchmarks.md, "The frontier, fast"), and stopped before it ends it only takes a core from the others.
+    member = Membership(Role.FAST, rank=8, beside_s=30.0, beside_why=(
+        "PyTorch's planner is given at least (its trace and knob search take tens of seconds; a longer limit runs it)"))
     params = (
         Param("fraction", float, 0.0, "PyTorch's activation_memory_budget; 0: search it for the fastest schedule "
               "within the budget", minimum=0.0, maximum=1.0),

@@ -92,9 +92,11 @@ from remat_bench.core.schedule import COMPUTE, FREE, Schedule
 from remat_bench.core.simulate import Simulation, place_frees, simulate
 from remat_bench.methods.base import (
     Deadline,
+    Membership,
     Method,
     MethodResult,
     Param,
+    Role,
     SolutionStatus,
     Termination,
     cut_short,
@@ -804,6 +806,7 @@ class TWRemat(Method):
     name = "twremat"
     search_space = "tree-decomposition recursions TWRemat(k)"
     description = "Kumar et al. 2019: divide and conquer on a tree decomposition, TWRemat(k)"
+    member = Membership(Role.FAST, rank=5)
     params = (
         Param("k", int, 0, "recursion cut-off: regions of fewer than k bags are scheduled in "
               "topological order (1: Algorithm 1 in full); 0 searches k", minimum=0,

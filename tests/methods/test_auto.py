@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -14,7 +15,7 @@ from remat_bench.app.portfolio import Auto
 from remat_bench.core.errors import MethodError
 from remat_bench.core.graph import Graph, Node
 from remat_bench.core.simulate import clean_up, place_frees, simulate
-from remat_bench.methods.base import Method, MethodResult, SolveContext, Status
+from remat_bench.methods.base import Membership, Method, MethodResult, Role, SolveContext, Status
 from remat_bench.methods.checkmate import Checkmate
 from remat_bench.methods.moccasin import Moccasin
 from tests.bruteforce import any_order_optimum, staged_optimum
@@ -114,6 +115,7 @@ def test_a_member_that_crashes_is_recorded_and_the_others_best_stands(monkeypatc
 class Sleepy(Method):
     name = "sleepy"
     description = "an exact member that overruns its time limit"
+    member = Membership(Role.EXACT)
 
     def solve(self, graph, budget, time_limit, **params):
         import time
@@ -128,7 +130,6 @@ def test_a_member_past_its_time_is_stopped_and_recorded(monkeypatch):
     from remat_bench import methods
 
     monkeypatch.setitem(methods.BUILTIN, "sleepy", f"{__name__}:Sleepy")  # the child loads it by its place
-    monkeypatch.setattr(auto_module, "EXACT", (*auto_module.EXACT, "sleepy"))
     monkeypatch.setattr(evaluate_module, "grace_s", lambda limit: 0.5)  # the one grace rule, shortened
     # No goal: moccasin's optimum would otherwise stop sleepy as soon as it is found.
     monkeypatch.setattr(Auto, "_goals", lambda self, graph, budget: self.context)
@@ -281,17 +282,19 @@ def test_moccasin_in_auto_takes_the_order_free_path_without_backward_nodes_or_wh
     from remat_bench.core.simulate import baseline
     from remat_bench.generators import chain
 
-    assert auto_module._exact_params(random_graph(2), "moccasin", []) == {"order": "free"}  # no backward nodes
+    assert Moccasin.member_params(random_graph(2), {}) == {"order": "free"}  # no backward nodes
     g = chain(6)  # a training graph: forward, then backward
     assert len(g.backward_indices)
     peak = baseline(g).peak
     schedule = place_frees(g, np.arange(g.n, dtype=np.int64), np.zeros(g.n, dtype=np.int64))
     lower = auto_module.Member("reorder", "fast", peak=peak - 1, schedule=schedule)
     same = auto_module.Member("reorder", "fast", peak=peak, schedule=schedule)
-    assert auto_module._exact_params(g, "moccasin", [lower]) == {"order": "free"}
-    assert auto_module._exact_params(g, "moccasin", [same]) == {}
-    assert auto_module._exact_params(g, "checkmate", [lower]) == {}
-    assert auto_module._exact_params(g, "moccasin", []) == {}
+    unfound = auto_module.Member("reorder", "fast", peak=peak - 1)  # no schedule: nothing to start from
+    assert Moccasin.member_params(g, auto_module._peaks([lower])) == {"order": "free"}
+    assert Moccasin.member_params(g, auto_module._peaks([same])) == {}
+    assert Moccasin.member_params(g, auto_module._peaks([unfound])) == {}
+    assert Checkmate.member_params(g, auto_module._peaks([lower])) == {}
+    assert Moccasin.member_params(g, {}) == {}
 
 
 def test_the_polish_undoes_a_members_recomputation_by_reordering_and_names_whose_schedule_it_was():
@@ -391,7 +394,7 @@ def test_torch_budget_beside_the_others_is_stopped_when_the_members_time_is_up(m
         time.sleep(3600)
 
     monkeypatch.setattr(TorchBudget, "solve", endless)
-    monkeypatch.setattr(auto_module, "TORCH_MIN_S", 1.0)
+    monkeypatch.setattr(TorchBudget, "member", dataclasses.replace(TorchBudget.member, beside_s=1.0))
     gpt = load_graph(Path(__file__).resolve().parents[2] / "graphs" / "torch-gpt-b8.json")
     start = time.perf_counter()
     run = pipeline.run(gpt, "auto", "0.7", 6, {"jobs": 1, "members": "greedy,torch-budget"}, bounds=BoundCache())
