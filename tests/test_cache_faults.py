@@ -31,7 +31,8 @@ from remat_bench.torch.calibrate import (
     duration_floor_ns,
     implausible,
 )
-from remat_bench.torch.program import build_program, model_spec
+from remat_bench.torch.program import build_program
+from remat_bench.torch.spec import model_spec
 
 CPU = torch.device("cpu")
 TICK = 5_000  # ns each fake timed run takes: a plausible operator on any machine

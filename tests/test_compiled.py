@@ -35,7 +35,7 @@ from remat_bench.torch.compiled import (
     compiled_plan,
 )
 from remat_bench.torch.importer import import_model, spec_of
-from remat_bench.torch.program import build_step, make_batch
+from remat_bench.torch.spec import build_step, make_batch
 
 GPT = {"layers": 2, "width": 32, "heads": 2, "vocab": 64, "max_seq": 64}
 MLP = {"hidden": 64, "depth": 2}

@@ -30,8 +30,9 @@ from remat_bench.torch import importer
 from remat_bench.torch import measure as measure_module
 from remat_bench.torch.calibrate import CostCache, calibrate, machine_key, op_signature, signature_key
 from remat_bench.torch.importer import import_model
-from remat_bench.torch.program import build_program, model_spec
+from remat_bench.torch.program import build_program
 from remat_bench.torch.replay import replay
+from remat_bench.torch.spec import model_spec
 from remat_bench.torch.zoo import ModelSpecError
 
 nn = torch.nn

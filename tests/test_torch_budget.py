@@ -25,8 +25,9 @@ from remat_bench.toolkit.lowering import Plan, lower_plan
 from remat_bench.torch import partition as torch_partition
 from remat_bench.torch.importer import import_model
 from remat_bench.torch.partition import PartitionError, joint_graph, partition
-from remat_bench.torch.program import build_program, model_spec
+from remat_bench.torch.program import build_program
 from remat_bench.torch.replay import replay
+from remat_bench.torch.spec import model_spec
 from tests.helpers import ROOT, SHIPPED
 
 GPT_ARGS = {"batch": 4, "input_shape": (32,), "vocab": 64, "max_seq": 32, "width": 32, "layers": 2, "heads": 2}

@@ -22,8 +22,8 @@ from remat_bench.core.schedule import COMPUTE
 from remat_bench.core.simulate import baseline_schedule
 from remat_bench.methods import Status
 from remat_bench.torch import randomness
+from remat_bench.torch.executor import Executor, State, reference_step
 from remat_bench.torch.importer import import_model, program_for_graph
-from remat_bench.torch.program import Executor, ModelSpec, State, build_step, make_batch, reference_step
 from remat_bench.torch.randomness import (
     cuda_indices,
     dropout_as_traced,
@@ -33,6 +33,7 @@ from remat_bench.torch.randomness import (
     seeded_random_ops,
 )
 from remat_bench.torch.replay import replay
+from remat_bench.torch.spec import ModelSpec, build_step, make_batch
 
 nn = torch.nn
 F = torch.nn.functional

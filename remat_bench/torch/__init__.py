@@ -5,8 +5,16 @@
 - `remat_bench.torch.ecosystem`: torchvision, timm and transformers models by
   name (``torchvision:resnet50``, ``timm:vit_small_patch16_224``,
   ``hf:llama``), built with random weights (the optional ``models`` extra);
-- `remat_bench.torch.program`: tracing a training step into one joint aten
-  graph with fake tensors, lowering it to remat-bench nodes, running nodes;
+- `remat_bench.torch.build`: a model built by name, with real or fake
+  tensors, its lazy modules materialized;
+- `remat_bench.torch.spec`: the model spec (model, batch, shapes, task,
+  seed), resolved from one fake forward pass, and the step and batch it
+  rebuilds;
+- `remat_bench.torch.trace`: a training step traced into one joint aten
+  graph with fake tensors;
+- `remat_bench.torch.program`: that graph lowered to remat-bench nodes;
+- `remat_bench.torch.executor`: program nodes run one by one on real
+  tensors, and the plain autograd step they are checked against;
 - `remat_bench.torch.randomness`: random operators (dropout) seeded one by
   one, so that a recomputation and eager autograd draw the same values;
 - `remat_bench.torch.importer`: `import_model` -> `Graph` (memory in bytes,
@@ -28,8 +36,10 @@ the whole path from a user's own ``nn.Module`` to a chart.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from remat_bench.core.errors import RematBenchError
@@ -76,6 +86,11 @@ def require_torch(what: str = "this command") -> None:
 TORCH_LOG_SWITCHES = ("TORCH_LOGS", "TORCH_TRACE", "TORCH_COMPILE_DEBUG", "TORCH_DTRACE")
 
 
+def _logs_asked() -> bool:
+    """Whether the user asked torch for its logs (`TORCH_LOG_SWITCHES`)."""
+    return any(os.environ.get(name) for name in TORCH_LOG_SWITCHES)
+
+
 def quiet_torch_logs() -> None:
     """Keep torch's logging at warnings unless the user asked for its logs.
 
@@ -84,12 +99,40 @@ def quiet_torch_logs() -> None:
     and any handler on it (pytest's log capture is one) prints them all.
     Called once torch is imported (`remat_bench.torch.zoo`).
     """
-    if any(os.environ.get(name) for name in TORCH_LOG_SWITCHES):
+    if _logs_asked():
         return
     for name in ("torch", "torch.__trace"):
         logger = logging.getLogger(name)
         if logger.level < logging.WARNING:
             logger.setLevel(logging.WARNING)
+
+
+@contextlib.contextmanager
+def logger_quiet(name: str, level: int) -> Iterator[None]:
+    """Raise logger ``name`` to ``level`` for the block, unless the user asked torch for its logs
+    (TORCH_LOGS ...).
+
+    Parameters
+    ----------
+    name : str
+        The logger's name.
+    level : int
+        The `logging` level it is set to; its own level comes back after the block.
+
+    Yields
+    ------
+    None
+    """
+    if _logs_asked():
+        yield
+        return
+    logger = logging.getLogger(name)
+    saved = logger.level
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(saved)
 
 
 _EXPORTS = {
@@ -113,4 +156,5 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["INSTALL_HINT", "TorchMissingError", "quiet_torch_logs", "require_torch", "torch_available", *_EXPORTS]
+__all__ = ["INSTALL_HINT", "TorchMissingError", "logger_quiet", "quiet_torch_logs", "require_torch", "torch_available",
+           *_EXPORTS]

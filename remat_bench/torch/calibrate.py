@@ -48,8 +48,9 @@ from torch import fx
 from remat_bench.core.errors import OutputError
 from remat_bench.core.files import atomic_write_text, cache_dir
 from remat_bench.core.provenance import CostWarning
+from remat_bench.torch.executor import Executor, State
 from remat_bench.torch.measure import measure_peak, measured_where, time_ns
-from remat_bench.torch.program import GRADIENT, UPDATE, Executor, Program, ProgramNode, State
+from remat_bench.torch.program import GRADIENT, UPDATE, Program, ProgramNode
 
 # The environment variable naming the cost cache's file (``off`` for none).
 CACHE_SETTING = "REMAT_BENCH_COST_CACHE"

@@ -106,6 +106,7 @@ from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import COMPUTE, FREE, Schedule
 from remat_bench.core.simulate import simulate
 from remat_bench.toolkit.lowering import Plan, lower_plan
+from remat_bench.torch import logger_quiet
 from remat_bench.torch.importer import METADATA_KEY, program_for_graph, random_nodes, spec_of
 from remat_bench.torch.partition import (
     SAME_OPERATOR,
@@ -115,8 +116,9 @@ from remat_bench.torch.partition import (
     output_leaves,
     same_call,
 )
-from remat_bench.torch.program import OP, ModelSpec, Storages, logger_quiet, sort_fx_nodes
+from remat_bench.torch.program import OP, Storages, sort_fx_nodes
 from remat_bench.torch.randomness import seeded_random_ops
+from remat_bench.torch.spec import ModelSpec
 
 # Inductor's fusions sum in another order than eager's kernels (module docstring, "Numerics"): compiled
 # values are compared with eager ones to this tolerance (torch.allclose's), eager-exact ones to replay's.
@@ -734,7 +736,7 @@ def compile_training_step(step_module: nn.Module, plan: CompiledPlan, backend: s
     ----------
     step_module : nn.Module
         A `remat_bench.torch.zoo.TrainingStep` (``forward(inputs, labels)`` returns the loss) of the model
-        the plan's graph was imported from (`remat_bench.torch.program.build_step` of its spec), in
+        the plan's graph was imported from (`remat_bench.torch.spec.build_step` of its spec), in
         training mode.
     plan : CompiledPlan
         From `compiled_plan`.

@@ -1,9 +1,10 @@
 """Import a PyTorch model's training step as a remat-bench graph (docs/design.md sections 2 and 9).
 
 ``import_model("resnet18", batch=32)`` traces one training step of a zoo model
-(or of ``package.module:factory``, the user's own) with fake tensors, lowers it
-to remat-bench nodes (`remat_bench.torch.program`: views folded into their
-base, dead code dropped) and writes what the simulator needs:
+(or of ``package.module:factory``, the user's own) with fake tensors
+(`remat_bench.torch.trace`), lowers it to remat-bench nodes
+(`remat_bench.torch.program`: views folded into their base, dead code dropped)
+and writes what the simulator needs:
 
 - ``memory``: bytes of the storage each node allocates (for a multi-output
   operator, all of its outputs); views and aliases count nothing;
@@ -74,18 +75,11 @@ from remat_bench.core.graph import Graph, Node
 from remat_bench.core.provenance import CALIBRATED, COSTS_KEY, COUNTED, MEASURED, NONE, UNMEASURED, CostWarning
 from remat_bench.core.simulate import baseline
 from remat_bench.torch.calibrate import STATISTIC, WARMUP, Calibration, CostCache, OutOfTime, calibrate
+from remat_bench.torch.executor import ExecutionError
 from remat_bench.torch.measure import free_memory_bytes, measured_where
-from remat_bench.torch.program import (
-    GRADIENT,
-    OP,
-    ExecutionError,
-    ModelSpec,
-    Program,
-    ProgramNode,
-    build_program,
-    model_spec,
-)
+from remat_bench.torch.program import GRADIENT, OP, Program, ProgramNode, build_program
 from remat_bench.torch.randomness import SEEDING
+from remat_bench.torch.spec import ModelSpec, model_spec
 from remat_bench.torch.zoo import ModelSpecError
 
 # ``profile`` is the former name of ``calibrated``, kept for the scripts and configs that use it.
@@ -162,7 +156,7 @@ def import_model(
     task : str or None
         ``classify``, ``segment``, ``language``, ``regress`` or ``auto`` (None: the zoo entry's, else auto).
     input_dtype : str or None
-        One of `remat_bench.torch.program.INPUT_DTYPES` (None: int64 for ``language``, else float32).
+        One of `remat_bench.torch.spec.INPUT_DTYPES` (None: int64 for ``language``, else float32).
     input_range : int or None
         Integer inputs lie in ``[0, input_range)``.
     model_kwargs : Mapping or None

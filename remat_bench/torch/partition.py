@@ -67,19 +67,11 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from remat_bench.core.errors import RematBenchError
 from remat_bench.core.graph import Graph
+from remat_bench.torch import logger_quiet
+from remat_bench.torch.build import SharedFakeMode
 from remat_bench.torch.importer import program_for_graph
-from remat_bench.torch.program import (
-    OP,
-    FxValues,
-    ModelSpec,
-    Program,
-    SharedFakeMode,
-    Storages,
-    build_step,
-    fake_batch,
-    logger_quiet,
-    sort_fx_nodes,
-)
+from remat_bench.torch.program import OP, FxValues, Program, Storages, sort_fx_nodes
+from remat_bench.torch.spec import ModelSpec, build_step, fake_batch
 
 # AOTAutograd's name for an operator the importer's trace records under another (its functional form).
 SAME_OPERATOR = {"aten._native_batch_norm_legit_functional.default": "aten.native_batch_norm.default",

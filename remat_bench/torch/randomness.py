@@ -12,7 +12,7 @@ its own key, so what it draws depends on nothing but the step's seed:
   random generators of its device (and of the CPU) seeded with
   ``random_key(seed, step, k)``, inside `torch.random.fork_rng`, so the
   global random state is the same after it as before;
-- `remat_bench.torch.program.Executor` runs a random node that way on each
+- `remat_bench.torch.executor.Executor` runs a random node that way on each
   computation, first or recomputed; `seeded_random_ops` runs an eager step
   that way: a dispatch mode that numbers the random operators as they run.
   A training loop passes each step's number to both.
@@ -60,7 +60,7 @@ def random_key(seed: int, step: int, k: int) -> int:
     Parameters
     ----------
     seed : int
-        The model's seed (`remat_bench.torch.program.ModelSpec.seed`).
+        The model's seed (`remat_bench.torch.spec.ModelSpec.seed`).
     step : int
         The training step (0 for the one step an imported graph models).
     k : int

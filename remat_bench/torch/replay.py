@@ -71,9 +71,9 @@ from remat_bench.core.graph import Graph, Number, load_graph, parse_json, read_t
 from remat_bench.core.machine import available_memory_bytes
 from remat_bench.core.schedule import COMPUTE, Schedule, schedule_from_dict
 from remat_bench.core.simulate import baseline, baseline_schedule, overhead_pct, simulate
+from remat_bench.torch.executor import ExecutionError, Executor, State, reference_step
 from remat_bench.torch.importer import program_for_graph, spec_of
 from remat_bench.torch.measure import measure_peak, measured_where, sync, timed
-from remat_bench.torch.program import ExecutionError, Executor, State, reference_step
 
 RTOL = 1e-5
 ATOL = 1e-6

@@ -2,7 +2,7 @@
 
 `ScheduledStep` performs a training step exactly as a schedule says: every
 ``compute v`` runs node v's aten operator on the resident values of its inputs
-(`remat_bench.torch.program.Executor`, the operators `replay` runs), every
+(`remat_bench.torch.executor.Executor`, the operators `replay` runs), every
 ``free v`` drops the value, so the forward pass, the recomputations and the
 backward pass happen in the schedule's order and memory follows the
 simulator's account. The parameters are the ``nn.Parameter`` objects of an
@@ -57,19 +57,13 @@ from remat_bench.core.errors import RematBenchError
 from remat_bench.core.graph import Graph
 from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import baseline, simulate
+from remat_bench.torch.executor import ExecutionError, Executor, State
 from remat_bench.torch.importer import program_for_graph, random_nodes, spec_of
 from remat_bench.torch.measure import measure_peak, time_ns
-from remat_bench.torch.program import (
-    ExecutionError,
-    Executor,
-    ModelSpec,
-    State,
-    TrainingStep,
-    build_step,
-    make_batch,
-)
 from remat_bench.torch.randomness import seeded_random_ops
 from remat_bench.torch.replay import ATOL, RTOL, compare, no_room
+from remat_bench.torch.spec import ModelSpec, build_step, make_batch
+from remat_bench.torch.zoo import TrainingStep
 
 CONFIGURATIONS = ("schedule", "eager", "compile", "compile-budget")
 MODES = ("exact", "compiled")

@@ -612,7 +612,7 @@ def load_factory(model: str) -> Callable[..., nn.Module]:
         return ZOO[model].build
     if ecosystem_name(model):
         # Resolved by `remat_bench.torch.ecosystem`, which builds on this module (its errors, ZooModel):
-        # `remat_bench.torch.program` asks it first, so this module never imports it.
+        # `remat_bench.torch.build.model_factory` asks it first, so this module never imports it.
         raise ModelSpecError(f"'{model}' is an ecosystem model: build it with remat_bench.torch.ecosystem.factory")
     # Like `python -m`, look in the current folder first, so `mypkg.models:make` works from a checkout.
     if os.getcwd() not in sys.path and "" not in sys.path:

@@ -898,7 +898,7 @@ def _torch_entry(doc: _Document, node: yaml.Node) -> _Entry:
                               "module:factory")
     try:
         from remat_bench.torch.importer import DURATIONS, WORKSPACES
-        from remat_bench.torch.program import INPUT_DTYPES
+        from remat_bench.torch.spec import INPUT_DTYPES
         from remat_bench.torch.zoo import TASKS, locate_factory
     except ImportError:
         raise doc.error(node, "a torch graph needs PyTorch: install it with `pip install remat-bench[torch]` "
