@@ -98,10 +98,9 @@ def _roster() -> list[tuple[str, Membership]]:
     return [(name, member) for *_, name, member in sorted(found)]
 
 
-def _role(name: str) -> Role:
-    """Member ``name``'s role: its class's; fast for a method that declares none (run where ``members`` names it)."""
-    member = get_method(name).member
-    return Role.FAST if member is None else member.role
+def _role(method: type[Method]) -> Role:
+    """A member's role: its class's; fast for a method that declares none (run where ``members`` names it)."""
+    return Role.FAST if method.member is None else method.member.role
 
 
 def _members(text: str) -> tuple[str, ...]:
@@ -245,9 +244,10 @@ class Auto(Method):
         self.goals = dataclasses.replace(self._goals(graph, budget), model_memory=_model_memory(params["model_memory"]))
         members: list[Member] = []
         hints: list[tuple[str, Schedule]] = []
-        fast, exact = self._plan(graph, budget, _members(params["members"]), members)
-        in_turn = [name for name in fast if _beside_s(name) is None]
-        beside = self._start_beside(graph, budget, [n for n in fast if n not in in_turn], clock.members, members)
+        chosen = [get_method(name) for name in _members(params["members"])]
+        fast, exact = self._plan(graph, budget, chosen, members)
+        in_turn = [m for m in fast if m.member is None or m.member.beside_s is None]
+        beside = self._start_beside(graph, budget, [m for m in fast if m not in in_turn], clock.members, members)
         self._run_fast(graph, budget, in_turn, clock.members, params["fast_share"] if exact else 1.0, members, hints)
         for started in beside:
             started.collect(members, hints)  # in time for the exact members when it has ended
@@ -256,8 +256,8 @@ class Auto(Method):
             # first matters more than a polish that may get no time).
             clock.give_polish_time_to_members()
         if exact and (reached := self._reached(budget, members)) is not None:
-            for name in exact:  # a fast member's schedule meets the goal: nothing is faster (or lower)
-                members.append(Member(name, Role.EXACT.value, message=f"{reached}'s schedule is proven optimal"))
+            for method in exact:  # a fast member's schedule meets the goal: nothing is faster (or lower)
+                members.append(Member(method.name, Role.EXACT.value, message=f"{reached}'s schedule is proven optimal"))
         elif exact and not clock.members.expired():
             jobs = params["jobs"] or min(usable_cores(), len(exact))
             self._run_exact(graph, budget, exact, clock.members, min(jobs, len(exact)), members, hints,
@@ -268,75 +268,75 @@ class Auto(Method):
             self._polish(graph, budget, members, clock.polish())
         return self._answer(graph, budget, members, clock.whole)
 
-    def _plan(self, graph: Graph, budget: Number | None, names: tuple[str, ...],
-              members: list[Member]) -> tuple[list[str], list[str]]:
+    def _plan(self, graph: Graph, budget: Number | None, chosen: list[type[Method]],
+              members: list[Member]) -> tuple[list[type[Method]], list[type[Method]]]:
         """The fast and the exact members that run here, in their order; the others are recorded with why
         (`Method.skip`, `Method.member_skip`, `Method.member_covered`)."""
-        runnable = [n for n in names if self._applies(graph, budget, n, members)]
-        exact = [n for n in runnable if _role(n) is Role.EXACT]
-        for name in tuple(exact):
-            if (covered := get_method(name).member_covered(graph, exact)) is not None:
-                exact.remove(name)
-                members.append(Member(name, Role.EXACT.value, message=covered))
-        return [n for n in runnable if _role(n) is Role.FAST], exact
+        runnable = [m for m in chosen if self._applies(graph, budget, m, members)]
+        exact = [m for m in runnable if _role(m) is Role.EXACT]
+        names = [m.name for m in exact]
+        for method in tuple(exact):
+            if (covered := method.member_covered(graph, names)) is not None:
+                exact.remove(method)
+                members.append(Member(method.name, Role.EXACT.value, message=covered))
+        return [m for m in runnable if _role(m) is Role.FAST], exact
 
     # ------------------------------------------------------------------ the members
 
-    def _applies(self, graph: Graph, budget: Number | None, name: str, members: list[Member]) -> bool:
-        """Whether member ``name`` can run here; if not, it is recorded with the reason."""
-        cls = get_method(name)
-        reason = applicable(graph, cls, budget)
+    def _applies(self, graph: Graph, budget: Number | None, method: type[Method], members: list[Member]) -> bool:
+        """Whether ``method`` can run here as a member; if not, it is recorded with the reason."""
+        reason = applicable(graph, method, budget)
         if reason is None:
-            reason = cls.member_skip(graph, budget, self.context.bounds)
+            reason = method.member_skip(graph, budget, self.context.bounds)
         if reason is not None:
-            members.append(Member(name, _role(name).value, Status.UNSUPPORTED, message=reason,
+            members.append(Member(method.name, _role(method).value, Status.UNSUPPORTED, message=reason,
                                   termination=Termination.NOT_APPLICABLE))
             return False
         return True
 
-    def _start_beside(self, graph: Graph, budget: Number | None, names: list[str], deadline: Deadline,
+    def _start_beside(self, graph: Graph, budget: Number | None, methods: list[type[Method]], deadline: Deadline,
                       members: list[Member]) -> list[_Beside]:
         """Step 1's members that run beside the others (`_Beside`), each started when the members' time is
         at least what it needs (`Membership.beside_s`), else recorded as not run, with why."""
         started = []
         left = deadline.remaining()
-        for name in names:
-            member = get_method(name).member
+        for method in methods:
+            member = method.member
             assert member is not None and member.beside_s is not None
             if left is None or left >= member.beside_s:
-                started.append(_Beside(self, graph, budget, name, deadline, members))
+                started.append(_Beside(self, graph, budget, method, deadline, members))
             else:
-                members.append(Member(name, Role.FAST.value, message=(
+                members.append(Member(method.name, Role.FAST.value, message=(
                     f"not run: the members' {left:.1f} s are less than the {member.beside_s:g} s {member.beside_why}")))
         return started
 
-    def _run_fast(self, graph: Graph, budget: Number | None, names: list[str], deadline: Deadline,
+    def _run_fast(self, graph: Graph, budget: Number | None, methods: list[type[Method]], deadline: Deadline,
                   share: float, members: list[Member], hints: list[tuple[str, Schedule]]) -> None:
-        """Step 1: each fast member in this process, on an equal share of what is left of their time."""
+        """Step 1: each fast member in this process, on an equal share of what is left of their time (at
+        most its own ``share`` of it, `Membership.share`)."""
         remaining = deadline.remaining()
         stage = Deadline(None if remaining is None else share * remaining)
-        runnable = names
-        for k, name in enumerate(runnable):
+        for k, method in enumerate(methods):
             if deadline.expired() or interrupted():
-                members.append(Member(name, Role.FAST.value, message="no time left", termination=cut_short()))
+                members.append(Member(method.name, Role.FAST.value, message="no time left", termination=cut_short()))
                 continue
             if (reached := self._reached(budget, members)) is not None:
-                members.append(Member(name, Role.FAST.value, message=f"{reached}'s schedule is proven optimal"))
+                members.append(Member(method.name, Role.FAST.value,
+                                      message=f"{reached}'s schedule is proven optimal"))
                 continue
             left = stage.remaining()
-            limit = None if left is None else max(0.05, left / (len(runnable) - k))
-            cls = get_method(name)
-            cap = None if cls.member is None else cls.member.share
+            limit = None if left is None else max(0.05, left / (len(methods) - k))
+            cap = None if method.member is None else method.member.share
             if cap is not None and limit is not None and remaining is not None:
                 limit = min(limit, cap * remaining)
-            own = cls.member_params(graph, _peaks(members))
-            member = self._evaluated(graph, budget, name, Role.FAST.value, own, limit)
+            own = method.member_params(graph, _peaks(members))
+            member = self._evaluated(graph, budget, method, Role.FAST.value, own, limit)
             members.append(member)
             if member.schedule is not None:
-                hints.append((name, member.schedule))
+                hints.append((method.name, member.schedule))
 
-    def _run_exact(self, graph: Graph, budget: Number | None, names: list[str], deadline: Deadline, jobs: int,
-                   members: list[Member], hints: list[tuple[str, Schedule]], here: bool = False,
+    def _run_exact(self, graph: Graph, budget: Number | None, methods: list[type[Method]], deadline: Deadline,
+                   jobs: int, members: list[Member], hints: list[tuple[str, Schedule]], here: bool = False,
                    stop_at: Deadline | None = None) -> None:
         """Step 2: the exact members, offered the fast members' schedules; ``jobs`` at a time in child
         processes, each stopped once ``stop_at`` (auto's own limit) has passed, or one after another here
@@ -344,14 +344,15 @@ class Auto(Method):
         from remat_bench.toolkit.child import can_spawn
 
         if here or not can_spawn():
-            for k, name in enumerate(names):
+            for k, method in enumerate(methods):
                 if (reached := self._reached(budget, members)) is not None:
-                    members.append(Member(name, Role.EXACT.value, message=f"{reached}'s schedule is proven optimal"))
+                    members.append(Member(method.name, Role.EXACT.value,
+                                          message=f"{reached}'s schedule is proven optimal"))
                     continue
                 left = deadline.remaining()
-                limit = None if left is None else left / (len(names) - k)
-                own = get_method(name).member_params(graph, _peaks(members))
-                members.append(self._evaluated(graph, budget, name, Role.EXACT.value, own, limit, hints))
+                limit = None if left is None else left / (len(methods) - k)
+                own = method.member_params(graph, _peaks(members))
+                members.append(self._evaluated(graph, budget, method, Role.EXACT.value, own, limit, hints))
             return
         # Every member gets every core, though they share them: CP-SAT's portfolio needs two workers
         # or more (one worker did worse even with the cores to itself: docs/benchmarks.md, "auto: the
@@ -359,7 +360,7 @@ class Auto(Method):
         threads = usable_cores()
         left = deadline.remaining()
         # Members beyond ``jobs`` wait for a slot: each gets the share of the time its wave has.
-        waves = -(-len(names) // jobs)
+        waves = -(-len(methods) // jobs)
         limit = None if left is None else max(0.5, left / waves - 1.0)
         # Set when a member's schedule meets the goal: the others are stopped (nothing they find is better).
         proven = _Proven()
@@ -371,21 +372,21 @@ class Auto(Method):
             # little time left: 3.3 s past it beside two busy processes) would hold auto past its own.
             return TIME_OUT if stop_at is not None and stop_at.expired() else ""
 
-        def one(name: str) -> Member:
+        def one(method: type[Method]) -> Member:
             if proven.by:
-                return Member(name, Role.EXACT.value, message=f"{proven.by}'s schedule is proven optimal")
-            params = {"threads": threads, **get_method(name).member_params(graph, _peaks(members))}
-            member = self._evaluated(graph, budget, name, Role.EXACT.value, params, limit, hints, stop=stop)
+                return Member(method.name, Role.EXACT.value, message=f"{proven.by}'s schedule is proven optimal")
+            params = {"threads": threads, **method.member_params(graph, _peaks(members))}
+            member = self._evaluated(graph, budget, method, Role.EXACT.value, params, limit, hints, stop=stop)
             if member.status is Status.ERROR and member.message == TIME_OUT:
                 member.status, member.termination = Status.NO_SOLUTION, Termination.TIME_LIMIT
             if self._reached(budget, [member]) is not None:
-                proven.found(name)
-            elif proven.by and proven.by != name and member.status is Status.ERROR:
+                proven.found(method.name)
+            elif proven.by and proven.by != method.name and member.status is Status.ERROR:
                 member.status = None  # stopped for the proven member's schedule: not run to its end
             return member
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            members.extend(pool.map(one, names))
+            members.extend(pool.map(one, methods))
 
     def _goals(self, graph: Graph, budget: Number | None) -> SolveContext:
         """The run's context with its goals: the caller's, and at a budget at least the any-order bound
@@ -405,20 +406,20 @@ class Auto(Method):
         return dataclasses.replace(self.goals, hints=list(hints or []), progress=None,
                                    watch=None if recorder is None else Relabelled(recorder, name))
 
-    def _evaluated(self, graph: Graph, budget: Number | None, name: str, role: str, params: dict[str, Any],
-                   limit: float | None, hints: list[tuple[str, Schedule]] | None = None,
+    def _evaluated(self, graph: Graph, budget: Number | None, method: type[Method], role: str,
+                   params: dict[str, Any], limit: float | None, hints: list[tuple[str, Schedule]] | None = None,
                    stop: Callable[[], str] | None = None) -> Member:
-        """Member ``name`` run through the evaluation path (`remat_bench.app.evaluate`), in a child process
+        """Member ``method`` run through the evaluation path (`remat_bench.app.evaluate`), in a child process
         when ``stop`` is given (side by side), else here; judged as any run is."""
-        cls, start = get_method(name), time.perf_counter()
+        start = time.perf_counter()
         run_budget = budget_of(budget, graph)
-        own = _declared(name, params)
+        own = _declared(method, params)
         if stop is None:
-            run = evaluate(graph, cls, run_budget, limit, own, bound=False,
-                           context=self._member_context(name, hints))
+            run = evaluate(graph, method, run_budget, limit, own, bound=False,
+                           context=self._member_context(method.name, hints))
         else:
-            run = evaluate_in_child(graph, cls, run_budget, limit, own, bound=False,
-                                    context=self._member_context(name, hints), stop=stop)
+            run = evaluate_in_child(graph, method, run_budget, limit, own, bound=False,
+                                    context=self._member_context(method.name, hints), stop=stop)
         return Member.of_run(run, role, time.perf_counter() - start)
 
     def _reached(self, budget: Number | None, members: list[Member]) -> str | None:
@@ -500,9 +501,9 @@ class Auto(Method):
         return self.context.bounds.get(graph, budget, effort=self.bound_effort_s)[0]
 
 
-def _declared(name: str, params: dict[str, Any]) -> dict[str, Any]:
-    """The parameters of ``params`` that method ``name`` declares (`threads` is offered to every exact member)."""
-    declared = {p.name for p in get_method(name).params}
+def _declared(method: type[Method], params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters of ``params`` that ``method`` declares (`threads` is offered to every exact member)."""
+    declared = {p.name for p in method.params}
     return {k: v for k, v in params.items() if k in declared}
 
 
@@ -522,12 +523,6 @@ def _peaks(members: list[Member]) -> dict[str, Number]:
     return {m.method: m.peak for m in members if m.schedule is not None and m.peak is not None}
 
 
-def _beside_s(name: str) -> float | None:
-    """The seconds member ``name`` needs to run beside the others (`Membership.beside_s`); None: in its turn."""
-    member = get_method(name).member
-    return None if member is None else member.beside_s
-
-
 class _Beside:
     """A fast member run beside the others from the start of the run (`Membership.beside_s`): torch-budget,
     whose PyTorch partitioner traces the model and searches its knob for seconds to minutes, which in the
@@ -536,12 +531,12 @@ class _Beside:
     stopped when their time is up or another member's schedule meets the run's goal; its schedule joins
     the hints when it has ended before the exact members start, and the answer in any case."""
 
-    def __init__(self, auto: Auto, graph: Graph, budget: Number | None, name: str, deadline: Deadline,
+    def __init__(self, auto: Auto, graph: Graph, budget: Number | None, method: type[Method], deadline: Deadline,
                  members: list[Member]) -> None:
-        self.name = name
+        self.name = method.name
         self.member: Member | None = None
         self.taken = False
-        params = get_method(name).member_params(graph, _peaks(members))
+        params = method.member_params(graph, _peaks(members))
 
         def stop() -> str:
             if deadline.expired():
@@ -550,7 +545,7 @@ class _Beside:
             return f"stopped: {reached}'s schedule is proven optimal" if reached else ""
 
         def run() -> None:
-            member = auto._evaluated(graph, budget, name, Role.FAST.value, params, deadline.remaining(), stop=stop)
+            member = auto._evaluated(graph, budget, method, Role.FAST.value, params, deadline.remaining(), stop=stop)
             if member.status is Status.ERROR and member.message == "stopped: the members' time ran out":
                 # Stopped at the time it was given, as a member cut short by its own limit is.
                 member.status, member.termination = Status.NO_SOLUTION, Termination.TIME_LIMIT
@@ -558,7 +553,7 @@ class _Beside:
                 member.status = None  # stopped for another member's proven schedule: not run to its end
             self.member = member
 
-        self.thread = threading.Thread(target=run, name=f"auto-{name}", daemon=True)
+        self.thread = threading.Thread(target=run, name=f"auto-{method.name}", daemon=True)
         self.thread.start()
 
     def collect(self, members: list[Member], hints: list[tuple[str, Schedule]], wait: bool = False) -> None:
