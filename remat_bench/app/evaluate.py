@@ -33,8 +33,8 @@ from remat_bench.core.simulate import Simulation, baseline, clean_up_simulated, 
 from remat_bench.methods import Method, get_method
 from remat_bench.methods.base import SolveContext
 from remat_bench.methods.greedy import GreedyPass
-from remat_bench.methods.greedy import _Stuck as GreedyStuck  # what `greedy_schedule` raises when it gives up
 from remat_bench.toolkit.bound import Bound, BoundSource
+from remat_bench.toolkit.eviction import Stuck  # what `GreedyPass.run` raises when it gives up
 
 # A bound from the cache is held against greedy's schedule (`checked_any_order`), its pass stopped after
 # this many computations per node (and 100 more): a schedule found within it is one of the cheap ones, and
@@ -618,7 +618,7 @@ def checked_any_order(graph: Graph, budget: Number | None, effort: float,
     run.max_computes = CHECK_COMPUTES_PER_NODE * graph.n + 100
     try:
         sim = simulate(graph, run.run())
-    except GreedyStuck:
+    except Stuck:
         return bound, True, None  # greedy finds nothing here quickly: nothing contradicts the bound
     why = contradiction(bound, sim.duration, sim.peak, budget, "a greedy schedule") if sim.valid else None
     if why is None:

@@ -78,7 +78,7 @@ from typing import Any
 
 from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
-from remat_bench.core.schedule import Schedule, ScheduleBuilder
+from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import simulate
 from remat_bench.methods.base import (
     Deadline,
@@ -91,24 +91,10 @@ from remat_bench.methods.base import (
     Termination,
     cut_short,
 )
+from remat_bench.toolkit.eviction import EvictionPass, OutOfTime, Stuck
 from remat_bench.toolkit.least_peak import least_peak_of_pass
 
 HEURISTICS = ("h_dtr", "h_dtr_eq", "h_dtr_local", "lru", "size")
-DEADLINE_POLL = 64  # computations between two looks at the deadline
-
-
-class Stuck(Exception):
-    """The pass cannot go on: nothing left to evict (``need`` does not fit), or thrashing past the cap."""
-
-    def __init__(self, node: int, need: Number, thrashing: bool = False) -> None:
-        super().__init__(node, need, thrashing)
-        self.node = node
-        self.need = need
-        self.thrashing = thrashing
-
-
-class OutOfTime(Exception):
-    """The deadline passed (or Ctrl-C) during a pass."""
 
 
 class EvictedClasses:
@@ -185,19 +171,17 @@ class EvictedClasses:
         self.cost[root] = max(0, self.cost[root] - cost)
 
 
-class DTRPass:
-    """One DTR pass over ``graph`` at ``budget`` with ``heuristic``: its state, one method per step of the rule.
+class DTRPass(EvictionPass):
+    """One DTR pass over ``graph`` at ``budget`` with ``heuristic``: the eviction pass
+    (`remat_bench.toolkit.eviction`) with DTR's rule, one method per step of it.
 
-    Per node v (each node computed with its first implementation: its inputs, duration, workspace):
+    Each node is computed with its first implementation (its inputs, duration, workspace). Beside
+    the state every pass keeps, per node v:
 
-    - ``remaining[v]``: consumers not yet computed for the first time; v is *directly needed*
-      while that is positive or v is an output (`direct`).
-    - ``resident[v]``, ``pool`` (the resident nodes), ``used`` (their memory and the fixed memory).
-    - ``pinned[v]``: computations under way that read v; ``pending[v]``: computations of the
-      recomputation under way (`materialise`) that will read v; neither kind is freed.
-    - ``evicted[v]``: not resident and still needed (directly, or ``holds[v] > 0``: that many
-      evicted consumers read it); ``uf_node[v]``: its node in ``classes`` while evicted.
-    - ``last[v]``: number of the last computation that produced or read v; ``clock``: computations so far.
+    - ``pool``: the resident nodes; ``pending[v]``: computations of the recomputation under way
+      (`materialise`) that will read v; a value pinned or pending is not freed.
+    - ``uf_node[v]``: v's node in ``classes`` while it is evicted.
+    - ``last[v]``: number of the last computation that produced or read v (``computes`` counts them).
     """
 
     def __init__(self, graph: Graph, budget: Number, heuristic: str = "h_dtr",
@@ -205,67 +189,21 @@ class DTRPass:
         if heuristic not in HEURISTICS:
             raise ValueError(f"unknown DTR heuristic {heuristic!r}; choose one of {', '.join(HEURISTICS)}")
         n = graph.n
-        self.n, self.budget, self.heuristic, self.deadline = n, budget, heuristic, deadline
-        self.mem: list[Number] = graph.memory.tolist()
-        self.dur: list[Number] = graph.duration.tolist()
-        self.ws: list[Number] = graph.workspace.tolist()
-        self.inputs: list[tuple[int, ...]] = [graph.op_inputs[int(s)] for s in graph.op_start[:-1]]
+        inputs: list[tuple[int, ...]] = [graph.op_inputs[int(s)] for s in graph.op_start[:-1]]
         consumers: list[list[int]] = [[] for _ in range(n)]
-        for v, ins in enumerate(self.inputs):
+        for v, ins in enumerate(inputs):
             for u in ins:
                 consumers[u].append(v)
-        self.consumers = [tuple(c) for c in consumers]
-        self.is_output: list[bool] = graph.is_output.tolist()
-        self.output_indices = graph.output_indices
-        self.remaining = [len(c) for c in self.consumers]
-        self.resident = [False] * n
+        super().__init__(graph, budget, inputs, [tuple(c) for c in consumers], deadline)
+        self.heuristic = heuristic
         self.pool: set[int] = set()
-        self.pinned = [0] * n
         self.pending: dict[int, int] = {}
-        self.evicted = [False] * n
-        self.holds = [0] * n
         self.classes = EvictedClasses()
         self.uf_node = [-1] * n
         self.last = [0] * n
-        self.clock = 0
-        self.used: Number = graph.fixed_memory
-        self.max_computes = 20 * n + 1000  # past this, evictions are thrashing: give up
         self.evictions = 0
-        self.out = ScheduleBuilder()
-
-    def run(self) -> Schedule:
-        """Every node in input order, then the outputs evicted along the way computed again.
-
-        Returns
-        -------
-        Schedule
-            The pass's computations and frees.
-
-        Raises
-        ------
-        Stuck
-            Nothing is left to evict and a computation still does not fit the budget, or the pass made more
-            than 20 n + 1000 computations (thrashing).
-        OutOfTime
-            The deadline passed.
-        """
-        for target in range(self.n):
-            self.step(target)
-        for o in self.output_indices:
-            self.pinned[o] += 1
-        for o in self.output_indices:
-            if not self.resident[o]:
-                self.materialise(o)
-        return self.out.build()
 
     def step(self, target: int) -> None:
-        """Compute ``target`` for the first time; then free what nothing reads any more.
-
-        Parameters
-        ----------
-        target : int
-            The next node in input order.
-        """
         self.materialise(target)
         for u in self.inputs[target]:
             self.remaining[u] -= 1
@@ -275,32 +213,6 @@ class DTRPass:
             self.release(u)
 
     # ------------------------------------------------------------------ needs
-
-    def direct(self, v: int) -> bool:
-        """Whether ``v`` is directly needed: a consumer is yet to be computed for the first time, or it is an output.
-
-        Parameters
-        ----------
-        v : int
-
-        Returns
-        -------
-        bool
-        """
-        return self.remaining[v] > 0 or self.is_output[v]
-
-    def needed(self, v: int) -> bool:
-        """Whether ``v`` is needed: directly (`direct`), or to recompute an evicted consumer.
-
-        Parameters
-        ----------
-        v : int
-
-        Returns
-        -------
-        bool
-        """
-        return self.direct(v) or self.holds[v] > 0
 
     def release(self, v: int) -> None:
         """Free v if it is resident and nothing under way or to come reads it.
@@ -363,7 +275,7 @@ class DTRPass:
         -------
         int
         """
-        return max(1, self.clock + 1 - self.last[v])
+        return max(1, self.computes + 1 - self.last[v])
 
     def neighbourhood(self, t: int) -> Number:
         """Summed duration of e*(t): what recomputing t recomputes, and the evicted values that need t.
@@ -465,61 +377,32 @@ class DTRPass:
         v : int
             A resident value.
         """
-        self.resident[v] = False
+        super().free(v)
         self.pool.discard(v)
-        self.used -= self.mem[v]
-        self.out.free(v)
         if self.needed(v):
             self.set_evicted(v, True)
 
-    def make_room(self, v: int) -> None:
-        """Evict by the heuristic until v's output and workspace fit; raise `Stuck` if they cannot.
+    def evict(self) -> bool:
+        """Evict the value of least score (`choose`).
 
-        Parameters
-        ----------
-        v : int
-            The node about to be computed.
-
-        Raises
-        ------
-        Stuck
-            Nothing is left to evict and they still do not fit.
+        Returns
+        -------
+        bool
+            False when nothing can be evicted.
         """
-        need = self.mem[v] + self.ws[v]
-        while self.used + need > self.budget:
-            victim = self.choose()
-            if victim is None:
-                raise Stuck(v, self.used + need)
-            self.evictions += 1
-            self.free(victim)
+        victim = self.choose()
+        if victim is None:
+            return False
+        self.evictions += 1
+        self.free(victim)
+        return True
 
     def compute(self, x: int) -> None:
-        """One computation of ``x`` (its inputs already resident and pinned), after making room for it.
-
-        Parameters
-        ----------
-        x : int
-
-        Raises
-        ------
-        Stuck
-            No room can be made, or the pass has reached its cap of computations (thrashing).
-        OutOfTime
-            The deadline passed (looked at every `DEADLINE_POLL` computations).
-        """
-        if self.clock >= self.max_computes:
-            raise Stuck(x, self.used, thrashing=True)
-        if self.deadline is not None and self.clock % DEADLINE_POLL == 0 and self.deadline.expired():
-            raise OutOfTime
-        self.make_room(x)
-        self.out.compute(x)
-        self.clock += 1
-        self.resident[x] = True
+        super().compute(x)
         self.pool.add(x)
-        self.used += self.mem[x]
-        self.last[x] = self.clock
+        self.last[x] = self.computes
         for u in self.inputs[x]:
-            self.last[u] = self.clock
+            self.last[u] = self.computes
         if self.evicted[x]:
             self.set_evicted(x, False)
 
@@ -643,7 +526,7 @@ class DTR(Method):
             schedule = run.run()
         except Stuck as stuck:
             return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=time.perf_counter() - start,
-                                message=self._why(graph, budget, stuck), termination=Termination.CONVERGED)
+                                message=stuck.sentence("DTR", graph, budget), termination=Termination.CONVERGED)
         except OutOfTime:
             return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=time.perf_counter() - start,
                                 message="the time limit ran out before the DTR pass finished",
@@ -658,15 +541,6 @@ class DTR(Method):
                                         "rounding of fractional sizes")
         return MethodResult(SolutionStatus.FEASIBLE, schedule, objective=sim.duration,
                             solve_time_s=time.perf_counter() - start, stats=stats, termination=Termination.CONVERGED)
-
-    @staticmethod
-    def _why(graph: Graph, budget: Number, stuck: Stuck) -> str:
-        if stuck.thrashing:
-            return (f"DTR gave up after {20 * graph.n + 1000} computations: its evictions thrash at the "
-                    f"budget {memory_text(budget, graph)}")
-        return (f"DTR could not make room for node '{graph.ids[stuck.node]}': it needs "
-                f"{memory_text(stuck.need, graph)} with everything evictable evicted, above the budget "
-                f"{memory_text(budget, graph)}")
 
     @staticmethod
     def _least_peak(graph: Graph, heuristic: str, deadline: Deadline, start: float) -> MethodResult:

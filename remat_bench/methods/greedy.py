@@ -27,9 +27,8 @@ import time
 from functools import partial
 from typing import Any
 
-from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
-from remat_bench.core.schedule import Schedule, ScheduleBuilder
+from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import simulate
 from remat_bench.methods.base import (
     Deadline,
@@ -41,108 +40,48 @@ from remat_bench.methods.base import (
     Termination,
     cut_short,
 )
+from remat_bench.toolkit.eviction import EvictionPass, Stuck
 from remat_bench.toolkit.least_peak import least_peak_of_pass
 
 
-class _Stuck(Exception):
-    def __init__(self, node: int, need: Number, thrashing: bool = False) -> None:
-        self.node = node
-        self.need = need
-        self.thrashing = thrashing
+class GreedyPass(EvictionPass):
+    """One greedy pass over ``graph`` at ``budget``: the eviction pass (`remat_bench.toolkit.eviction`) with
+    XLA's rule, one method per step of it.
 
+    Beside the state every pass keeps, per node v:
 
-class GreedyPass:
-    """One greedy pass over ``graph`` at ``budget``: its state, and one method per step of the rule.
-
-    Per node v, the state the rule reads:
-
-    - ``remaining[v]``: first-order uses still to come (consumers not yet computed for the first time).
-    - ``resident[v]``: v's value is in memory; ``used`` is the memory they and the fixed memory hold.
-    - ``pinned[v]``: computations under way that read v; a pinned value is never evicted.
     - ``version[v]``: bumped whenever v is computed, freed or re-keyed; a heap entry of an older
       version is stale and skipped when popped.
-    - ``evicted[v]``: v was evicted and is still needed; ``holds[i]`` counts such values that read i.
-      Like XLA, a value is evicted preferably to be recomputed from operands that stay live, so that
+    - Like XLA, a value is evicted preferably to be recomputed from operands that stay live, so that
       recomputation does not cascade back through the graph (which pins most of a wide graph at once);
-      values that would cascade are evicted only when nothing else makes room.
+      values that would cascade (``holds[v] > 0``, or an input not resident) are evicted only when
+      nothing else makes room.
     - ``heap``: resident values by `score`, cheapest first; ``parked``: values whose eviction would
       cascade, waiting (``parked_version[v]`` is the version parked, or -1) until they can be evicted
       cleanly again: re-admitted to ``heap`` when their holds drop to zero or an operand comes back.
       Re-checking them at every eviction instead was quadratic (docs/benchmarks.md, "Large graphs").
+      ``skipped`` and ``skipped_parked`` hold the entries of pinned values popped while making room,
+      pushed back once it is made.
     """
 
     def __init__(self, graph: Graph, budget: Number) -> None:
+        super().__init__(graph, budget, graph.inputs, graph.consumers)
         n = graph.n
-        self.n = n
-        self.budget = budget
-        self.mem = graph.memory.tolist()
-        self.dur = graph.duration.tolist()
-        self.ws = graph.workspace.tolist()
-        self.inputs = graph.inputs
-        self.consumers = graph.consumers
-        self.is_output = graph.is_output.tolist()
-        self.output_indices = graph.output_indices
-        self.remaining = [len(graph.consumers[v]) for v in range(n)]
-        self.resident = [False] * n
-        self.pinned = [0] * n
         self.version = [0] * n
-        self.holds = [0] * n
-        self.evicted = [False] * n
         self.heap: list[tuple[float, int, int]] = []
         self.parked: list[tuple[float, int, int]] = []
         self.parked_version = [-1] * n
-        self.used = graph.fixed_memory
-        self.now = 0  # position of the node being computed for the first time
-        # Cascading evictions can thrash (each recomputation evicting what the next one needs);
-        # past this many computations the pass gives up rather than run for minutes.
-        self.max_computes = 20 * n + 1000
-        self.computes = 0
-        self.out = ScheduleBuilder()
+        self.skipped: list[tuple[float, int, int]] = []
+        self.skipped_parked: list[tuple[float, int, int]] = []
 
-    def run(self) -> Schedule:
-        """Every node in input order, then the outputs evicted along the way computed again.
-
-        Returns
-        -------
-        Schedule
-            The pass's computations and frees.
-
-        Raises
-        ------
-        _Stuck
-            Nothing is left to evict and a computation still does not fit the budget, or the pass made more
-            than 20 n + 1000 computations (thrashing).
-        """
-        for target in range(self.n):
-            self.now = target
-            self.materialise(target)
-            self.first_use_of_inputs(target)
-            self.release_inputs(target)
-            if not self.needed_later(target):
-                self.free(target)
-        # Outputs evicted along the way are computed again, holding every output in place.
-        self.now = self.n
-        for o in self.output_indices:
-            self.pinned[o] += 1
-        for o in self.output_indices:
-            if not self.resident[o]:
-                self.materialise(o)
-        return self.out.build()
+    def step(self, target: int) -> None:
+        self.materialise(target)
+        self.first_use_of_inputs(target)
+        self.release_inputs(target)
+        if not self.needed(target):
+            self.free(target)
 
     # ------------------------------------------------------------------ bookkeeping
-
-    def needed_later(self, u: int) -> bool:
-        """Whether ``u`` is read again: a first-time consumer to come, an output, or an evicted value's input.
-
-        Parameters
-        ----------
-        u : int
-
-        Returns
-        -------
-        bool
-        """
-        return self.remaining[u] > 0 or self.is_output[u] or self.holds[u] > 0
 
     def score(self, u: int) -> float:
         """Recompute cost per byte over the distance to the next use (the module docstring's rule).
@@ -207,12 +146,12 @@ class GreedyPass:
         """
         for u in self.inputs[target]:
             self.remaining[u] -= 1
-            if self.evicted[u] and not (self.remaining[u] or self.is_output[u]):
+            if self.evicted[u] and not self.direct(u):
                 self.set_evicted(u, False)  # no longer needed: its operands are released
                 for i in self.inputs[u]:
-                    if self.resident[i] and not self.pinned[i] and not self.needed_later(i):
+                    if self.resident[i] and not self.pinned[i] and not self.needed(i):
                         self.free(i)
-            if self.resident[u] and self.needed_later(u) and self.mem[u]:
+            if self.resident[u] and self.needed(u) and self.mem[u]:
                 # Its next use moved: re-key it (older heap entries go stale by version).
                 self.version[u] += 1
                 heapq.heappush(self.heap, (self.score(u), u, self.version[u]))
@@ -227,10 +166,8 @@ class GreedyPass:
         u : int
             A resident value.
         """
-        self.resident[u] = False
+        super().free(u)
         self.version[u] += 1
-        self.used -= self.mem[u]
-        self.out.free(u)
 
     def release_inputs(self, v: int) -> None:
         """Free the inputs of v that nothing will read again.
@@ -240,52 +177,48 @@ class GreedyPass:
         v : int
         """
         for u in self.inputs[v]:
-            if self.resident[u] and not self.pinned[u] and not self.needed_later(u):
+            if self.resident[u] and not self.pinned[u] and not self.needed(u):
                 self.free(u)
 
-    def make_room(self, v: int) -> None:
-        """Evict, cheapest first, until v's output and workspace fit; raise `_Stuck` if they cannot.
+    def evict(self) -> bool:
+        """Evict the cheapest value whose eviction is clean, else (last resort) the cheapest parked one.
 
-        Parameters
-        ----------
-        v : int
-            The node about to be computed.
-
-        Raises
-        ------
-        _Stuck
-            Nothing is left to evict and they still do not fit.
+        Returns
+        -------
+        bool
+            False when nothing can be evicted.
         """
-        need = self.mem[v] + self.ws[v]
-        skipped: list[tuple[float, int, int]] = []  # pinned now: back into their heap afterwards
-        skipped_parked: list[tuple[float, int, int]] = []
-        try:
-            while self.used + need > self.budget:
-                if self.heap:
-                    self.evict_or_park(heapq.heappop(self.heap), skipped)
-                elif not self.evict_parked(skipped_parked):
-                    raise _Stuck(v, self.used + need)
-        finally:
-            for item in skipped:
-                heapq.heappush(self.heap, item)
-            for item in skipped_parked:
-                heapq.heappush(self.parked, item)
+        while self.heap:
+            if self.evict_or_park(heapq.heappop(self.heap)):
+                return True
+        return self.evict_parked()
 
-    def evict_or_park(self, item: tuple[float, int, int], skipped: list[tuple[float, int, int]]) -> None:
+    def room_made(self) -> None:
+        for item in self.skipped:
+            heapq.heappush(self.heap, item)
+        for item in self.skipped_parked:
+            heapq.heappush(self.parked, item)
+        self.skipped, self.skipped_parked = [], []
+
+    def evict_or_park(self, item: tuple[float, int, int]) -> bool:
         """Evict the value of a heap entry if that is clean; park it if its recomputation would cascade.
 
         Parameters
         ----------
         item : tuple of (float, int, int)
-            A popped heap entry: score, value, version (a stale one is dropped).
-        skipped : list
-            Where an entry of a pinned value goes, to be pushed back once room is made.
+            A popped heap entry: score, value, version (a stale one is dropped; a pinned value's goes to
+            ``skipped``).
+
+        Returns
+        -------
+        bool
+            Whether the value was evicted.
         """
         _, u, ver = item
         if not self.resident[u] or ver != self.version[u]:
-            return  # stale
+            return False  # stale
         if self.pinned[u]:
-            skipped.append(item)
+            self.skipped.append(item)
         elif self.holds[u] or not all(self.resident[i] for i in self.inputs[u]):
             if self.parked_version[u] != ver:
                 self.parked_version[u] = ver
@@ -293,19 +226,16 @@ class GreedyPass:
         else:
             self.free(u)
             self.set_evicted(u, True)
+            return True
+        return False
 
-    def evict_parked(self, skipped_parked: list[tuple[float, int, int]]) -> bool:
+    def evict_parked(self) -> bool:
         """Last resort: evict the cheapest parked value (its recomputation cascades); False if none.
-
-        Parameters
-        ----------
-        skipped_parked : list
-            Where an entry of a pinned parked value goes, to be pushed back once room is made.
 
         Returns
         -------
         bool
-            Whether a value was evicted.
+            Whether a value was evicted (a pinned parked value's entry goes to ``skipped_parked``).
         """
         while self.parked:
             item = heapq.heappop(self.parked)
@@ -313,7 +243,7 @@ class GreedyPass:
             if not self.resident[u] or ver != self.version[u] or self.parked_version[u] != ver:
                 continue
             if self.pinned[u]:
-                skipped_parked.append(item)
+                self.skipped_parked.append(item)
                 continue
             self.parked_version[u] = -1
             self.free(u)
@@ -324,26 +254,8 @@ class GreedyPass:
     # ------------------------------------------------------------------ computing
 
     def compute(self, v: int) -> None:
-        """One computation of ``v`` (its inputs resident and pinned), after making room for it.
-
-        Parameters
-        ----------
-        v : int
-
-        Raises
-        ------
-        _Stuck
-            Nothing is left to evict and a computation still does not fit the budget, or the pass made more
-            than 20 n + 1000 computations (thrashing).
-        """
-        self.computes += 1
-        if self.computes > self.max_computes:
-            raise _Stuck(v, self.used, thrashing=True)
-        self.make_room(v)
-        self.out.compute(v)
-        self.resident[v] = True
+        super().compute(v)
         self.version[v] += 1
-        self.used += self.mem[v]
         if self.mem[v]:  # evicting a value of no size never makes room
             heapq.heappush(self.heap, (self.score(v), v, self.version[v]))
         for c in self.consumers[v]:
@@ -359,7 +271,7 @@ class GreedyPass:
 
         Raises
         ------
-        _Stuck
+        Stuck
             Nothing is left to evict and a computation still does not fit the budget, or the pass made more
             than 20 n + 1000 computations (thrashing).
         """
@@ -384,7 +296,7 @@ class GreedyPass:
 
 
 def greedy_schedule(graph: Graph, budget: Number) -> Schedule:
-    """The greedy schedule at ``budget``; raises `_Stuck` when eviction cannot make room.
+    """The greedy schedule at ``budget``; raises `Stuck` when eviction cannot make room.
 
     Parameters
     ----------
@@ -398,7 +310,7 @@ def greedy_schedule(graph: Graph, budget: Number) -> Schedule:
 
     Raises
     ------
-    _Stuck
+    Stuck
         Eviction cannot make room, or the pass thrashes past 20 n + 1000 computations.
     """
     return GreedyPass(graph, budget).run()
@@ -421,23 +333,17 @@ class Greedy(Method):
         if budget is not None:
             try:
                 schedule = greedy_schedule(graph, budget)
-            except _Stuck as stuck:
-                if stuck.thrashing:
-                    why = (f"greedy gave up after {20 * graph.n + 1000} computations: its evictions "
-                           "thrash at this budget")
-                else:
-                    why = (f"greedy could not make room for node '{graph.ids[stuck.node]}': it needs "
-                           f"{memory_text(stuck.need, graph)} with everything evictable evicted, above the budget "
-                           f"{memory_text(budget, graph)}")
+            except Stuck as stuck:
                 # It gave up: its pass ran to its end (it polls no deadline).
-                return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=time.perf_counter() - start, message=why,
+                return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=time.perf_counter() - start,
+                                    message=stuck.sentence("greedy", graph, budget, thrashing_at="this budget"),
                                     termination=Termination.CONVERGED)
             sim = simulate(graph, schedule)
             return MethodResult(SolutionStatus.FEASIBLE, schedule, objective=sim.duration,
                                 solve_time_s=time.perf_counter() - start, termination=Termination.CONVERGED)
 
         # Lowest peak: bisect the budget (the shared search of the eviction passes).
-        best, rounds, converged = least_peak_of_pass(graph, partial(greedy_schedule, graph), deadline, (_Stuck,))
+        best, rounds, converged = least_peak_of_pass(graph, partial(greedy_schedule, graph), deadline, (Stuck,))
         sim = simulate(graph, best)
         return MethodResult(SolutionStatus.FEASIBLE, best, objective=sim.duration,
                             solve_time_s=time.perf_counter() - start,

@@ -15,7 +15,8 @@ from remat_bench.core.errors import MethodError
 from remat_bench.core.graph import Graph, Implementation, Node, load_graph
 from remat_bench.core.simulate import baseline, simulate
 from remat_bench.methods import get_method
-from remat_bench.methods.dtr import DTR, HEURISTICS, DTRPass, Stuck, dtr_schedule
+from remat_bench.methods.dtr import DTR, HEURISTICS, DTRPass, dtr_schedule
+from remat_bench.toolkit.eviction import Stuck
 from tests.bruteforce import any_order_optimum
 from tests.helpers import SHIPPED
 from tests.methods.test_checkmate import budgets, random_graph
