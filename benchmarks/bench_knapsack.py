@@ -26,9 +26,10 @@ import numpy as np
 
 from benchmarks.bench_frontier import user_model, zoo, zoo_gpt
 from benchmarks.common import Rows, show
+from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import parse_budget
 from remat_bench.core.graph import Graph, Number
-from remat_bench.core.simulate import baseline, simulate
+from remat_bench.core.simulate import simulate
 from remat_bench.methods.knapsack import Knapsack, _lowered
 from remat_bench.toolkit.bound_cache import BoundCache
 from remat_bench.toolkit.lowering import Found

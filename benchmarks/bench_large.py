@@ -15,9 +15,10 @@ from pathlib import Path
 
 from benchmarks.common import Rows, show
 from remat_bench.app.pipeline import run
+from remat_bench.core.baseline import baseline_schedule
 from remat_bench.core.errors import RematBenchError
 from remat_bench.core.graph import load_graph, save_graph
-from remat_bench.core.simulate import baseline_schedule, simulate
+from remat_bench.core.simulate import simulate
 from remat_bench.generators import chain
 
 LAYERS = int(os.environ.get("BENCH_LARGE_LAYERS", 50_000))  # 2 * LAYERS + 1 nodes

@@ -22,8 +22,8 @@ import os
 
 from benchmarks.common import Rows, show
 from remat_bench.app.pipeline import run
+from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import memory_floor
-from remat_bench.core.simulate import baseline
 from remat_bench.generators import generate
 
 LIMIT = float(os.environ.get("BENCH_TIME_LIMIT", 120))

@@ -26,8 +26,8 @@ import torch
 
 from benchmarks.common import Rows, show
 from remat_bench.app.pipeline import run
+from remat_bench.core.baseline import baseline
 from remat_bench.core.graph import Graph
-from remat_bench.core.simulate import baseline
 from remat_bench.torch.importer import import_model
 from remat_bench.torch.replay import replay
 

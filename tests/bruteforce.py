@@ -139,7 +139,8 @@ def best_order_peak(graph: Graph) -> int:
     """Lowest peak over all topological orders, each value freed after its last use."""
     import numpy as np
 
-    from remat_bench.core.simulate import place_frees, simulate
+    from remat_bench.core.cleanup import place_frees
+    from remat_bench.core.simulate import simulate
 
     best = None
     for order in topological_orders(graph):

@@ -22,10 +22,11 @@ import pytest
 import torch
 
 from remat_bench.app.pipeline import run
+from remat_bench.core.cleanup import place_frees
 from remat_bench.core.errors import GraphError, ScheduleError
 from remat_bench.core.graph import Graph
 from remat_bench.core.schedule import COMPUTE, Schedule
-from remat_bench.core.simulate import place_frees, simulate
+from remat_bench.core.simulate import simulate
 from remat_bench.generators.chain import chain
 from remat_bench.torch.compiled import (
     CompiledPlan,

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from remat_bench.app.catalog import method_names
 from remat_bench.app.pipeline import run
+from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import memory_floor
 from remat_bench.core.graph import Graph, Implementation, Node
-from remat_bench.core.simulate import baseline
 
 CLEAN = {"infeasible", "no_solution", "unsupported"}
 FOUND = {"optimal", "feasible"}

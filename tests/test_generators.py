@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from remat_bench.core.baseline import baseline
 from remat_bench.core.errors import GraphError
 from remat_bench.core.graph import Implementation, load_graph, save_graph
-from remat_bench.core.simulate import baseline
 from remat_bench.generators import (
     GENERATORS,
     ForwardOp,

@@ -9,9 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from remat_bench.app.cli import main
+from remat_bench.core.baseline import baseline, baseline_schedule
+from remat_bench.core.cleanup import place_frees
 from remat_bench.core.errors import GraphError
 from remat_bench.core.graph import Graph, Implementation, Node, save_graph
-from remat_bench.core.simulate import baseline, baseline_schedule, place_frees, simulate
+from remat_bench.core.simulate import simulate
 from remat_bench.generators import (
     ForwardOp,
     add_implementations,

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from remat_bench.app.evaluate import evaluate
+from remat_bench.core.baseline import baseline_schedule
 from remat_bench.core.budget import budget_of
 from remat_bench.core.control import Deadline, request_interrupt, reset_interrupt
 from remat_bench.core.errors import ModelTooLargeError
@@ -22,7 +23,6 @@ from remat_bench.core.outcome import (
     search_ended,
 )
 from remat_bench.core.schedule import ScheduleBuilder
-from remat_bench.core.simulate import baseline_schedule
 from remat_bench.methods.base import Method
 from tests.helpers import SHIPPED
 

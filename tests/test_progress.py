@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from remat_bench.app import pipeline
 from remat_bench.app.cli.main import main
+from remat_bench.core.baseline import baseline, baseline_schedule
 from remat_bench.core.budget import parse_budget
 from remat_bench.core.graph import save_graph
 from remat_bench.core.progress import (
@@ -25,7 +26,7 @@ from remat_bench.core.progress import (
     thin,
 )
 from remat_bench.core.schedule import Schedule, ScheduleBuilder
-from remat_bench.core.simulate import baseline, baseline_schedule, simulate
+from remat_bench.core.simulate import simulate
 from remat_bench.generators.random_layered import random_layered
 from remat_bench.toolkit.bound_cache import BoundCache
 

@@ -17,9 +17,9 @@ from click.testing import CliRunner
 
 from remat_bench.app.cli import main
 from remat_bench.app.pipeline import run
+from remat_bench.core.baseline import baseline_schedule
 from remat_bench.core.graph import save_graph
 from remat_bench.core.schedule import COMPUTE
-from remat_bench.core.simulate import baseline_schedule
 from remat_bench.methods import Status
 from remat_bench.torch import randomness
 from remat_bench.torch.executor import Executor, State, reference_step

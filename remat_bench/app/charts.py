@@ -59,11 +59,12 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.transforms import offset_copy
 
+from remat_bench.core.baseline import baseline
 from remat_bench.core.errors import RematBenchError
 from remat_bench.core.files import atomic_write_bytes
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import COMPUTE, Schedule
-from remat_bench.core.simulate import baseline, simulate
+from remat_bench.core.simulate import simulate
 
 KINDS = ("tradeoff", "scaling", "timeline", "intervals", "progress", "profile", "time-to-best")
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}

@@ -22,14 +22,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import Budget, budget_of
+from remat_bench.core.cleanup import clean_up_simulated
 from remat_bench.core.control import grace_s, interrupted
 from remat_bench.core.errors import MethodError, ModelTooLargeError
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.outcome import MethodResult, SolutionStatus, Status, Termination
 from remat_bench.core.progress import ProgressPoint, ProgressRecorder, Watcher
 from remat_bench.core.schedule import Schedule
-from remat_bench.core.simulate import Simulation, baseline, clean_up_simulated, simulate
+from remat_bench.core.simulate import Simulation, simulate
 from remat_bench.methods import Method, get_method
 from remat_bench.methods.base import SolveContext
 from remat_bench.methods.greedy import GreedyPass

@@ -67,7 +67,9 @@ from remat_bench.app.evaluate import (
     evaluate_in_child,
     judge_schedule,
 )
+from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import budget_of, parse_size
+from remat_bench.core.cleanup import place_frees
 from remat_bench.core.control import Deadline, interrupted
 from remat_bench.core.errors import MethodError
 from remat_bench.core.graph import Graph, Number
@@ -75,7 +77,7 @@ from remat_bench.core.machine import usable_cores
 from remat_bench.core.outcome import MethodResult, SolutionStatus, Status, Termination, cut_short, search_ended
 from remat_bench.core.progress import ProgressRecorder, Relabelled
 from remat_bench.core.schedule import COMPUTE, Schedule
-from remat_bench.core.simulate import Simulation, baseline, place_frees
+from remat_bench.core.simulate import Simulation
 from remat_bench.methods import get_method, method_names
 from remat_bench.methods.base import Membership, Method, Param, Role, SolveContext
 from remat_bench.toolkit.improve import drop_with_reorder

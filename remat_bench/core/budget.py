@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from remat_bench.core.baseline import baseline
 from remat_bench.core.errors import BudgetError
 from remat_bench.core.graph import MAX_TOTAL, Graph, Number
-from remat_bench.core.simulate import baseline
 
 _UNITS = {
     "": 1,

@@ -6,7 +6,7 @@ the published overheads: docs/benchmarks.md, "Checkmate"). A method asks for
 candidates here, by name, with the share of its time each may take; it never
 imports another method. Names:
 
-- ``baseline``: every node once in file order (`remat_bench.core.simulate`);
+- ``baseline``: every node once in file order (`remat_bench.core.baseline`);
 - ``shaved``: the input order with its memory peaks shaved to the budget
   (`remat_bench.toolkit.improve.shaved_order`; params ``max_copies``, ``cap_s``);
 - any registered method (``greedy``, ``chen``, ``kusumoto``, ``checkmate-lp``...),
@@ -37,11 +37,13 @@ from typing import Any
 
 import numpy as np
 
+from remat_bench.core.baseline import baseline_schedule
+from remat_bench.core.cleanup import clean_up_simulated, place_frees
 from remat_bench.core.control import Deadline
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.outcome import MethodResult, SolutionStatus, Status
 from remat_bench.core.schedule import Schedule
-from remat_bench.core.simulate import baseline_schedule, clean_up_simulated, place_frees, simulate
+from remat_bench.core.simulate import simulate
 from remat_bench.methods.base import Param, SolveContext
 
 
@@ -185,7 +187,7 @@ def best_of(graph: Graph, budget: Number | None, answer: MethodResult, pool: Seq
             stats: dict[str, Any] | None = None) -> MethodResult:
     """``answer``, or the fastest schedule of ``pool`` within ``budget`` when that is faster.
 
-    Durations are compared after the shared clean-up (`remat_bench.core.simulate.clean_up`), as the
+    Durations are compared after the shared clean-up (`remat_bench.core.cleanup.clean_up`), as the
     pipeline will score them. A candidate that wins is returned as ``feasible``: the method's own
     proof (optimal or infeasible in its space) does not cover a schedule it did not find, and the
     message says so. With ``budget`` None (the lowest peak), the answer stands.

@@ -40,9 +40,10 @@ from typing import Any
 
 import numpy as np
 
+from remat_bench.core.cleanup import clean_up_simulated, place_frees
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import COMPUTE, Schedule
-from remat_bench.core.simulate import clean_up_simulated, overhead_pct, place_frees, simulate
+from remat_bench.core.simulate import overhead_pct, simulate
 from remat_bench.methods.base import (
     Deadline,
     Membership,

@@ -25,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from remat_bench.core.cleanup import place_frees
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule
-from remat_bench.core.simulate import place_frees, simulate
+from remat_bench.core.simulate import simulate
 from remat_bench.methods.base import (
     Deadline,
     Method,

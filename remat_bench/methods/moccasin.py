@@ -49,11 +49,13 @@ from typing import Any
 
 import numpy as np
 
+from remat_bench.core.baseline import baseline, baseline_schedule
 from remat_bench.core.budget import memory_text
+from remat_bench.core.cleanup import place_frees
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.progress import Renumbered
 from remat_bench.core.schedule import COMPUTE, Schedule, ScheduleBuilder
-from remat_bench.core.simulate import baseline, baseline_schedule, place_frees, simulate
+from remat_bench.core.simulate import simulate
 from remat_bench.methods.base import (
     Deadline,
     Membership,
@@ -881,7 +883,7 @@ class Moccasin(Method):
            random layered graphs its answer is the best one), a complete hint for
         3. the free model, from the best of those.
         """
-        from remat_bench.core.simulate import clean_up_simulated
+        from remat_bench.core.cleanup import clean_up_simulated
         from remat_bench.toolkit.order_search import best_order
 
         C = params["max_intervals"] or 3

@@ -78,10 +78,11 @@ from typing import Any
 import numpy as np
 
 from remat_bench.core.budget import memory_text
+from remat_bench.core.cleanup import place_frees
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.machine import available_memory_bytes
 from remat_bench.core.schedule import COMPUTE, Schedule
-from remat_bench.core.simulate import place_frees, simulate
+from remat_bench.core.simulate import simulate
 from remat_bench.methods.base import (
     Deadline,
     Membership,

@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from remat_bench.core.baseline import baseline, baseline_schedule
 from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
-from remat_bench.core.simulate import baseline, baseline_schedule
 from remat_bench.methods.base import Method, MethodResult, SolutionStatus, Termination
 
 

@@ -41,8 +41,8 @@ from typing import Any
 import numpy as np
 
 from remat_bench.core.budget import memory_text
+from remat_bench.core.cleanup import place_frees
 from remat_bench.core.graph import Graph, Number
-from remat_bench.core.simulate import place_frees
 from remat_bench.methods.base import (
     Deadline,
     Membership,

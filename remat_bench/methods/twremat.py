@@ -32,7 +32,7 @@ frees them, before the main pass leaves the outputs resident.
 Frees. The schedule is written with the frees where Algorithm 1 places them,
 so the simulator checks the recursion's own bookkeeping (every input it
 assumes resident really is). Algorithm 1 holds separator values until its
-call ends; the shared clean-up (`simulate.place_frees`) then moves every free
+call ends; the shared clean-up (`cleanup.place_frees`) then moves every free
 to the value's last use, which on Kumar et al.'s Figure 1 lowers the peak from
 4 to the paper's 3 (the schedule A, B, C, D, A, E). The pipeline scores the
 cleaned schedule, so the k search judges, and the method returns, the cleaned
@@ -87,9 +87,10 @@ import numpy as np
 from networkx.algorithms.approximation import treewidth_min_fill_in
 
 from remat_bench.core.budget import memory_text
+from remat_bench.core.cleanup import place_frees
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import COMPUTE, FREE, Schedule
-from remat_bench.core.simulate import Simulation, place_frees, simulate
+from remat_bench.core.simulate import Simulation, simulate
 from remat_bench.methods.base import (
     Deadline,
     Membership,

@@ -31,12 +31,12 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
+from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import peak_lower_bound
 from remat_bench.core.errors import OutputError
 from remat_bench.core.files import atomic_write_text
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.outcome import Termination
-from remat_bench.core.simulate import baseline
 from remat_bench.toolkit import bound as bound_module
 from remat_bench.toolkit.bound import Bound
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from remat_bench.core.cleanup import place_frees
 from remat_bench.core.control import Deadline
 from remat_bench.core.graph import Graph, Node, Number
 from remat_bench.core.schedule import Schedule
-from remat_bench.core.simulate import place_frees, simulate
+from remat_bench.core.simulate import simulate
 from remat_bench.toolkit.orders import local_search
 
 

@@ -51,8 +51,9 @@ def least_peak_by_bisection(graph: Graph, solve_at: Callable[[Number, float | No
         The last solve's answer, or the bisection's best when it found none, with the stats above; no
         solution when neither found a schedule.
     """
+    from remat_bench.core.baseline import baseline
     from remat_bench.core.budget import memory_floor
-    from remat_bench.core.simulate import baseline, simulate
+    from remat_bench.core.simulate import simulate
 
     lo, hi = memory_floor(graph).amount, baseline(graph).peak
     whole = isinstance(hi, int) and isinstance(lo, int)
@@ -135,8 +136,9 @@ def least_peak_of_pass(graph: Graph, schedule_at: Callable[[Number], Schedule], 
     tuple of (Schedule, int, bool)
         As above.
     """
+    from remat_bench.core.baseline import baseline, baseline_schedule
     from remat_bench.core.budget import memory_floor
-    from remat_bench.core.simulate import baseline, baseline_schedule, simulate
+    from remat_bench.core.simulate import simulate
 
     low, high = memory_floor(graph).amount, baseline(graph).peak
     try:

@@ -17,7 +17,7 @@ not deal with the backward pass. The lowering turns their plan into steps
    recomputation, less memory (a value held from one backward node to the
    next is what keeps the tightest budgets out of reach).
 
-Frees are placed by `remat_bench.core.simulate.place_frees`: each value right after
+Frees are placed by `remat_bench.core.cleanup.place_frees`: each value right after
 its last use before it is computed again.
 """
 
@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from remat_bench.core.cleanup import place_frees
 from remat_bench.core.control import Deadline
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule
-from remat_bench.core.simulate import place_frees
 
 
 class LoweringError(ValueError):

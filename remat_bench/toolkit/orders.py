@@ -12,8 +12,9 @@ import time
 
 import numpy as np
 
+from remat_bench.core.cleanup import place_frees
 from remat_bench.core.graph import Graph, Number
-from remat_bench.core.simulate import place_frees, simulate
+from remat_bench.core.simulate import simulate
 
 
 def order_peak(graph: Graph, order: list[int] | np.ndarray) -> Number:

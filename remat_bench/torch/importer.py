@@ -69,11 +69,11 @@ import torch.utils._pytree as pytree
 from torch import fx
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
+from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import format_amount
 from remat_bench.core.errors import GraphError, RematBenchError
 from remat_bench.core.graph import Graph, Node
 from remat_bench.core.provenance import CALIBRATED, COSTS_KEY, COUNTED, MEASURED, NONE, UNMEASURED, CostWarning
-from remat_bench.core.simulate import baseline
 from remat_bench.torch.calibrate import STATISTIC, WARMUP, Calibration, CostCache, OutOfTime, calibrate
 from remat_bench.torch.executor import ExecutionError
 from remat_bench.torch.measure import free_memory_bytes, measured_where

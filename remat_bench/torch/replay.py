@@ -36,7 +36,7 @@ during the schedule, above what was allocated when it started:
   (allocations are rounded up to 512 bytes there).
 
 Time. The schedule is timed against the baseline (every node once in file
-order, `remat_bench.core.simulate.baseline_schedule`: the reference of
+order, `remat_bench.core.baseline.baseline_schedule`: the reference of
 ``overhead_pct``) in the same process, on the same parameters and batch:
 after one unprofiled warm-up run of each, ``repeats`` pairs run interleaved,
 baseline then schedule (`interleaved_times`), so that machine noise falls on
@@ -66,11 +66,12 @@ from typing import Any
 
 import torch
 
+from remat_bench.core.baseline import baseline, baseline_schedule
 from remat_bench.core.errors import RematBenchError, ScheduleError
 from remat_bench.core.graph import Graph, Number, load_graph, parse_json, read_text
 from remat_bench.core.machine import available_memory_bytes
 from remat_bench.core.schedule import COMPUTE, Schedule, schedule_from_dict
-from remat_bench.core.simulate import baseline, baseline_schedule, overhead_pct, simulate
+from remat_bench.core.simulate import overhead_pct, simulate
 from remat_bench.torch.executor import ExecutionError, Executor, State, reference_step
 from remat_bench.torch.importer import program_for_graph, spec_of
 from remat_bench.torch.measure import measure_peak, measured_where, sync, timed

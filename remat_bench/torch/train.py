@@ -53,10 +53,11 @@ from typing import Any
 
 import torch
 
+from remat_bench.core.baseline import baseline
 from remat_bench.core.errors import RematBenchError
 from remat_bench.core.graph import Graph
 from remat_bench.core.schedule import Schedule
-from remat_bench.core.simulate import baseline, simulate
+from remat_bench.core.simulate import simulate
 from remat_bench.torch.executor import ExecutionError, Executor, State
 from remat_bench.torch.importer import program_for_graph, random_nodes, spec_of
 from remat_bench.torch.measure import measure_peak, time_ns

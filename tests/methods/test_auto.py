@@ -12,9 +12,10 @@ from remat_bench.app import evaluate as evaluate_module
 from remat_bench.app import portfolio as auto_module
 from remat_bench.app.evaluate import run_source
 from remat_bench.app.portfolio import Auto
+from remat_bench.core.cleanup import clean_up, place_frees
 from remat_bench.core.errors import MethodError
 from remat_bench.core.graph import Graph, Node
-from remat_bench.core.simulate import clean_up, place_frees, simulate
+from remat_bench.core.simulate import simulate
 from remat_bench.methods.base import Membership, Method, MethodResult, Role, SolveContext, Status
 from remat_bench.methods.checkmate import Checkmate
 from remat_bench.methods.moccasin import Moccasin
@@ -62,7 +63,7 @@ def test_auto_is_the_fastest_member_and_meets_the_brute_force_where_it_is_proven
 
 
 def test_the_exact_members_side_by_side_in_child_processes_give_the_same_answer():
-    from remat_bench.core.simulate import baseline
+    from remat_bench.core.baseline import baseline
     from remat_bench.generators import chain
 
     g = chain(5)  # a training graph: checkmate runs beside moccasin (see the next test)
@@ -279,7 +280,7 @@ def test_an_offered_schedule_with_recomputation_is_not_an_order():
 
 
 def test_moccasin_in_auto_takes_the_order_free_path_without_backward_nodes_or_when_reorder_lowered_the_peak():
-    from remat_bench.core.simulate import baseline
+    from remat_bench.core.baseline import baseline
     from remat_bench.generators import chain
 
     assert Moccasin.member_params(random_graph(2), {}) == {"order": "free"}  # no backward nodes

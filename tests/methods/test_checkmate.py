@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import memory_floor
 from remat_bench.core.graph import Graph, Node
-from remat_bench.core.simulate import baseline, simulate
+from remat_bench.core.simulate import simulate
 from remat_bench.methods.checkmate import Checkmate
 from remat_bench.methods.checkmate_lp import CheckmateLP
 from remat_bench.methods.checkmate_model import CheckmateModel
@@ -94,7 +95,7 @@ def test_lp_bound_never_exceeds_the_optimum_and_roundings_are_valid(seed):
 def test_model_size_is_quadratic_and_encoded_baseline_is_feasible():
     g = random_graph(3, n=8)
     cm = CheckmateModel.build(g, baseline(g).peak)
-    from remat_bench.core.simulate import baseline_schedule
+    from remat_bench.core.baseline import baseline_schedule
 
     x = cm.encode(baseline_schedule(g))
     assert x is not None
@@ -131,8 +132,8 @@ def test_large_models_stop_at_the_time_limit_and_keep_the_incumbent():
     import time
 
     from remat_bench.core.budget import parse_budget
+    from remat_bench.core.cleanup import place_frees
     from remat_bench.core.graph import load_graph
-    from remat_bench.core.simulate import place_frees
     from remat_bench.toolkit.improve import shave_peaks
     from remat_bench.toolkit.milp import ISOLATE_COLUMNS, solve_milp
     from tests.helpers import SHIPPED

@@ -10,10 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from remat_bench.app.cli import main
+from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import memory_floor
 from remat_bench.core.errors import MethodError
 from remat_bench.core.graph import Graph, Implementation, Node, load_graph
-from remat_bench.core.simulate import baseline, simulate
+from remat_bench.core.simulate import simulate
 from remat_bench.methods import get_method
 from remat_bench.methods.dtr import DTR, HEURISTICS, DTRPass, dtr_schedule
 from remat_bench.toolkit.eviction import Stuck

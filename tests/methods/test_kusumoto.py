@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remat_bench.app.pipeline import run
+from remat_bench.core.baseline import baseline
 from remat_bench.core.graph import Graph, load_graph
-from remat_bench.core.simulate import baseline, simulate
+from remat_bench.core.simulate import simulate
 from remat_bench.generators import ForwardOp, chain, training_graph
 from remat_bench.methods.kusumoto import (
     Kusumoto,

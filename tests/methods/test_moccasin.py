@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from remat_bench.core.simulate import baseline, baseline_schedule, simulate
+from remat_bench.core.baseline import baseline, baseline_schedule
+from remat_bench.core.simulate import simulate
 from remat_bench.generators import chain
 from remat_bench.methods.moccasin import Moccasin, build_staged
 from tests.bruteforce import staged_optimum

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from remat_bench.app.pipeline import run
+from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import memory_floor
 from remat_bench.core.graph import Graph, Implementation, Node
-from remat_bench.core.simulate import baseline, simulate
+from remat_bench.core.simulate import simulate
 from remat_bench.generators import ForwardOp, training_graph
 from remat_bench.methods.checkmate import Checkmate
 from remat_bench.methods.monet import Monet

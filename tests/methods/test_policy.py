@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from remat_bench.app.pipeline import run
+from remat_bench.core.baseline import baseline
 from remat_bench.core.errors import MethodError
 from remat_bench.core.graph import Graph, Node
-from remat_bench.core.simulate import baseline, simulate
+from remat_bench.core.simulate import simulate
 from remat_bench.generators.chain import chain
 from remat_bench.methods import get_method
 from remat_bench.methods.policy import (

@@ -28,8 +28,8 @@ def graphs_list(as_json: bool) -> None:
     """Graphs on the search path (shipped graphs/, $REMAT_BENCH_GRAPHS) and the published ones (paper:<name>)."""
     from remat_bench.app import datasets
     from remat_bench.app.graphs import known_graphs
+    from remat_bench.core.baseline import baseline
     from remat_bench.core.graph import load_graph
-    from remat_bench.core.simulate import baseline
 
     rows: list[dict[str, Any]] = []
     for label, path in known_graphs():
@@ -122,8 +122,8 @@ def graphs_fetch(dataset: str, output: Path | None, source: str | None, deadline
 @click.option("--json", "as_json", is_flag=True)
 def graphs_show(graph: str, as_json: bool) -> None:
     """Summary of one graph: size, kinds, baseline, memory floor."""
+    from remat_bench.core.baseline import baseline
     from remat_bench.core.budget import memory_floor
-    from remat_bench.core.simulate import baseline
 
     g = load(graph)
     base = baseline(g)

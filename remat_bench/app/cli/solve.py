@@ -31,11 +31,11 @@ from remat_bench.app.cli.helpers import (
     working,
 )
 from remat_bench.app.cli.live import LiveProgress
+from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import format_amount
 from remat_bench.core.errors import RematBenchError
 from remat_bench.core.graph import Graph
 from remat_bench.core.provenance import cost_source, unmeasured_memory_warning
-from remat_bench.core.simulate import baseline
 
 # ---------------------------------------------------------------------- solve
 
@@ -291,9 +291,9 @@ def _comparison(g: Graph, results: list[Any]) -> Iterator[RenderableType]:
               help="Also draw memory at every step to FILE (.png or .svg).")
 def simulate(graph: str, schedule: Path, as_json: bool, force: bool, timeline: Path | None) -> None:
     """Score any SCHEDULE file on GRAPH: peak, duration, overhead, first violation."""
+    from remat_bench.core.baseline import baseline
     from remat_bench.core.errors import ScheduleError
     from remat_bench.core.schedule import load_schedule
-    from remat_bench.core.simulate import baseline
     from remat_bench.core.simulate import simulate as run_simulation
 
     g = load(graph)
@@ -409,8 +409,9 @@ def bound(graph: str, budget: str, time_limit: float, as_json: bool) -> None:
     """
     from remat_bench.app.evaluate import checked_any_order
     from remat_bench.app.pipeline import user_bound_cache
+    from remat_bench.core.baseline import baseline
     from remat_bench.core.budget import parse_budget
-    from remat_bench.core.simulate import baseline, overhead_pct
+    from remat_bench.core.simulate import overhead_pct
 
     g = load(graph)
     b = parse_budget(budget, g)

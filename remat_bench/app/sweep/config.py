@@ -63,12 +63,12 @@ import yaml
 from remat_bench.app import datasets
 from remat_bench.app.evaluate import PIPELINE_PARAMS, parse_method_params
 from remat_bench.app.graphs import graph_named
+from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import format_amount, lowest_fraction, memory_floor, parse_budget, parse_size
 from remat_bench.core.errors import BudgetError, ConfigError, GraphError, MethodError, RematBenchError
 from remat_bench.core.files import bounded_glob, safe_name
 from remat_bench.core.graph import Graph
 from remat_bench.core.provenance import CostWarning
-from remat_bench.core.simulate import baseline
 from remat_bench.torch.isolated import TRACE_TIME_LIMIT, trace_model
 
 TOP_KEYS = ("name", "description", "output", "graphs", "methods", "budgets", "time_limit", "grace",
