@@ -44,6 +44,7 @@ from remat_bench.core.cleanup import clean_up_simulated, place_frees
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import COMPUTE, Schedule
 from remat_bench.core.simulate import overhead_pct, simulate
+from remat_bench.methods import milp_setup
 from remat_bench.methods.base import (
     Deadline,
     Membership,
@@ -70,7 +71,6 @@ from remat_bench.toolkit.milp import (
     incumbent_reporter,
     model_stats,
     parse_backend,
-    solve_milp,
 )
 
 
@@ -79,13 +79,7 @@ class Checkmate(Method):
     search_space = "input-order stages (Checkmate's frontier-advancing schedules)"
     description = "Jain et al. 2020 MILP over input-order stages (HiGHS, or any PuLP solver)"
     params = (
-        Param("backend", str, "highs", "highs, or pulp:NAME for any PuLP solver (pulp:PULP_CBC_CMD, pulp:GUROBI_CMD)",
-              check=parse_backend),
-        Param("threads", int, 0, "solver threads (0: the solver's default)", minimum=0, maximum=1024),
-        Param("mip_gap", float, 0.0, "relative gap at which to stop (HiGHS's own default, 1e-4, "
-              "stops 0.01% of the duration short of optimal: overheads differ by less than that)",
-              minimum=0, maximum=1),
-        Param("seed", int, 0, "solver random seed", minimum=0, maximum=2**31 - 1),
+        *milp_setup.solver_params(gap_note="overheads differ by less than that"),
         Param("warm_start", bool, True, "start from the best greedy/chen/kusumoto/shaved schedule the model "
               "accepts (and the caller's hints)"),
         Param("heuristic_effort", float, 0.3, "HiGHS mip_heuristic_effort (HiGHS default 0.05; more effort left "
@@ -153,12 +147,8 @@ class Checkmate(Method):
                 options["objective_target"] = stop / cm.dur_scale * (1 + 1e-9)
             if self.context.gap:
                 options["mip_abs_gap"] = self.context.gap / cm.dur_scale
-        sol = solve_milp(
-            cm.model, backend=params["backend"], time_limit=remaining,
-            threads=params["threads"] or None, mip_gap=params["mip_gap"],
-            seed=params["seed"], start=start, keep_incumbents=True, options=options,
-            on_incumbent=incumbent_reporter(self.context.report, cm.decode, cm.dur_scale),
-        )
+        sol = milp_setup.solve(cm.model, params, remaining, start, keep_incumbents=True, options=options,
+                               on_incumbent=incumbent_reporter(self.context.report, cm.decode, cm.dur_scale))
         return best_of(graph, budget, milp_result(cm, sol, stats, deadline, self.context.duration_goal,
                                                   self.context.gap), pool)
 
@@ -286,14 +276,9 @@ def milp_result(cm: CheckmateModel, sol: Any, stats: dict[str, Any], deadline: D
         incumbents.append(row)
     stats["incumbents"] = incumbents
     lower = None if sol.dual_bound is None else sol.dual_bound * cm.dur_scale
-    if sol.solution_status is SolutionStatus.INFEASIBLE:
-        return MethodResult(SolutionStatus.INFEASIBLE, lower_bound=None, solve_time_s=deadline.elapsed(), stats=stats,
-                            termination=Termination.PROVEN,
-                            message="the solver proved that no staged schedule fits the budget")
-    if sol.x is None:
-        return MethodResult(SolutionStatus.NO_SOLUTION, lower_bound=lower, solve_time_s=deadline.elapsed(),
-                            stats=stats, termination=sol.termination,
-                            message=f"no schedule found before the solver stopped ({sol.message})")
+    if (answer := milp_setup.unsolved(sol, lower, stats, deadline, "staged schedule")) is not None:
+        return answer
+    assert sol.x is not None
     schedule = cm.decode(sol.x)
     objective = cm.objective(sol.x)
     # Optimal when proven in its space, or when it meets the goal (HiGHS's objective target: a duration

@@ -83,6 +83,7 @@ from remat_bench.core.graph import Graph, Number
 from remat_bench.core.machine import available_memory_bytes
 from remat_bench.core.schedule import COMPUTE, Schedule
 from remat_bench.core.simulate import simulate
+from remat_bench.methods import milp_setup
 from remat_bench.methods.base import (
     Deadline,
     Membership,
@@ -113,7 +114,6 @@ from remat_bench.toolkit.milp import (
     model_stats,
     parse_backend,
     refuse_too_large,
-    solve_milp,
 )
 
 
@@ -1235,12 +1235,7 @@ class Monet(Method):
     description = ("Shah et al. 2021 joint checkpointing and operator-implementation 0-1 program "
                    "(HiGHS, or any PuLP solver)")
     params = (
-        Param("backend", str, "highs", "highs, or pulp:NAME for any PuLP solver (pulp:PULP_CBC_CMD, pulp:GUROBI_CMD)",
-              check=parse_backend),
-        Param("threads", int, 0, "solver threads (0: the solver's default)", minimum=0, maximum=1024),
-        Param("mip_gap", float, 0.0, "relative gap at which to stop (HiGHS's own default, 1e-4, stops 0.01% "
-              "of the duration short of optimal)", minimum=0, maximum=1),
-        Param("seed", int, 0, "solver random seed", minimum=0, maximum=2**31 - 1),
+        *milp_setup.solver_params(),
         Param("warm_start", bool, True, "start from chen's plan or keeping everything, with the fastest "
               "implementations that fit, when the model accepts it"),
         KEEP_BEST,
@@ -1276,12 +1271,9 @@ class Monet(Method):
         return best_of(graph, budget, result, pool)
 
     def _run(self, mm: MonetModel, deadline: Deadline, params: dict[str, Any], start: np.ndarray | None) -> Any:
-        return solve_milp(
-            mm.model, backend=params["backend"], time_limit=deadline.remaining(),
-            threads=params["threads"] or None, mip_gap=params["mip_gap"], seed=params["seed"], start=start,
-            keep_incumbents=False,
-            on_incumbent=incumbent_reporter(self.context.report, mm.decode, mm.dur_scale, mm.offset),
-        )
+        return milp_setup.solve(mm.model, params, deadline.remaining(), start, keep_incumbents=False,
+                                on_incumbent=incumbent_reporter(self.context.report, mm.decode, mm.dur_scale,
+                                                                mm.offset))
 
     def _solve(self, st: Stages, budget: Number, deadline: Deadline, params: dict[str, Any],
                stats: dict[str, Any], candidates: list | None = None, mm: MonetModel | None = None,
@@ -1315,14 +1307,9 @@ class Monet(Method):
         stats.update({"solver": sol.solver, "solver_status": sol.message, "solver_time_s": round(sol.solve_time_s, 3),
                       "nodes": sol.nodes, "mip_gap": sol.gap})
         lower = None if sol.dual_bound is None else (sol.dual_bound + mm.offset) * mm.dur_scale
-        if sol.solution_status is SolutionStatus.INFEASIBLE:
-            return MethodResult(SolutionStatus.INFEASIBLE, solve_time_s=deadline.elapsed(), stats=stats,
-                                termination=Termination.PROVEN,
-                                message="the solver proved that no MONeT schedule fits the budget")
-        if sol.x is None:
-            return MethodResult(SolutionStatus.NO_SOLUTION, lower_bound=lower, solve_time_s=deadline.elapsed(),
-                                stats=stats, termination=sol.termination,
-                                message=f"no schedule found before the solver stopped ({sol.message})")
+        if (answer := milp_setup.unsolved(sol, lower, stats, deadline, "MONeT schedule")) is not None:
+            return answer
+        assert sol.x is not None
         schedule = mm.decode(sol.x)
         sim = simulate(graph, schedule)
         objective = mm.duration(sol.x)
