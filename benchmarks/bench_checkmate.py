@@ -13,7 +13,7 @@ import time
 from benchmarks.common import Rows, paper, show
 from remat_bench.app.pipeline import run
 from remat_bench.core.budget import parse_budget
-from remat_bench.core.graph import load_graph
+from remat_bench.core.graph_io import load_graph
 from remat_bench.methods.checkmate_model import CheckmateModel, check_fits
 
 # Moccasin paper, Table 2 (Checkmate MILP column; Gurobi on 16 cores).

@@ -19,7 +19,8 @@ import os
 
 from benchmarks.common import ROOT, best_time, paper, show
 from remat_bench.app.pipeline import run
-from remat_bench.core.graph import Graph, load_graph
+from remat_bench.core.graph import Graph
+from remat_bench.core.graph_io import load_graph
 from remat_bench.generators import densenet121, resnet50
 from remat_bench.methods.fenghuang import FengHuang
 

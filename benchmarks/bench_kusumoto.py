@@ -28,7 +28,8 @@ import time
 from benchmarks.common import best_time, paper, show
 from remat_bench.app.pipeline import run
 from remat_bench.core.budget import parse_budget
-from remat_bench.core.graph import Graph, load_graph
+from remat_bench.core.graph import Graph
+from remat_bench.core.graph_io import load_graph
 from remat_bench.generators import densenet121, resnet50, unet
 from remat_bench.methods.kusumoto import (
     ancestor_sets,

@@ -17,7 +17,7 @@ from benchmarks.common import Rows, show
 from remat_bench.app.pipeline import run
 from remat_bench.core.baseline import baseline_schedule
 from remat_bench.core.errors import RematBenchError
-from remat_bench.core.graph import load_graph, save_graph
+from remat_bench.core.graph_io import load_graph, save_graph
 from remat_bench.core.simulate import simulate
 from remat_bench.generators import chain
 

@@ -28,7 +28,7 @@ LIMITS = [float(x) for x in os.environ.get("BENCH_LIMITS", "1,3,10").split(",")]
 CHILD = """
 import json, sys, time
 from remat_bench.app.pipeline import run
-from remat_bench.core.graph import load_graph
+from remat_bench.core.graph_io import load_graph
 from remat_bench.generators import generate
 source, budget, limit, method = sys.argv[1:5]
 g = generate("transformer", layers=24) if source == "transformer-24" else load_graph(source)

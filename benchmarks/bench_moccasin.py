@@ -13,7 +13,7 @@ import os
 
 from benchmarks.common import Rows, paper, show
 from remat_bench.app.pipeline import run
-from remat_bench.core.graph import load_graph
+from remat_bench.core.graph_io import load_graph
 
 # Moccasin paper, Table 2 (Moccasin column, 16-core workstation): (TDI %, seconds).
 PUBLISHED = {

@@ -16,7 +16,7 @@ import time
 from benchmarks.common import Rows, paper, show
 from remat_bench.app.pipeline import run
 from remat_bench.core.budget import memory_floor, parse_budget
-from remat_bench.core.graph import load_graph
+from remat_bench.core.graph_io import load_graph
 from remat_bench.toolkit.bound_cache import BoundCache
 
 GRAPHS = ["random_layered_n100", "random_layered_n250", "random_layered_n500", "random_layered_n1000",

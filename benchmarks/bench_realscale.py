@@ -22,7 +22,8 @@ from pathlib import Path
 from benchmarks.common import Rows, paper, show
 from remat_bench.app.pipeline import run
 from remat_bench.core.budget import parse_budget
-from remat_bench.core.graph import Graph, load_graph
+from remat_bench.core.graph import Graph
+from remat_bench.core.graph_io import load_graph
 from remat_bench.toolkit.bound_cache import BoundCache
 
 SCALE = float(os.environ.get("BENCH_REALSCALE_SCALE", 1.0))

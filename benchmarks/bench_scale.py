@@ -46,7 +46,8 @@ from benchmarks.common import ROOT, Rows, console, show
 from remat_bench.app.evaluate import bound_effort
 from remat_bench.app.pipeline import BOUND_CACHE_SETTING, bound_cache_folder
 from remat_bench.core.budget import parse_budget
-from remat_bench.core.graph import Graph, load_graph, save_graph
+from remat_bench.core.graph import Graph
+from remat_bench.core.graph_io import load_graph, save_graph
 from remat_bench.core.progress import ProgressPoint
 from remat_bench.toolkit.bound_cache import BoundCache
 

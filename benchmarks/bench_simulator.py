@@ -7,7 +7,7 @@ import numpy as np
 from benchmarks.common import best_time, paper, show
 from remat_bench.core.baseline import baseline_schedule
 from remat_bench.core.cleanup import clean_up
-from remat_bench.core.graph import load_graph
+from remat_bench.core.graph_io import load_graph
 from remat_bench.core.schedule import FREE, Schedule
 from remat_bench.core.simulate import simulate
 from remat_bench.generators import chain, random_layered

@@ -17,7 +17,8 @@ from benchmarks.common import paper, show
 from remat_bench.app import datasets
 from remat_bench.app.pipeline import run
 from remat_bench.core.baseline import baseline
-from remat_bench.core.graph import Graph, load_graph
+from remat_bench.core.graph import Graph
+from remat_bench.core.graph_io import load_graph
 from remat_bench.generators import chain, resnet50, transformer
 from remat_bench.methods.twremat import separator_tree, tree_decomposition, twremat_schedule
 

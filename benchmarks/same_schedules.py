@@ -44,7 +44,7 @@ def main() -> None:
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
 def run_cmd(methods: tuple[str, ...], time_limit: float, output: Path) -> None:
     from remat_bench.app.pipeline import run
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
 
     lines = []
     console.print(f"# {machine()}")

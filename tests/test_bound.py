@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import memory_floor, parse_budget
-from remat_bench.core.graph import load_graph
+from remat_bench.core.graph_io import load_graph
 from remat_bench.toolkit.bound import any_order_bound, prefix_cut_bound, prefix_probes, probe_prefix
 from remat_bench.toolkit.orders import OrderProfile
 from tests.bruteforce import any_order_optimum, best_order_peak, topological_orders

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from remat_bench.app import evaluate, pipeline
 from remat_bench.app.cli import main
 from remat_bench.core.budget import memory_floor, peak_lower_bound
-from remat_bench.core.graph import load_graph
+from remat_bench.core.graph_io import load_graph
 from remat_bench.core.outcome import Termination
 from remat_bench.toolkit.bound import any_order_bound
 from remat_bench.toolkit.bound_cache import BoundCache

@@ -7,7 +7,7 @@ import pytest
 from remat_bench.app.pipeline import run
 from remat_bench.core.budget import memory_floor, parse_budget
 from remat_bench.core.errors import BudgetError
-from remat_bench.core.graph import load_graph
+from remat_bench.core.graph_io import load_graph
 from tests.helpers import make_graph, paper_graph
 
 

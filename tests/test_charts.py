@@ -16,7 +16,7 @@ from remat_bench.app.cli import main
 from remat_bench.app.pipeline import run
 from remat_bench.app.sweep import load_config, run_sweep
 from remat_bench.app.sweep.results import build_table
-from remat_bench.core.graph import load_graph
+from remat_bench.core.graph_io import load_graph
 from remat_bench.core.schedule import Schedule, save_schedule
 from tests.helpers import SHIPPED, make_graph
 

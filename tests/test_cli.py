@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from remat_bench.app.cli import main
-from remat_bench.core.graph import load_graph
+from remat_bench.core.graph_io import load_graph
 from remat_bench.core.schedule import load_schedule
 from remat_bench.core.simulate import simulate
 from tests.helpers import SHIPPED, paper_graph
@@ -324,7 +324,7 @@ def test_floor_gives_the_lowest_peak_found_and_the_peak_no_schedule_goes_below()
 
 
 def test_solve_auto_shows_the_polish_and_whose_schedule_it_improved(tmp_path):
-    from remat_bench.core.graph import save_graph
+    from remat_bench.core.graph_io import save_graph
     from tests.helpers import needs_reordering
 
     g = needs_reordering()

@@ -171,7 +171,7 @@ def test_a_schedule_file_with_a_budget_is_read(tmp_path, schedule_text, budget):
 @pytest.mark.parametrize("budget", [-5, 0, float("nan"), float("inf")])
 def test_a_schedule_document_with_a_bad_budget_names_the_source_and_the_field(schedule_text, budget):
     from remat_bench.core.errors import ScheduleError
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
     from remat_bench.core.schedule import schedule_from_dict
 
     data = {**json.loads(schedule_text), "budget": budget}
@@ -182,7 +182,7 @@ def test_a_schedule_document_with_a_bad_budget_names_the_source_and_the_field(sc
 def test_the_schema_refuses_a_negative_budget():
     import jsonschema
 
-    from remat_bench.core.graph import schema
+    from remat_bench.core.json_files import schema
 
     validator = jsonschema.Draft202012Validator(schema("schedule"))
     head = {"format": "remat-bench-schedule", "version": 1, "steps": []}
@@ -221,7 +221,7 @@ def test_run_many_starts_no_more_children_than_cores(monkeypatch):
     # Before: a thread pool of -j workers, one child per method at once.
     from remat_bench.app import pipeline
     from remat_bench.core.budget import parse_budget
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
     from remat_bench.toolkit.bound_cache import BoundCache
 
     pools: list[int] = []
@@ -320,7 +320,7 @@ def test_auto_stops_an_exact_member_at_its_own_limit(monkeypatch):
     from remat_bench import methods
     from remat_bench.app.portfolio import TIME_OUT, Auto
     from remat_bench.core.budget import parse_budget
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
     from remat_bench.toolkit.bound_cache import BoundCache
 
     monkeypatch.setitem(methods.BUILTIN, "sleepy", f"{__name__}:Sleepy")  # the child loads it by its place
@@ -342,7 +342,7 @@ def pipeline_run(g, method, budget, time_limit, params, bounds):
 def test_auto_without_a_bound_from_its_caller_gives_its_own_a_tenth_of_its_limit(monkeypatch):
     # Before: 3 s whatever the limit (solve --no-bound -t 1 on random_layered_n1000 took 3.4 s).
     from remat_bench.core.budget import parse_budget
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
     from remat_bench.toolkit.bound_cache import BoundCache
 
     efforts: list[float] = []

@@ -22,7 +22,7 @@ from remat_bench.app.pipeline import run
 from remat_bench.app.report import cost_sources, write_report
 from remat_bench.app.sweep import load_config, load_table, run_sweep
 from remat_bench.core.baseline import baseline
-from remat_bench.core.graph import save_graph
+from remat_bench.core.graph_io import save_graph
 from remat_bench.core.provenance import CostSource, CostWarning, cost_source, mixed_sources
 from remat_bench.methods import Status
 from remat_bench.torch import calibrate as calibrate_module

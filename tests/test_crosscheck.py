@@ -21,7 +21,7 @@ METHODS = method_names()
 def test_solve_output_resimulates_to_the_same_numbers(graph, tmp_path):
     from remat_bench.core.baseline import baseline
     from remat_bench.core.budget import memory_floor
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
 
     g = load_graph(graph)
     # 0.8 as the issue asks; where 0.8 is below the memory floor nothing could be checked there, so

@@ -30,7 +30,7 @@ from click.testing import CliRunner
 from remat_bench.app import datasets
 from remat_bench.app.cli import main
 from remat_bench.app.datasets import Dataset, DatasetError, PublishedFile
-from remat_bench.core.graph import load_graph
+from remat_bench.core.graph_io import load_graph
 from tests.helpers import SHIPPED, paper_graph
 
 SMALL = ("chain-16-train.json", "kumar-figure1.json")

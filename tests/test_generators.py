@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from remat_bench.core.baseline import baseline
 from remat_bench.core.errors import GraphError
-from remat_bench.core.graph import Implementation, load_graph, save_graph
+from remat_bench.core.graph import Implementation
+from remat_bench.core.graph_io import load_graph, save_graph
 from remat_bench.generators import (
     GENERATORS,
     ForwardOp,

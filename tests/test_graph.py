@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from remat_bench.app.cli import main
 from remat_bench.core.errors import GraphError
-from remat_bench.core.graph import graph_from_data, load_graph, save_graph
+from remat_bench.core.graph_io import graph_from_data, load_graph, save_graph
 from tests.helpers import paper_graph
 
 
@@ -178,7 +178,8 @@ def near_graph_docs(draw):
 def test_fast_schema_check_is_never_looser_than_jsonschema(doc):
     import jsonschema
 
-    from remat_bench.core.graph import fast_schema_ok, schema
+    from remat_bench.core.graph_io import fast_schema_ok
+    from remat_bench.core.json_files import schema
 
     if fast_schema_ok(doc):
         assert not list(jsonschema.Draft202012Validator(schema("graph")).iter_errors(doc))

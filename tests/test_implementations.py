@@ -12,7 +12,8 @@ from remat_bench.app.cli import main
 from remat_bench.core.baseline import baseline, baseline_schedule
 from remat_bench.core.cleanup import place_frees
 from remat_bench.core.errors import GraphError
-from remat_bench.core.graph import Graph, Implementation, Node, save_graph
+from remat_bench.core.graph import Graph, Implementation, Node
+from remat_bench.core.graph_io import save_graph
 from remat_bench.core.simulate import simulate
 from remat_bench.generators import (
     ForwardOp,
@@ -144,7 +145,7 @@ def test_solve_with_fastest_fit_is_faster_and_resimulates(tmp_path):
 
 def test_a_node_whose_own_duration_contradicts_its_first_implementation_is_refused(tmp_path):
     from remat_bench.core.errors import GraphError
-    from remat_bench.core.graph import graph_from_dict
+    from remat_bench.core.graph_io import graph_from_dict
 
     doc = {"format": "remat-bench-graph", "version": 1, "nodes": [
         {"id": "a", "inputs": [], "memory": 1, "duration": 1,

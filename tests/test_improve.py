@@ -8,7 +8,7 @@ from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import parse_budget
 from remat_bench.core.cleanup import place_frees
 from remat_bench.core.control import Deadline
-from remat_bench.core.graph import load_graph
+from remat_bench.core.graph_io import load_graph
 from remat_bench.core.simulate import simulate
 from remat_bench.toolkit.improve import drop_recomputations, drop_with_reorder, shave_peaks
 from tests.bruteforce import any_order_optimum, staged_optimum

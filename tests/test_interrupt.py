@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from remat_bench.core.graph import load_graph
+from remat_bench.core.graph_io import load_graph
 from remat_bench.core.schedule import load_schedule
 from remat_bench.core.simulate import simulate
 from tests.helpers import paper_graph

@@ -12,7 +12,7 @@ from remat_bench.core.baseline import baseline_schedule
 from remat_bench.core.budget import budget_of
 from remat_bench.core.control import Deadline, request_interrupt, reset_interrupt
 from remat_bench.core.errors import ModelTooLargeError
-from remat_bench.core.graph import load_graph
+from remat_bench.core.graph_io import load_graph
 from remat_bench.core.outcome import (
     VERDICTS,
     MethodResult,

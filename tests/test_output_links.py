@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from remat_bench.app.cli import main
 from remat_bench.core.files import atomic_write_text, check_writable
-from remat_bench.core.graph import load_graph
+from remat_bench.core.graph_io import load_graph
 from remat_bench.core.schedule import load_schedule
 from tests.helpers import SHIPPED
 

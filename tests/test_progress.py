@@ -14,7 +14,7 @@ from remat_bench.app import pipeline
 from remat_bench.app.cli.main import main
 from remat_bench.core.baseline import baseline, baseline_schedule
 from remat_bench.core.budget import parse_budget
-from remat_bench.core.graph import save_graph
+from remat_bench.core.graph_io import save_graph
 from remat_bench.core.progress import (
     ANY_ORDER,
     MAX_POINTS,
@@ -351,7 +351,7 @@ class _EndsWorse:
 
 def test_a_run_answers_with_the_best_schedule_it_held_and_says_so():
     from remat_bench.app.evaluate import evaluate
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
     from remat_bench.methods.base import SolveContext
     from tests.helpers import SHIPPED
 

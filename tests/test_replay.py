@@ -20,7 +20,7 @@ from remat_bench.app.cli import main
 from remat_bench.app.pipeline import run
 from remat_bench.core.baseline import baseline, baseline_schedule
 from remat_bench.core.errors import ScheduleError
-from remat_bench.core.graph import load_graph, save_graph
+from remat_bench.core.graph_io import load_graph, save_graph
 from remat_bench.core.schedule import save_schedule
 from remat_bench.core.simulate import overhead_pct, simulate
 from remat_bench.methods import Status

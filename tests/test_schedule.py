@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from remat_bench.app.cli import main
 from remat_bench.core.baseline import baseline_schedule
 from remat_bench.core.errors import ScheduleError
-from remat_bench.core.graph import save_graph
+from remat_bench.core.graph_io import save_graph
 from remat_bench.core.schedule import load_schedule, save_schedule
 from remat_bench.core.simulate import simulate
 from tests.helpers import make_graph

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from remat_bench.core.baseline import baseline, baseline_schedule
 from remat_bench.core.cleanup import clean_up, place_frees
-from remat_bench.core.graph import load_graph
+from remat_bench.core.graph_io import load_graph
 from remat_bench.core.schedule import COMPUTE, FREE, Schedule
 from remat_bench.core.simulate import simulate
 from tests.helpers import dags, make_graph, naive_simulate, paper_graph

@@ -217,7 +217,7 @@ def test_local_pool_and_dask_local_cluster_give_the_same_rows(tmp_path):
     assert set(local.table["status"]) <= KNOWN_STATUSES
     assert (local.table["status"] == "feasible").sum() >= 3
     # The schedules were written by the worker processes, relative to the folder, and score the same.
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
     from remat_bench.core.schedule import load_schedule
     from remat_bench.core.simulate import simulate
 

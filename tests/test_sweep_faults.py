@@ -147,7 +147,7 @@ def test_a_second_sweep_on_a_busy_folder_is_refused_and_a_killed_sweep_leaves_no
 
 def test_a_schedule_that_cannot_be_saved_keeps_its_measurements_names_its_cause_and_exits_1(tmp_path, freeze):
     from remat_bench.app.pipeline import run
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
 
     path = config(tmp_path, methods="[greedy]", budgets="[0.8, 0.1]")
     folder = tmp_path / "out" / "schedules" / "chain-16"

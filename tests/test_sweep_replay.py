@@ -29,7 +29,7 @@ from remat_bench.app.sweep.progress import describe_replay
 from remat_bench.app.sweep.replays import REPLAY_FIELDS
 from remat_bench.app.sweep.results import load_table
 from remat_bench.core.errors import ConfigError
-from remat_bench.core.graph import save_graph
+from remat_bench.core.graph_io import save_graph
 from remat_bench.torch.importer import import_model
 from tests.helpers import SHIPPED
 

@@ -18,7 +18,8 @@ from torch import nn
 
 from remat_bench.app.pipeline import run
 from remat_bench.core.baseline import baseline
-from remat_bench.core.graph import Graph, load_graph
+from remat_bench.core.graph import Graph
+from remat_bench.core.graph_io import load_graph
 from remat_bench.core.simulate import simulate
 from remat_bench.methods import Status, get_method
 from remat_bench.methods.torch_budget import GRID, TorchBudget

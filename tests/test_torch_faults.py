@@ -32,7 +32,7 @@ from click.testing import CliRunner
 from remat_bench.app.cli import main
 from remat_bench.app.pipeline import run
 from remat_bench.core.baseline import baseline, baseline_schedule
-from remat_bench.core.graph import load_graph, save_graph
+from remat_bench.core.graph_io import load_graph, save_graph
 from remat_bench.core.schedule import save_schedule
 from remat_bench.torch import TORCH_LOG_SWITCHES
 from remat_bench.torch.importer import import_model

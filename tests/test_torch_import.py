@@ -21,7 +21,8 @@ from click.testing import CliRunner
 from remat_bench.app.cli import main
 from remat_bench.core.baseline import baseline, baseline_schedule
 from remat_bench.core.errors import GraphError
-from remat_bench.core.graph import Graph, graph_from_dict, load_graph, save_graph
+from remat_bench.core.graph import Graph
+from remat_bench.core.graph_io import graph_from_dict, load_graph, save_graph
 from remat_bench.torch.importer import import_model, program_for_graph
 from remat_bench.torch.replay import replay
 from remat_bench.torch.zoo import ZOO, ModelSpecError

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from remat_bench.app.cli import main
 from remat_bench.app.pipeline import run
 from remat_bench.core.baseline import baseline_schedule
-from remat_bench.core.graph import save_graph
+from remat_bench.core.graph_io import save_graph
 from remat_bench.core.schedule import COMPUTE
 from remat_bench.methods import Status
 from remat_bench.torch import randomness

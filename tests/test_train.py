@@ -21,7 +21,7 @@ from torch import nn
 
 from remat_bench.app.cli import main
 from remat_bench.app.pipeline import run
-from remat_bench.core.graph import save_graph
+from remat_bench.core.graph_io import save_graph
 from remat_bench.core.schedule import save_schedule
 from remat_bench.torch.compiled import FUSION_ATOL, FUSION_RTOL
 from remat_bench.torch.importer import import_model
@@ -70,7 +70,7 @@ def _solved(key: str, method: str = "dtr"):
     g = _imported(key)
     if method == "checkmate":
         from remat_bench.core.budget import parse_budget
-        from remat_bench.core.graph import parse_json, read_text
+        from remat_bench.core.json_files import parse_json, read_text
         from remat_bench.core.schedule import schedule_from_dict
 
         path = SCHEDULES / f"{SHIPPED_SCHEDULES[key]}"

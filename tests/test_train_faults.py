@@ -27,7 +27,7 @@ from click.testing import CliRunner
 
 from remat_bench.app.cli import main
 from remat_bench.app.pipeline import run
-from remat_bench.core.graph import save_graph
+from remat_bench.core.graph_io import save_graph
 from remat_bench.core.schedule import save_schedule
 from remat_bench.torch.importer import import_model
 from remat_bench.torch.train import TrainError, train

@@ -375,7 +375,7 @@ def _graph_hash(text: str) -> str | None:
     """The hash of the graph ``text`` names outside the results, or None when it names none."""
     from remat_bench.app.graphs import find_graph
     from remat_bench.core.files import check_regular
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
 
     try:
         path = find_graph(text)

@@ -755,7 +755,7 @@ def cost_sources(results: str | Path, table: pd.DataFrame) -> dict[str, CostSour
         Graph name -> its cost source; None for a graph whose file cannot be read any more.
     """
     from remat_bench.core.files import check_regular
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
 
     sources: dict[str, CostSource | None] = {}
     for graph, where in table.groupby("graph", sort=False)["graph_path"].first().items():

@@ -160,7 +160,7 @@ def check_regular(path: str | Path, error: type[Exception] = RematBenchError, li
                   hint: str = "give the path of a file") -> None:
     """Refuse, before a reader opens it, a path that is not a regular file of at most ``limit`` bytes.
 
-    For readers that take a path (`remat_bench.core.graph.load_graph`, Parquet): the file is vetted, not
+    For readers that take a path (`remat_bench.core.graph_io.load_graph`, Parquet): the file is vetted, not
     opened, so what it names may still change before it is read; `read_regular` reads what it vetted.
 
     Parameters

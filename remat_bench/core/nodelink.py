@@ -70,7 +70,7 @@ def to_remat_dict(data: dict[str, Any], source: str, default_name: str = "") -> 
     Returns
     -------
     dict
-        A remat-bench graph document, for `remat_bench.core.graph.graph_from_dict` to check and build.
+        A remat-bench graph document, for `remat_bench.core.graph_io.graph_from_dict` to check and build.
 
     Raises
     ------

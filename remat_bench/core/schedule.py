@@ -20,14 +20,8 @@ import numpy as np
 
 from remat_bench.core.errors import ScheduleError
 from remat_bench.core.files import atomic_write_text
-from remat_bench.core.graph import (
-    Graph,
-    Number,
-    describe_schema_error,
-    parse_json,
-    read_text,
-    schema,
-)
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.json_files import describe_schema_error, parse_json, read_text, schema
 
 FORMAT = "remat-bench-schedule"
 VERSION = 1

@@ -86,7 +86,7 @@ def trace_model(options: Mapping[str, Any], time_limit: float = TRACE_TIME_LIMIT
     GraphError
         A model that could not be built or traced, was stopped at the time limit, or ended the child.
     """
-    from remat_bench.core.graph import graph_from_dict
+    from remat_bench.core.graph_io import graph_from_dict
     from remat_bench.toolkit.child import can_spawn, run_in_child
     from remat_bench.torch.importer import import_model_reporting
 

@@ -68,7 +68,9 @@ import torch
 
 from remat_bench.core.baseline import baseline, baseline_schedule
 from remat_bench.core.errors import RematBenchError, ScheduleError
-from remat_bench.core.graph import Graph, Number, load_graph, parse_json, read_text
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.graph_io import load_graph
+from remat_bench.core.json_files import parse_json, read_text
 from remat_bench.core.machine import available_memory_bytes
 from remat_bench.core.schedule import COMPUTE, Schedule, schedule_from_dict
 from remat_bench.core.simulate import overhead_pct, simulate

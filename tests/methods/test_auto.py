@@ -353,7 +353,7 @@ def test_torch_budget_is_a_member_on_a_graph_imported_from_pytorch_and_says_why_
     from pathlib import Path
 
     from remat_bench.app import pipeline
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
     from remat_bench.toolkit.bound_cache import BoundCache
     from tests.needs_torch import torch  # noqa: F401 (torch, or a failure saying how to install it)
 
@@ -386,7 +386,7 @@ def test_torch_budget_beside_the_others_is_stopped_when_the_members_time_is_up(m
     from pathlib import Path
 
     from remat_bench.app import pipeline
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
     from remat_bench.methods.torch_budget import TorchBudget
     from remat_bench.toolkit.bound_cache import BoundCache
     from tests.needs_torch import torch  # noqa: F401
@@ -412,7 +412,7 @@ def test_a_solver_model_above_the_memory_auto_allows_is_refused_and_said_so():
     from pathlib import Path
 
     from remat_bench.app import pipeline
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
     from remat_bench.methods.checkmate_model import check_fits
     from remat_bench.toolkit.bound_cache import BoundCache
 
@@ -436,7 +436,7 @@ def test_torch_budget_does_not_run_when_the_members_time_is_too_short_for_it():
     from pathlib import Path
 
     from remat_bench.app import pipeline
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
     from remat_bench.toolkit.bound_cache import BoundCache
 
     gpt = load_graph(Path(__file__).resolve().parents[2] / "graphs" / "torch-gpt-b8.json")

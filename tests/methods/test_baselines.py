@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from remat_bench.app.pipeline import run
 from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import memory_floor
-from remat_bench.core.graph import load_graph
+from remat_bench.core.graph_io import load_graph
 from remat_bench.core.simulate import simulate
 from remat_bench.generators import chain
 from remat_bench.methods.chen import separators

@@ -133,7 +133,7 @@ def test_large_models_stop_at_the_time_limit_and_keep_the_incumbent():
 
     from remat_bench.core.budget import parse_budget
     from remat_bench.core.cleanup import place_frees
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
     from remat_bench.toolkit.improve import shave_peaks
     from remat_bench.toolkit.milp import ISOLATE_COLUMNS, solve_milp
     from tests.helpers import SHIPPED

@@ -13,7 +13,8 @@ from remat_bench.app.cli import main
 from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import memory_floor
 from remat_bench.core.errors import MethodError
-from remat_bench.core.graph import Graph, Implementation, Node, load_graph
+from remat_bench.core.graph import Graph, Implementation, Node
+from remat_bench.core.graph_io import load_graph
 from remat_bench.core.simulate import simulate
 from remat_bench.methods import get_method
 from remat_bench.methods.dtr import DTR, HEURISTICS, DTRPass, dtr_schedule

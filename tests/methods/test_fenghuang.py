@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from remat_bench.app.pipeline import run
 from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import memory_floor
-from remat_bench.core.graph import Graph, Node, load_graph
+from remat_bench.core.graph import Graph, Node
+from remat_bench.core.graph_io import load_graph
 from remat_bench.core.simulate import simulate
 from remat_bench.generators import ForwardOp, chain, resnet50, training_graph, transformer
 from remat_bench.methods.fenghuang import (

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from benchmarks.bench_knapsack import walk
 from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import memory_floor
-from remat_bench.core.graph import Graph, Node, load_graph
+from remat_bench.core.graph import Graph, Node
+from remat_bench.core.graph_io import load_graph
 from remat_bench.core.simulate import simulate
 from remat_bench.generators.architectures import resnet50, transformer
 from remat_bench.methods.knapsack import (

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from remat_bench.app.pipeline import run
 from remat_bench.core.baseline import baseline
-from remat_bench.core.graph import Graph, load_graph
+from remat_bench.core.graph import Graph
+from remat_bench.core.graph_io import load_graph
 from remat_bench.core.simulate import simulate
 from remat_bench.generators import ForwardOp, chain, training_graph
 from remat_bench.methods.kusumoto import (

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import parse_budget
-from remat_bench.core.graph import load_graph
+from remat_bench.core.graph_io import load_graph
 from remat_bench.methods.reorder import Reorder
 from remat_bench.toolkit.orders import OrderProfile, list_schedule, local_search, order_peak
 from tests.bruteforce import best_order_peak, topological_orders

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from remat_bench.app.pipeline import run
 from remat_bench.core.baseline import baseline, baseline_schedule
 from remat_bench.core.cleanup import place_frees
-from remat_bench.core.graph import Graph, Implementation, Node, load_graph
+from remat_bench.core.graph import Graph, Implementation, Node
+from remat_bench.core.graph_io import load_graph
 from remat_bench.core.schedule import COMPUTE
 from remat_bench.core.simulate import simulate
 from remat_bench.generators import chain

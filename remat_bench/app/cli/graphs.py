@@ -29,7 +29,7 @@ def graphs_list(as_json: bool) -> None:
     from remat_bench.app import datasets
     from remat_bench.app.graphs import known_graphs
     from remat_bench.core.baseline import baseline
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
 
     rows: list[dict[str, Any]] = []
     for label, path in known_graphs():
@@ -210,7 +210,7 @@ def graphs_validate(graph: tuple[str, ...]) -> None:
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
 def graphs_import(source: Path, output: Path) -> None:
     """Convert a networkx node-link graph (Checkmate, Moccasin) to remat-bench JSON."""
-    from remat_bench.core.graph import load_graph, save_graph
+    from remat_bench.core.graph_io import load_graph, save_graph
 
     g = load_graph(source)
     check_output(output, [source], "remat-bench-graph")
@@ -231,7 +231,7 @@ def graphs_import(source: Path, output: Path) -> None:
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
 def graphs_generate(kind: str, output: Path, **options: Any) -> None:
     """Generate a graph: chain, random-layered, vgg16, resnet50, unet, densenet121, transformer."""
-    from remat_bench.core.graph import save_graph
+    from remat_bench.core.graph_io import save_graph
     from remat_bench.generators import generate
 
     check_output(output, [], "remat-bench-graph")

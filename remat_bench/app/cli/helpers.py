@@ -236,7 +236,7 @@ def load(text: str) -> Graph:
         A published graph that is not on this machine.
     """
     from remat_bench.app.graphs import find_graph
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
 
     return load_graph(find_graph(text))
 

@@ -76,7 +76,7 @@ def solve(graph: str, methods: tuple[str, ...], budget: str, time_limit: float, 
     from remat_bench.app.graphs import find_graph
     from remat_bench.app.pipeline import jobs_at_once, resolve_method, run_many
     from remat_bench.core.budget import parse_budget
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
     from remat_bench.core.schedule import save_schedule
 
     graph_path = find_graph(graph)

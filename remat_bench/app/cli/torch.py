@@ -85,7 +85,7 @@ def import_torch(model: str, batch: int | None, input_shape: str | None, duratio
     the family's transformers config.
     """
     _require_torch("graphs import-torch")
-    from remat_bench.core.graph import save_graph
+    from remat_bench.core.graph_io import save_graph
     from remat_bench.torch.isolated import trace_model
 
     check_output(output, [], "remat-bench-graph")
@@ -343,7 +343,7 @@ def _schedule_for(g: Graph, path: Path, imported: bool) -> Any:
     """SCHEDULE for the graph. On a graph file it must have been solved for that graph; on a model imported
     here (other costs, perhaps another batch: another hash) its steps must run on the graph's nodes."""
     from remat_bench.core.errors import ScheduleError
-    from remat_bench.core.graph import parse_json, read_text
+    from remat_bench.core.json_files import parse_json, read_text
     from remat_bench.core.schedule import schedule_from_dict
     from remat_bench.core.simulate import simulate
     from remat_bench.torch.replay import load_schedule_for

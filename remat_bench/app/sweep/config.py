@@ -861,7 +861,7 @@ def _build_graphs(doc: _Document, entries: list[_Entry],
     A generated graph is to be written under ``generated_dir`` (by the runner,
     once the whole config is checked) so that every run reads a file.
     """
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
 
     found: dict[str, tuple[GraphSource, Graph]] = {}
     pending: list[TorchGraph] = []

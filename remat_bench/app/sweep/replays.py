@@ -49,7 +49,7 @@ def _inside(output: Path, text: str) -> Path:
 
 def _imported_from_torch(path: Path) -> bool:
     """Whether the graph file keeps a PyTorch model's spec (a graph that cannot be read is not replayed)."""
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
 
     try:
         meta = load_graph(path).metadata.get("torch")

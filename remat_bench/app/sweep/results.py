@@ -505,7 +505,7 @@ def schedules_at(folder: str | Path, frame: pd.DataFrame, graph: str | None = No
     """
     from remat_bench.core.errors import GraphError, RematBenchError, ScheduleError
     from remat_bench.core.files import check_regular
-    from remat_bench.core.graph import load_graph
+    from remat_bench.core.graph_io import load_graph
     from remat_bench.core.schedule import load_schedule
 
     folder = Path(folder)

@@ -50,7 +50,7 @@ from remat_bench.app.sweep.results import CSV, TABLE, build_table, write_table
 from remat_bench.app.sweep.worker import SWEEP_FAULT
 from remat_bench.core.errors import ConfigError
 from remat_bench.core.files import atomic_write_text
-from remat_bench.core.graph import save_graph
+from remat_bench.core.graph_io import save_graph
 
 # The lock file of a results folder (see `_locked`).
 LOCK = ".sweep.lock"

@@ -176,7 +176,7 @@ def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
     method = spec["method"]
     try:
         from remat_bench.app.pipeline import run
-        from remat_bench.core.graph import load_graph
+        from remat_bench.core.graph_io import load_graph
         from remat_bench.core.schedule import save_schedule
 
         ballast = _test_hooks(method)
