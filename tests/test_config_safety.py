@@ -22,8 +22,9 @@ from click.testing import CliRunner
 
 from remat_bench.app.cli import main
 from remat_bench.app.sweep import load_config
-from remat_bench.app.sweep.config import MAX_RUNS, trace_torch_graphs
+from remat_bench.app.sweep.config import MAX_RUNS
 from remat_bench.app.sweep.executors import schedule_path
+from remat_bench.app.sweep.tracing import trace_torch_graphs
 from remat_bench.core.errors import ConfigError
 from remat_bench.core.files import safe_name
 from remat_bench.torch.zoo import INSTALLED, USER, ModelSpecError, load_factory, locate_factory

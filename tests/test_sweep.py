@@ -24,15 +24,16 @@ from click.testing import CliRunner
 
 from remat_bench.app.cli import main
 from remat_bench.app.sweep import load_config, run_sweep
-from remat_bench.app.sweep.config import row_key, trace_torch_graphs
 from remat_bench.app.sweep.executors import _outcome
 from remat_bench.app.sweep.journal import Journal
+from remat_bench.app.sweep.keys import row_key
 from remat_bench.app.sweep.results import (
     build_table,
     load_table,
     shifted_geometric_mean,
     summarize,
 )
+from remat_bench.app.sweep.tracing import trace_torch_graphs
 from remat_bench.core.errors import ConfigError
 from tests.helpers import ROOT, SHIPPED
 

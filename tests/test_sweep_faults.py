@@ -32,8 +32,8 @@ from click.testing import CliRunner
 
 from remat_bench.app.cli import main
 from remat_bench.app.sweep import load_config, run_sweep
-from remat_bench.app.sweep.config import row_key
 from remat_bench.app.sweep.journal import Journal
+from remat_bench.app.sweep.keys import row_key
 from remat_bench.app.sweep.results import (
     build_table,
     load_table,

@@ -23,11 +23,11 @@ from click.testing import CliRunner
 from remat_bench.app.cli import main
 from remat_bench.app.report import write_report
 from remat_bench.app.sweep import load_config, run_sweep
-from remat_bench.app.sweep.config import ReplaySettings
 from remat_bench.app.sweep.journal import JOURNAL
 from remat_bench.app.sweep.progress import describe_replay
 from remat_bench.app.sweep.replays import REPLAY_FIELDS
 from remat_bench.app.sweep.results import load_table
+from remat_bench.app.sweep.runs import ReplaySettings
 from remat_bench.core.errors import ConfigError
 from remat_bench.core.graph_io import save_graph
 from remat_bench.torch.importer import import_model

@@ -772,7 +772,7 @@ def cost_sources(results: str | Path, table: pd.DataFrame) -> dict[str, CostSour
 def _sweep_name(results: Path) -> str:
     import yaml
 
-    from remat_bench.app.sweep.config import MAX_CONFIG_BYTES
+    from remat_bench.app.sweep.document import MAX_CONFIG_BYTES
     from remat_bench.core.files import read_regular
 
     config = results / "config.yaml"

@@ -43,9 +43,10 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
     from dataclasses import replace
 
     from remat_bench.app.sweep import load_config, plan, run_sweep, summarize
-    from remat_bench.app.sweep.config import ReplaySettings, floor_notes, trace_torch_graphs
     from remat_bench.app.sweep.progress import SweepProgress, summary_table
     from remat_bench.app.sweep.runner import check_output as check_results_folder
+    from remat_bench.app.sweep.runs import ReplaySettings, floor_notes
+    from remat_bench.app.sweep.tracing import trace_torch_graphs
 
     if executor == "local" and address:
         raise click.BadParameter("--address names a Dask scheduler; use it with --executor dask",

@@ -1,6 +1,7 @@
 """Batch sweeps (docs/design.md section 8): configs, hard-limited runs, the journal and the results table.
 
-- `config`: read and check a YAML config, expand it into `RunSpec` runs;
+- `config`: read and check a YAML config (its node tree `document`, its graphs `graph_entries`), expand
+  it into `RunSpec` runs (`runs`; their keys `keys`); `tracing`: its PyTorch graphs, when the sweep starts;
 - `worker`: one run in its own process (``python -m remat_bench.app.sweep.worker``);
 - `executors`: `supervise` one worker process; a thread pool or Dask runs many;
 - `journal`: every finished row on disk at once, for ``--resume``;
@@ -17,7 +18,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "RunSpec": "config", "SweepConfig": "config", "load_config": "config",
+    "RunSpec": "runs", "SweepConfig": "runs", "load_config": "config",
     "COLUMNS": "results", "build_table": "results", "load_table": "results", "summarize": "results",
     "SweepOutcome": "runner", "plan": "runner", "run_sweep": "runner",
 }

@@ -89,7 +89,7 @@ def supervise(spec: dict[str, Any], output: str) -> dict[str, Any]:
     Parameters
     ----------
     spec : dict
-        A run spec (`remat_bench.app.sweep.config.RunSpec.to_json`), with its ``time_limit`` and ``grace`` in s.
+        A run spec (`remat_bench.app.sweep.runs.RunSpec.to_json`), with its ``time_limit`` and ``grace`` in s.
     output : str
         The results folder (schedules and logs go there).
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from remat_bench.app.sweep.config import row_key
+from remat_bench.app.sweep.keys import row_key
 from remat_bench.app.sweep.worker import SWEEP_FAULT
 from remat_bench.core.errors import RematBenchError
 from remat_bench.core.files import open_regular
@@ -138,7 +138,7 @@ class Journal:
         Returns
         -------
         set of tuple
-            Run keys (`remat_bench.app.sweep.config.row_key`).
+            Run keys (`remat_bench.app.sweep.keys.row_key`).
         """
         return {row_key(row) for row in self.rows() if not row.get(SWEEP_FAULT)}
 

@@ -17,8 +17,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from remat_bench.app.sweep.config import RunSpec
 from remat_bench.app.sweep.results import FAILED, OVERHEAD_SHIFT_PCT, SUCCESS, TIME_SHIFT_S, MethodSummary
+from remat_bench.app.sweep.runs import RunSpec
 
 
 def method_label(method: str, params: Any) -> str:

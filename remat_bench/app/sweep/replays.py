@@ -27,7 +27,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from remat_bench.app.sweep.config import ReplaySettings, SweepConfig, row_key
+from remat_bench.app.sweep.keys import row_key
+from remat_bench.app.sweep.runs import ReplaySettings, SweepConfig
 from remat_bench.app.sweep.worker import SWEEP_FAULT
 from remat_bench.core.errors import RematBenchError
 from remat_bench.core.outcome import Termination

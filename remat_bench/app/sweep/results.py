@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from remat_bench.app.sweep.config import params_text, row_key
+from remat_bench.app.sweep.keys import params_text, row_key
 from remat_bench.core.files import atomic_write_bytes, atomic_write_text
 from remat_bench.core.outcome import Status
 

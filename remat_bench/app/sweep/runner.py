@@ -35,7 +35,6 @@ from typing import Any, Protocol
 
 import pandas as pd
 
-from remat_bench.app.sweep.config import RunSpec, SweepConfig, trace_torch_graphs
 from remat_bench.app.sweep.executors import (
     RunInterrupted,
     live_workers,
@@ -47,6 +46,8 @@ from remat_bench.app.sweep.executors import (
 from remat_bench.app.sweep.journal import JOURNAL, Journal
 from remat_bench.app.sweep.profiles import build_progress, write_progress
 from remat_bench.app.sweep.results import CSV, TABLE, build_table, write_table
+from remat_bench.app.sweep.runs import RunSpec, SweepConfig
+from remat_bench.app.sweep.tracing import trace_torch_graphs
 from remat_bench.app.sweep.worker import SWEEP_FAULT
 from remat_bench.core.errors import ConfigError
 from remat_bench.core.files import atomic_write_text
