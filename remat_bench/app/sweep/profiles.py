@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from remat_bench.app.sweep.results import shifted_geometric_mean
+from remat_bench.app.sweep.results import labels, read_parquet, shifted_geometric_mean, write_parquet
 
 Point = tuple[float, float]  # (seconds since the run started, simulated duration of the schedule then held)
 
@@ -231,8 +231,6 @@ def times_to_target(results: pd.DataFrame, progress: pd.DataFrame, within_pct: f
         Seconds, indexed by ``graph`` and ``budget_text``, one column per label; ``inf`` where a
         method has no run on an instance. A run without progress points counts at its solve time.
     """
-    from remat_bench.app.sweep.results import labels
-
     names = label if label is not None else labels(results)
     best = instances(results)["best"]
     progress = schedule_points(progress)
@@ -278,7 +276,6 @@ def speed_summary(results: pd.DataFrame, progress: pd.DataFrame, within_pct: flo
         Indexed by ``method`` (its label); columns ``runs``, ``success_rate``, ``time_to_target_sgm``,
         ``primal_integral`` and ``first_schedule_s`` (NaN where there is nothing to take it over).
     """
-    from remat_bench.app.sweep.results import labels
 
     names = labels(results)
     applicable = results[~results["status"].isin(("unsupported",))]
@@ -387,13 +384,7 @@ def write_progress(frame: pd.DataFrame, output: Path) -> Path:
     Path
         The file written.
     """
-    import io
-
-    from remat_bench.core.files import atomic_write_bytes
-
-    buffer = io.BytesIO()
-    frame.to_parquet(buffer, index=False)
-    atomic_write_bytes(output / PROGRESS_TABLE, buffer.getvalue())
+    write_parquet(frame, output / PROGRESS_TABLE)
     return output / PROGRESS_TABLE
 
 
@@ -417,7 +408,6 @@ def load_progress(folder: str | Path) -> pd.DataFrame | None:
         The file read is not a regular file, or (the Parquet) not a Parquet table with `PROGRESS_COLUMNS`.
     """
     from remat_bench.app.sweep.journal import JOURNAL, Journal
-    from remat_bench.app.sweep.results import read_parquet
 
     folder = Path(folder)
     if (folder / JOURNAL).exists():

@@ -209,9 +209,7 @@ def write_table(frame: pd.DataFrame, output: Path, csv: bool = False) -> list[Pa
     list of Path
         The Parquet file, then the CSV file when written.
     """
-    buffer = io.BytesIO()
-    frame.to_parquet(buffer, index=False)
-    atomic_write_bytes(output / TABLE, buffer.getvalue())
+    write_parquet(frame, output / TABLE)
     written = [output / TABLE]
     if csv:
         atomic_write_text(output / CSV, frame.to_csv(index=False))
@@ -267,6 +265,21 @@ def load_table(folder: str | Path) -> pd.DataFrame:
 
 # The columns a row of a results table is told by (its run key and names): a table without them is none.
 TABLE_KEY_COLUMNS = ("graph", "graph_sha256", "method", "params", "budget_text", "status", "repeat", "time_limit")
+
+
+def write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    """Write a table of a results folder (the results table or the progress table) as Parquet, atomically.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        The table, written without its index.
+    path : Path
+        The file; a reader sees the old file or the whole new one (`atomic_write_bytes`).
+    """
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def read_parquet(path: Path, columns: Sequence[str], remedy: str) -> pd.DataFrame:
