@@ -67,7 +67,6 @@ from remat_bench.app.evaluate import (
     evaluate_in_child,
     judge_schedule,
 )
-from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import budget_of, parse_size
 from remat_bench.core.cleanup import place_frees
 from remat_bench.core.control import Deadline, interrupted
@@ -77,7 +76,6 @@ from remat_bench.core.machine import usable_cores
 from remat_bench.core.outcome import MethodResult, SolutionStatus, Status, Termination, cut_short, search_ended
 from remat_bench.core.progress import ProgressRecorder, Relabelled
 from remat_bench.core.schedule import COMPUTE, Schedule
-from remat_bench.core.simulate import Simulation
 from remat_bench.methods import get_method, method_names
 from remat_bench.methods.base import Membership, Method, Param, Role, SolveContext
 from remat_bench.toolkit.improve import drop_with_reorder
@@ -152,6 +150,8 @@ class Member:
     message: str = ""
     termination: Termination | None = None  # why its run stopped (None: not run)
     schedule: Schedule | None = field(default=None, repr=False)
+    # Its schedule meets the run's goal (`SolveContext.reached`): nothing is faster, or lower at ``min``.
+    reached: bool = field(default=False, repr=False)
 
     @classmethod
     def of_run(cls, run: RunResult, role: str, seconds: float) -> Member:
@@ -177,29 +177,17 @@ class Member:
             member.schedule = run.schedule
         return member
 
-    def simulated(self, graph: Graph, sim: Simulation) -> None:
-        """Peak, duration and overhead from the simulation of its schedule (after clean-up).
-
-        Parameters
-        ----------
-        graph : Graph
-            The graph the schedule runs on (its baseline duration gives the overhead).
-        sim : Simulation
-            The simulation of the member's cleaned schedule.
-        """
-        self.peak, self.duration = sim.peak, sim.duration
-        self.overhead_pct = sim.overhead_pct(baseline(graph).duration)
-
     def as_dict(self) -> dict[str, Any]:
         """The member as ``stats["members"]`` records it.
 
         Returns
         -------
         dict
-            Its fields without the schedule or empty ones; ``status`` as its value, ``not_run`` when it did not run.
+            Its fields without the schedule, whether it reached the goal, or empty ones; ``status`` as its value,
+            ``not_run`` when it did not run.
         """
         record = {**self.__dict__, "status": "not_run" if self.status is None else self.status.value}
-        return {k: v for k, v in record.items() if k != "schedule" and v not in (None, "")}
+        return {k: v for k, v in record.items() if k not in ("schedule", "reached") and v not in (None, "")}
 
 
 @functools.cache
@@ -257,7 +245,7 @@ class Auto(Method):
             # Nothing to polish yet: the exact members take the polish's share too (what they find
             # first matters more than a polish that may get no time).
             clock.give_polish_time_to_members()
-        if exact and (reached := self._reached(budget, members)) is not None:
+        if exact and (reached := self._reached(members)) is not None:
             for method in exact:  # a fast member's schedule meets the goal: nothing is faster (or lower)
                 members.append(Member(method.name, Role.EXACT.value, message=f"{reached}'s schedule is proven optimal"))
         elif exact and not clock.members.expired():
@@ -322,7 +310,7 @@ class Auto(Method):
             if deadline.expired() or interrupted():
                 members.append(Member(method.name, Role.FAST.value, message="no time left", termination=cut_short()))
                 continue
-            if (reached := self._reached(budget, members)) is not None:
+            if (reached := self._reached(members)) is not None:
                 members.append(Member(method.name, Role.FAST.value,
                                       message=f"{reached}'s schedule is proven optimal"))
                 continue
@@ -347,7 +335,7 @@ class Auto(Method):
 
         if here or not can_spawn():
             for k, method in enumerate(methods):
-                if (reached := self._reached(budget, members)) is not None:
+                if (reached := self._reached(members)) is not None:
                     members.append(Member(method.name, Role.EXACT.value,
                                           message=f"{reached}'s schedule is proven optimal"))
                     continue
@@ -381,7 +369,7 @@ class Auto(Method):
             member = self._evaluated(graph, budget, method, Role.EXACT.value, params, limit, hints, stop=stop)
             if member.status is Status.ERROR and member.message == TIME_OUT:
                 member.status, member.termination = Status.NO_SOLUTION, Termination.TIME_LIMIT
-            if self._reached(budget, [member]) is not None:
+            if member.reached:
                 proven.found(method.name)
             elif proven.by and proven.by != method.name and member.status is Status.ERROR:
                 member.status = None  # stopped for the proven member's schedule: not run to its end
@@ -412,25 +400,25 @@ class Auto(Method):
                    params: dict[str, Any], limit: float | None, hints: list[tuple[str, Schedule]] | None = None,
                    stop: Callable[[], str] | None = None) -> Member:
         """Member ``method`` run through the evaluation path (`remat_bench.app.evaluate`), in a child process
-        when ``stop`` is given (side by side), else here; judged as any run is."""
+        when ``stop`` is given (side by side), else here; judged as any run is, and its schedule held against
+        the run's goal once (`Member.reached`)."""
         start = time.perf_counter()
+        context = self._member_context(method.name, hints)
         run_budget = budget_of(budget, graph)
         own = _declared(method, params)
         if stop is None:
-            run = evaluate(graph, method, run_budget, limit, own, bound=False,
-                           context=self._member_context(method.name, hints))
+            run = evaluate(graph, method, run_budget, limit, own, bound=False, context=context)
         else:
-            run = evaluate_in_child(graph, method, run_budget, limit, own, bound=False,
-                                    context=self._member_context(method.name, hints), stop=stop)
-        return Member.of_run(run, role, time.perf_counter() - start)
+            run = evaluate_in_child(graph, method, run_budget, limit, own, bound=False, context=context, stop=stop)
+        member = Member.of_run(run, role, time.perf_counter() - start)
+        member.reached = member.schedule is not None and member.peak is not None and member.duration is not None \
+            and self.goals.reached(budget, member.peak, member.duration)
+        return member
 
-    def _reached(self, budget: Number | None, members: list[Member]) -> str | None:
-        """The member whose schedule meets the run's goal (nothing is faster, or lower at ``min``), if any."""
-        for m in members:
-            if m.schedule is not None and m.peak is not None and m.duration is not None \
-                    and self.goals.reached(budget, m.peak, m.duration):
-                return m.method
-        return None
+    @staticmethod
+    def _reached(members: list[Member]) -> str | None:
+        """The first member whose schedule meets the run's goal (`Member.reached`), if any."""
+        return next((m.method for m in members if m.reached), None)
 
     def _polish(self, graph: Graph, budget: Number | None, members: list[Member], deadline: Deadline) -> None:
         """Step 3: the members' schedules, fastest first, with recomputations undone and reordered to fit
@@ -438,7 +426,7 @@ class Auto(Method):
         from in ``returned``) holds the result when it is faster than every member's. At ``min`` the
         lowest peak any member reached is the budget: the polish shortens schedules at that peak."""
         found = [m for m in members if m.schedule is not None and m.duration is not None and m.peak is not None]
-        if not found or self._reached(budget, members) is not None:
+        if not found or self._reached(members) is not None:
             return
         at = budget if budget is not None else min(m.peak for m in found if m.peak is not None)
         found = sorted((m for m in found if m.peak is not None and m.peak <= at), key=lambda m: (m.duration, m.peak))
@@ -543,7 +531,7 @@ class _Beside:
         def stop() -> str:
             if deadline.expired():
                 return "stopped: the members' time ran out"
-            reached = auto._reached(budget, members)
+            reached = auto._reached(members)
             return f"stopped: {reached}'s schedule is proven optimal" if reached else ""
 
         def run() -> None:
