@@ -18,9 +18,10 @@
 Weights are never downloaded: torchvision gets ``weights=None`` (and
 ``weights_backbone=None`` where a builder takes one), timm ``pretrained=False``,
 and a transformers model is built from its config (``from_pretrained`` is never
-called) with ``HF_HUB_OFFLINE=1`` and ``TRANSFORMERS_OFFLINE=1`` set. Keyword
-arguments that would load weights (``weights``, ``pretrained``, ``checkpoint_path`` ...)
-are refused.
+called) with ``HF_HUB_OFFLINE=1`` and ``TRANSFORMERS_OFFLINE=1`` set while
+transformers is imported and the model configured and built (`offline`: the
+process's environment is put back after). Keyword arguments that would load
+weights (``weights``, ``pretrained``, ``checkpoint_path`` ...) are refused.
 
 A transformers model starts from its family's standard configuration (Llama:
 32 layers of width 4096; GPT-2: 12 of 768; BERT-base: 12 of 768): what users
@@ -44,10 +45,11 @@ it is refused in one sentence saying how to install it (exit status 2).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from types import ModuleType
@@ -315,24 +317,50 @@ PARAMETER_SHARE = 0.5
 ATTENTIONS = ("sdpa", "eager")
 
 
+# The switches by which transformers and huggingface_hub are told not to read the network.
+OFFLINE_SWITCHES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+@contextlib.contextmanager
+def offline() -> Iterator[None]:
+    """`OFFLINE_SWITCHES` set to 1 for the block, and put back as they were after it (unset if they were).
+
+    Nothing here reads the network (``from_pretrained`` is never called: a model is built from its
+    config); the switches keep any code path of transformers' or huggingface_hub's from trying while
+    transformers is imported (huggingface_hub reads them then) and a model is configured and built,
+    without changing the environment of the rest of the process.
+
+    Yields
+    ------
+    None
+    """
+    saved = {name: os.environ.get(name) for name in OFFLINE_SWITCHES}
+    os.environ.update(dict.fromkeys(OFFLINE_SWITCHES, "1"))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def _hf_family(model: str, name: str) -> HFFamily:
     family = FAMILIES.get(name)
     if family is None:
         raise ModelSpecError(f"'{model}' is not a transformers family remat-bench builds; it builds "
                              f"{', '.join('hf:' + f for f in FAMILIES)}")
-    # Nothing here reads the network (from_pretrained is never called); set before transformers and
-    # huggingface_hub are first imported, which read them then, these keep any code path of theirs from
-    # trying.
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    _library("transformers", model)
+    with offline():  # huggingface_hub reads the switches when it is first imported
+        _library("transformers", model)
     return family
 
 
 def _hf_entry(model: str, name: str, kwargs: dict[str, Any]) -> ZooModel:
     family = _hf_family(model, name)
     kwargs.setdefault("attention", ATTENTIONS[0])  # recorded in the spec, so that a replay builds the same
-    _hf_config(model, family, kwargs)  # a field the config does not have is refused before anything is built
+    with offline():
+        _hf_config(model, family, kwargs)  # a field the config does not have is refused before anything is built
     sequence = int(kwargs.get("sequence", family.sequence))
     return ZooModel(model, partial(_build_hf, model, family), (sequence,), "language",
                     f"transformers {family.model}, random weights")
@@ -485,7 +513,8 @@ class LanguageModelLogits(nn.Module):
 def _build_hf(model: str, family: HFFamily, **kwargs: Any) -> nn.Module:
     import transformers  # imported by `_hf_family`, offline
 
-    config = _hf_config(model, family, kwargs, building=True)
-    module = getattr(transformers, family.model)(config)
+    with offline():
+        config = _hf_config(model, family, kwargs, building=True)
+        module = getattr(transformers, family.model)(config)
     positions = getattr(config, family.fields["max_positions"]) if family.position_table else None
     return LanguageModelLogits(module, positions, mask=family.causal and config._attn_implementation == "eager")
