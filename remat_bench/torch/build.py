@@ -25,7 +25,7 @@ from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode, unset_fa
 from torch.nn.modules.lazy import LazyModuleMixin
 
 from remat_bench.torch import ecosystem, logger_quiet
-from remat_bench.torch.zoo import ModelSpecError, build_module, ecosystem_name, load_factory
+from remat_bench.torch.zoo import ModelSpecError, ecosystem_name, load_factory
 
 
 class SharedFakeMode(FakeTensorMode):
@@ -140,6 +140,28 @@ def model_factory(model: str) -> Callable[..., nn.Module]:
     return ecosystem.factory(model) if ecosystem_name(model) else load_factory(model)
 
 
+def _built(model: str, kwargs: dict[str, Any]) -> nn.Module:
+    """What ``model``'s factory (`model_factory`) builds from ``kwargs``; its own errors become one sentence.
+
+    Raises
+    ------
+    ModelSpecError
+        A factory that may not be called, one that raises (the cause chained), or one that returns something
+        else than an ``nn.Module``.
+    """
+    factory = model_factory(model)
+    try:
+        module = factory(**kwargs)
+    except TypeError as exc:
+        raise ModelSpecError(f"model '{model}' cannot be built with {kwargs}: {exc}") from exc
+    except Exception as exc:  # chained: `build_model` tells a lazy module's failure under fake tensors by it
+        raise ModelSpecError(f"model '{model}' cannot be built with {kwargs}: {type(exc).__name__}: "
+                             f"{first_line(exc)}") from exc
+    if not isinstance(module, nn.Module):
+        raise ModelSpecError(f"model '{model}': the factory returned {type(module).__name__}, not an nn.Module")
+    return module
+
+
 def build_model(model: str, kwargs: dict[str, Any], input_shape: tuple[int, ...], input_dtype: str,
                 fake_mode: FakeTensorMode | None = None) -> nn.Module:
     """The model with its lazy modules materialized; with ``fake_mode``, its tensors are fake ones of it.
@@ -170,19 +192,19 @@ def build_model(model: str, kwargs: dict[str, Any], input_shape: tuple[int, ...]
         A model that cannot be built, or whose lazy modules cannot be materialized.
     """
     if fake_mode is None:
-        module = build_module(model, kwargs, model_factory(model))
+        module = _built(model, kwargs)
         _materialize_lazy(module, model, input_shape, input_dtype)
         return module
     try:
         with fake_mode, _building_fake():
-            return build_module(model, kwargs, model_factory(model))
+            return _built(model, kwargs)
     except ModelSpecError as exc:
         if not _from_lazy_module(exc.__cause__):
             raise
     # A lazy module's uninitialized parameter cannot be a fake tensor: build the model with real
     # tensors (its parameters and one sample's activations), materialize it, copy it into the mode.
     with unset_fake_temporarily():
-        module = build_module(model, kwargs, model_factory(model))
+        module = _built(model, kwargs)
         _materialize_lazy(module, model, input_shape, input_dtype)
     with FakeCopyMode(fake_mode):
         return copy.deepcopy(module)

@@ -124,7 +124,35 @@ class VGG11(nn.Module):
         return self.head(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1))
 
 
-class BasicBlock(nn.Module):
+class _ResidualBlock(nn.Module):
+    """A residual block of He et al. 2016: its convolutions (`branch`) plus the shortcut, then ReLU."""
+
+    expansion = 1
+    shortcut: nn.Module
+
+    def branch(self, x: torch.Tensor) -> torch.Tensor:
+        """The convolutions, without the shortcut (each block has its own)."""
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The block's convolutions plus the shortcut, then ReLU.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Feature maps (N, c_in, H, W).
+
+        Returns
+        -------
+        torch.Tensor
+            Feature maps (N, expansion c_mid, H / stride, W / stride).
+        """
+        return F.relu(self.branch(x) + self.shortcut(x))
+
+
+class BasicBlock(_ResidualBlock):
+    """Two 3x3 convolutions (ResNet-18 and -34)."""
+
     expansion = 1
 
     def __init__(self, c_in: int, c_mid: int, stride: int) -> None:
@@ -136,25 +164,15 @@ class BasicBlock(nn.Module):
         self.bn2 = nn.BatchNorm2d(c_out)
         self.shortcut = _shortcut(c_in, c_out, stride)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Two 3x3 convolutions plus the shortcut, then ReLU.
-
-        Parameters
-        ----------
-        x : torch.Tensor
-            Feature maps (N, c_in, H, W).
-
-        Returns
-        -------
-        torch.Tensor
-            Feature maps (N, c_mid, H / stride, W / stride).
-        """
+    def branch(self, x: torch.Tensor) -> torch.Tensor:
+        """Two 3x3 convolutions, the first followed by ReLU."""
         h = F.relu(self.bn1(self.conv1(x)))
-        h = self.bn2(self.conv2(h))
-        return F.relu(h + self.shortcut(x))
+        return self.bn2(self.conv2(h))
 
 
-class Bottleneck(nn.Module):
+class Bottleneck(_ResidualBlock):
+    """1x1, 3x3 and 1x1 convolutions, the last widening by 4 (ResNet-50 and deeper)."""
+
     expansion = 4
 
     def __init__(self, c_in: int, c_mid: int, stride: int) -> None:
@@ -168,23 +186,11 @@ class Bottleneck(nn.Module):
         self.bn3 = nn.BatchNorm2d(c_out)
         self.shortcut = _shortcut(c_in, c_out, stride)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """1x1, 3x3 and 1x1 convolutions plus the shortcut, then ReLU.
-
-        Parameters
-        ----------
-        x : torch.Tensor
-            Feature maps (N, c_in, H, W).
-
-        Returns
-        -------
-        torch.Tensor
-            Feature maps (N, 4 c_mid, H / stride, W / stride).
-        """
+    def branch(self, x: torch.Tensor) -> torch.Tensor:
+        """1x1, 3x3 and 1x1 convolutions, the first two followed by ReLU."""
         h = F.relu(self.bn1(self.conv1(x)))
         h = F.relu(self.bn2(self.conv2(h)))
-        h = self.bn3(self.conv3(h))
-        return F.relu(h + self.shortcut(x))
+        return self.bn3(self.conv3(h))
 
 
 def _shortcut(c_in: int, c_out: int, stride: int) -> nn.Module:
@@ -642,44 +648,6 @@ def load_factory(model: str) -> Callable[..., nn.Module]:
     else:
         raise ModelSpecError(f"'{model}': '{place.attr}' is not callable")
     raise ModelSpecError(f"'{model}' is {what}, so it is not called; {_rule()}")
-
-
-def build_module(model: str, kwargs: dict[str, Any],
-                 factory: Callable[..., nn.Module] | None = None) -> nn.Module:
-    """Build the model; the factory's own errors become one sentence.
-
-    Parameters
-    ----------
-    model : str
-        A zoo name or ``package.module:factory``.
-    kwargs : dict
-        The factory's keyword arguments.
-    factory : callable or None
-        What builds it (None: `load_factory` of ``model``; an ecosystem model's comes from
-        `remat_bench.torch.ecosystem.factory`).
-
-    Returns
-    -------
-    nn.Module
-
-    Raises
-    ------
-    ModelSpecError
-        A factory `load_factory` refuses, one that raises (the cause chained), or one that returns
-        something else than an ``nn.Module``.
-    """
-    factory = factory or load_factory(model)
-    try:
-        module = factory(**kwargs)
-    except TypeError as exc:
-        raise ModelSpecError(f"model '{model}' cannot be built with {kwargs}: {exc}") from exc
-    except Exception as exc:  # chained: the caller tells a lazy module's failure under fake tensors by it
-        text = str(exc).strip()
-        raise ModelSpecError(f"model '{model}' cannot be built with {kwargs}: {type(exc).__name__}: "
-                             f"{text.splitlines()[0] if text else ''}") from exc
-    if not isinstance(module, nn.Module):
-        raise ModelSpecError(f"model '{model}': the factory returned {type(module).__name__}, not an nn.Module")
-    return module
 
 
 class TrainingStep(nn.Module):
