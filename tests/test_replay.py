@@ -24,15 +24,13 @@ from remat_bench.core.graph_io import load_graph, save_graph
 from remat_bench.core.schedule import save_schedule
 from remat_bench.core.simulate import overhead_pct, simulate
 from remat_bench.methods import Status
-from remat_bench.torch import replay as replay_module
+from remat_bench.torch import measure as measure_module
 from remat_bench.torch.importer import import_model
-from remat_bench.torch.measure import measure_peak
+from remat_bench.torch.measure import interleaved_times, measure_peak, paired_overhead
 from remat_bench.torch.replay import (
     ATOL,
     RTOL,
     ReplayError,
-    interleaved_times,
-    paired_overhead,
     replay,
     replay_files,
     scratch_note,
@@ -228,7 +226,7 @@ def test_the_measured_overhead_is_computed_from_the_timings_exactly(mlp_files, m
         fn()
         return next(clock)
 
-    monkeypatch.setattr(replay_module, "timed", fake_timed)
+    monkeypatch.setattr(measure_module, "timed", fake_timed)
     r = replay(g, schedule, "cpu", repeats=3)
     assert r.baseline_step_times_s == [2.0, 4.0, 2.0] and r.step_times_s == [3.0, 5.0, 2.5]
     measured = r.measured_overhead
@@ -280,7 +278,7 @@ def test_a_baseline_that_does_not_fit_is_left_out_and_the_schedule_timed_alone(m
     # Room for the schedule's peak (checked before anything is built), not for the baseline's beyond it.
     free = math.ceil(simulate(g, schedule).peak / 0.8)
     assert need > 0.8 * free
-    monkeypatch.setattr(replay_module, "_available_bytes", lambda device: free)
+    monkeypatch.setattr(measure_module, "free_memory_bytes", lambda device: free)
     r = replay(g, schedule, "cpu", repeats=1)
     assert r.baseline_measured_peak is None and r.measured_overhead is None and r.baseline_step_times_s == []
     assert r.baseline_note.startswith(f"it needs {need:,} bytes, more than 80% of the {free:,} bytes free on cpu")

@@ -87,7 +87,7 @@ import functools
 import logging
 import operator
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from unittest import mock
@@ -98,15 +98,15 @@ from torch import fx, nn
 from torch._functorch import config as functorch_config
 from torch._functorch import partitioners
 from torch._inductor.custom_graph_pass import CustomPartitionerFn
-from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.checkpoint import CheckpointPolicy
 
 from remat_bench.core.errors import GraphError, RematBenchError, ScheduleError
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import COMPUTE, FREE, Schedule
-from remat_bench.core.simulate import simulate
+from remat_bench.core.simulate import Simulation, simulate
 from remat_bench.toolkit.lowering import Plan, lower_plan
 from remat_bench.torch import logger_quiet
+from remat_bench.torch.build import first_line
 from remat_bench.torch.importer import METADATA_KEY, program_for_graph, random_nodes, spec_of
 from remat_bench.torch.partition import (
     SAME_OPERATOR,
@@ -116,7 +116,7 @@ from remat_bench.torch.partition import (
     output_leaves,
     same_call,
 )
-from remat_bench.torch.program import OP, Storages, sort_fx_nodes
+from remat_bench.torch.program import OP, Storages, distinct_storage_bytes, sort_fx_nodes
 from remat_bench.torch.randomness import seeded_random_ops
 from remat_bench.torch.spec import ModelSpec
 
@@ -135,7 +135,8 @@ class CompiledPlan:
     ``saved``: forward nodes whose values the forward keeps for the backward (the loss aside);
     ``recomputed``: forward nodes the backward recomputes, once each. ``exact``: the schedule is the plan
     as compiled, step for step (``differences`` is empty); else each difference is one sentence.
-    ``as_compiled``: the plan as it will run, a schedule over the same graph for the simulator.
+    ``as_compiled``: the plan as it will run, a schedule over the same graph for the simulator;
+    ``as_compiled_peak``: its simulated peak.
     """
 
     graph: Graph
@@ -144,6 +145,7 @@ class CompiledPlan:
     exact: bool
     differences: list[str]
     as_compiled: Schedule
+    as_compiled_peak: Number
 
     def recompute(self, v: int) -> bool:
         """Whether node ``v`` is recomputed by the backward (``MUST_RECOMPUTE``), else computed once.
@@ -207,13 +209,13 @@ def _phases(graph: Graph, schedule: Schedule) -> _Phases:
     return _Phases(start, before, after, frozenset(saved))
 
 
-def compiled_plan(graph: Graph, schedule: Schedule) -> CompiledPlan:
+def compiled_plan(graph: Graph, schedule: Schedule, simulation: Simulation | None = None) -> CompiledPlan:
     """The plan of ``schedule`` as ``torch.compile`` can run it: its saved set, its recomputations, and
     what differs from the schedule (module docstring, "The plan").
 
     The saved set is the forward values alive when the schedule's backward begins that a later step
     reads, random operators' values among those it recomputes added; ``as_compiled`` lowers it with
-    the shared lowering (held recomputations), and the caller scores it with the simulator.
+    the shared lowering (held recomputations), scored by the simulator (``as_compiled_peak``).
 
     Parameters
     ----------
@@ -221,6 +223,8 @@ def compiled_plan(graph: Graph, schedule: Schedule) -> CompiledPlan:
         A graph imported from PyTorch (`remat_bench.torch.importer.import_model`).
     schedule : Schedule
         A valid schedule over ``graph``.
+    simulation : Simulation or None
+        The simulator's account of ``schedule`` when the caller has it (None: simulated here).
 
     Returns
     -------
@@ -236,7 +240,7 @@ def compiled_plan(graph: Graph, schedule: Schedule) -> CompiledPlan:
     if spec_of(graph) is None:
         raise GraphError(f"graph '{graph.name}' was not imported from PyTorch (no 'torch' model spec in its "
                          "metadata): torch.compile runs the model it came from")
-    sim = simulate(graph, schedule)
+    sim = simulation if simulation is not None else simulate(graph, schedule)
     if not sim.valid:
         raise ScheduleError(f"graph '{graph.name}': the schedule is not valid ({sim.violation}), so it has no plan")
     phases = _phases(graph, schedule)
@@ -255,13 +259,15 @@ def compiled_plan(graph: Graph, schedule: Schedule) -> CompiledPlan:
                            solver={"as_compiled": "the schedule's saved set kept, the rest recomputed once"})
     recomputed = frozenset(v for v in graph.forward_indices if counts[v] > 1)
     saved = frozenset(v for v in _phases(graph, as_compiled).saved if graph.is_forward[v]) - recomputed
-    differences = _differences(graph, schedule, sim.peak, phases, as_compiled, counts, random)
-    return CompiledPlan(graph, saved, recomputed, not differences, differences, as_compiled)
+    compiled_peak = simulate(graph, as_compiled).peak
+    differences = _differences(graph, schedule, (sim.peak, compiled_peak), phases, as_compiled, counts, random)
+    return CompiledPlan(graph, saved, recomputed, not differences, differences, as_compiled, compiled_peak)
 
 
-def _differences(graph: Graph, schedule: Schedule, peak: Number, phases: _Phases, as_compiled: Schedule,
-                 counts: np.ndarray, random: frozenset[int]) -> list[str]:
-    """One sentence per way the schedule differs from its plan as compiled."""
+def _differences(graph: Graph, schedule: Schedule, peaks: tuple[Number, Number], phases: _Phases,
+                 as_compiled: Schedule, counts: np.ndarray, random: frozenset[int]) -> list[str]:
+    """One sentence per way the schedule differs from its plan as compiled (``peaks``: the simulated peaks of
+    the schedule and of the plan as compiled)."""
     ids = graph.ids
     said: set[int] = set()
     out: list[str] = []
@@ -309,11 +315,10 @@ def _differences(graph: Graph, schedule: Schedule, peak: Number, phases: _Phases
                    f"'{ids[int(ours[k])]}' where the plan as compiled computes '{ids[int(theirs[k])]}' "
                    "(compiled, the forward runs in the trace's order, the backward in autograd's, and each "
                    "recomputation just before its first use)")
-    if not out:
-        compiled_peak = simulate(graph, as_compiled).peak
-        if peak != compiled_peak:
-            out.append(f"the schedule frees some values later than their last use (simulated peak {peak} "
-                       f"against {compiled_peak}); compiled, each is freed after its last use")
+    peak, compiled_peak = peaks
+    if not out and peak != compiled_peak:
+        out.append(f"the schedule frees some values later than their last use (simulated peak {peak} "
+                   f"against {compiled_peak}); compiled, each is freed after its last use")
     return out
 
 
@@ -498,14 +503,7 @@ def _check(forward: fx.GraphModule, backward: fx.GraphModule, num_fwd_outputs: i
         mismatches.append(f"compiled, the backward recomputes '{ids[v]}', which the plan saves")
     plan_bytes = int(sum(int(plan.graph.memory[v]) for v in plan.saved))
     return PartitionCheck(frozenset(saved), frozenset(recomputed), frozenset(inner - recomputed),
-                          _storage_bytes(tensors), plan_bytes, inputs, mismatches)
-
-
-def _storage_bytes(values: Iterable[Any]) -> int:
-    """Bytes of the distinct storages of the tensors among ``values`` (views of one storage count once)."""
-    storages = {StorageWeakRef(t.untyped_storage()): int(t.untyped_storage().nbytes())
-                for t in values if isinstance(t, torch.Tensor)}
-    return sum(storages.values())
+                          distinct_storage_bytes(tensors), plan_bytes, inputs, mismatches)
 
 
 class CompileError(RematBenchError):
@@ -560,7 +558,7 @@ class PlanPartitioner(CustomPartitionerFn):
             for n in gm.graph.nodes:
                 n.meta.pop("recompute", None)
             recomputing = set()
-            refused.append(f"the partitioner refused the plan's tags ({str(exc).strip().splitlines()[0]}); "
+            refused.append(f"the partitioner refused the plan's tags ({first_line(exc)}); "
                            "compiled, PyTorch's own min cut decides what is saved")
             forward, backward = partitioners.min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
         check = _check(forward, backward, num_fwd_outputs, alignment, recomputing, self.plan, self.imported.loss)
@@ -590,7 +588,7 @@ class _Recorder(CustomPartitionerFn):
         indices = set(kwargs.get("static_lifetime_input_indices") or [])
         static = {n.name for i, n in enumerate(n for n in forward.graph.nodes if n.op == "placeholder")
                   if i in indices}
-        self.saved_bytes.append(_storage_bytes(
+        self.saved_bytes.append(distinct_storage_bytes(
             n.meta.get("val") for n in output_leaves(forward)[int(kwargs["num_fwd_outputs"]):]
             if isinstance(n, fx.Node) and n.op != "placeholder" and n.name not in static))
         return forward, backward

@@ -17,10 +17,9 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from torch import fx
-from torch.multiprocessing.reductions import StorageWeakRef
 
 from remat_bench.core.schedule import COMPUTE
-from remat_bench.torch.program import GRADIENT, OP, Program, storage_bytes
+from remat_bench.torch.program import GRADIENT, OP, Program, distinct_storage_bytes, storage_bytes
 from remat_bench.torch.randomness import random_key, seeded_generators, seeded_random_ops
 from remat_bench.torch.spec import ModelSpec, build_step, make_batch
 
@@ -60,10 +59,7 @@ class State:
     @property
     def nbytes(self) -> int:
         """Bytes of every distinct storage the state holds: the fixed memory, measured."""
-        seen: dict[StorageWeakRef, int] = {}
-        for t in [*self.parameters.values(), *self.buffers.values(), self.inputs, self.labels]:
-            seen[StorageWeakRef(t.untyped_storage())] = storage_bytes(t)
-        return sum(seen.values())
+        return distinct_storage_bytes([*self.parameters.values(), *self.buffers.values(), self.inputs, self.labels])
 
 
 class ExecutionError(RuntimeError):

@@ -74,6 +74,7 @@ from remat_bench.core.budget import format_amount
 from remat_bench.core.errors import GraphError, RematBenchError
 from remat_bench.core.graph import Graph, Node
 from remat_bench.core.provenance import CALIBRATED, COSTS_KEY, COUNTED, MEASURED, NONE, UNMEASURED, CostWarning
+from remat_bench.torch.build import first_line
 from remat_bench.torch.calibrate import STATISTIC, WARMUP, Calibration, CostCache, OutOfTime, calibrate
 from remat_bench.torch.executor import ExecutionError
 from remat_bench.torch.measure import free_memory_bytes, measured_where
@@ -92,25 +93,12 @@ METADATA_KEY = "torch"
 MEASURE_HEADROOM = 1.25
 
 
-def import_model(
-    model: str,
-    batch: int | None = None,
-    input_shape: Sequence[int] | None = None,
-    durations: str = CALIBRATED,
-    seed: int = 0,
-    repeats: int = DEFAULT_REPEATS,
-    device: str | None = None,
-    name: str | None = None,
-    workspace: str | None = "auto",
-    *,
-    task: str | None = None,
-    input_dtype: str | None = None,
-    input_range: int | None = None,
-    model_kwargs: Mapping[str, Any] | None = None,
-    cost_cache: CostCache | None = None,
-    measure_deadline: float | None = None,
-    **kwargs: Any,
-) -> Graph:
+def import_model(model: str, batch: int | None = None, input_shape: Sequence[int] | None = None,
+                 durations: str = CALIBRATED, seed: int = 0, repeats: int = DEFAULT_REPEATS,
+                 device: str | None = None, name: str | None = None, workspace: str | None = "auto", *,
+                 task: str | None = None, input_dtype: str | None = None, input_range: int | None = None,
+                 model_kwargs: Mapping[str, Any] | None = None, cost_cache: CostCache | None = None,
+                 measure_deadline: float | None = None, **kwargs: Any) -> Graph:
     """The training graph of ``model`` (a zoo name or ``package.module:factory``) at ``batch``, with costs
     measured on this machine.
 
@@ -183,6 +171,20 @@ def import_model(
         one that traces but fails on real tensors, or ``workspace="measure"`` for a step that cannot run here
         (or in time).
     """
+    wanted, workspace = _costs_asked(durations, workspace, repeats)
+    spec = model_spec(model, batch=batch, input_shape=tuple(input_shape) if input_shape else None,
+                      seed=seed, task=task, input_dtype=input_dtype, input_range=input_range,
+                      kwargs=_constructor(model_kwargs, kwargs))
+    graph, notes = _graph_with_costs(build_program(spec), device, wanted, workspace, repeats, cost_cache,
+                                     measure_deadline, name)
+    for note in notes:
+        warnings.warn(note, CostWarning, stacklevel=2)
+    return graph
+
+
+def _costs_asked(durations: str, workspace: str | None, repeats: int) -> tuple[str, str]:
+    """The durations and workspace modes `import_model` was asked for, ``profile`` read as ``calibrated`` and
+    None as ``auto``; GraphError for an unknown mode, or ``repeats`` below 1."""
     if durations not in DURATIONS:
         raise GraphError(f"durations must be one of {', '.join(DURATIONS)}, not {durations!r}")
     workspace = workspace or "auto"
@@ -190,18 +192,27 @@ def import_model(
         raise GraphError(f"workspace must be one of {', '.join(WORKSPACES)}, not {workspace!r}")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise GraphError(f"repeats must be a whole number of at least 1, not {repeats!r}")
-    wanted = CALIBRATED if durations == "profile" else durations
+    return (CALIBRATED if durations == "profile" else durations), workspace
+
+
+def _constructor(model_kwargs: Mapping[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The model's constructor arguments, from `import_model`'s ``model_kwargs`` and its other keywords."""
     constructor = dict(model_kwargs or {})
     twice = sorted(set(constructor) & set(kwargs))
     if twice:
         raise ModelSpecError(f"the model's argument {twice[0]!r} is given twice (in model_kwargs and as a keyword)")
     constructor.update(kwargs)
-    spec = model_spec(model, batch=batch, input_shape=tuple(input_shape) if input_shape else None,
-                      seed=seed, task=task, input_dtype=input_dtype, input_range=input_range,
-                      kwargs=constructor)
-    program = build_program(spec)
+    return constructor
+
+
+def _graph_with_costs(program: Program, device: str | None, durations: str, workspace: str, repeats: int,
+                      cost_cache: CostCache | None, measure_deadline: float | None, name: str | None
+                      ) -> tuple[Graph, list[str]]:
+    """The program's graph with its costs measured as asked (`import_model`'s arguments), or counted where
+    they could not be measured; and the sentences saying what was not."""
+    spec = program.spec
     dev = torch.device(device or "cpu")
-    measuring = wanted == CALIBRATED or workspace != NONE
+    measuring = durations == CALIBRATED or workspace != NONE
     if dev.type == "cuda" and measuring and not torch.cuda.is_available():
         raise GraphError(f"device '{device}' is not available here to measure the costs on (torch sees no CUDA "
                          "device); measure on cpu, or import with durations='flops' and workspace='none'")
@@ -209,7 +220,7 @@ def import_model(
     counted = program_graph(program, flops, "flops", name=name)
     short = _memory_short(int(baseline(counted).peak), dev) if measuring else ""
     try:
-        measured = calibrate(program, dev, durations=wanted == CALIBRATED, workspace=workspace != NONE,
+        measured = calibrate(program, dev, durations=durations == CALIBRATED, workspace=workspace != NONE,
                              repeats=repeats, cache=cost_cache if cost_cache is not None else CostCache.user(),
                              may_run=not short, deadline=measure_deadline) if measuring else None
     except ExecutionError as exc:  # traced with fake tensors, an operator can still fail on real ones
@@ -228,11 +239,9 @@ def import_model(
                           measured.workspace if measured is not None else None, name=name)
     if measured is not None and measured.workspace is not None:
         graph.metadata[METADATA_KEY]["workspace"] = measured_where(dev)  # where replay's note looks
-    notes = [_fallback_note(spec.model, short, wanted == CALIBRATED, workspace != NONE)] if fell_back else []
-    graph.metadata[COSTS_KEY] = cost_record(wanted, workspace, measured, repeats, notes)
-    for note in notes:
-        warnings.warn(note, CostWarning, stacklevel=2)
-    return graph
+    notes = [_fallback_note(spec.model, short, durations == CALIBRATED, workspace != NONE)] if fell_back else []
+    graph.metadata[COSTS_KEY] = cost_record(durations, workspace, measured, repeats, notes)
+    return graph, notes
 
 
 def _memory_short(peak: int, device: torch.device) -> str:
@@ -339,8 +348,7 @@ def import_model_reporting(options: dict[str, Any], search: Sequence[str] = ()) 
     except RematBenchError as exc:
         return "refused", str(exc)
     except BaseException as exc:  # the user's code may raise anything, SystemExit included
-        text = str(exc).strip()
-        first = text.splitlines()[0][:300] if text else ""
+        first = first_line(exc)[:300]
         return "refused", (f"model '{model}' stopped with {type(exc).__name__}"
                            f"{f': {first}' if first else ''} while it was built or traced")
 

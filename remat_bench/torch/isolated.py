@@ -277,7 +277,7 @@ def train_isolated(graph: Graph, schedule: Schedule, steps: int, *, configuratio
     on_event : callable or None
         Told of every event `train` sends (a configuration begins, a step ends, a warning).
     **options
-        `train`'s other keywords (mode, device, lr, backend).
+        `train`'s other keywords (mode, device, lr, backend, simulation).
 
     Returns
     -------

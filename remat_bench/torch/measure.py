@@ -1,5 +1,6 @@
 """Measuring on real tensors: the peak of the allocator while a function runs, its wall time, the
-memory a device has free, and where a measurement was taken (processor, thread count, device).
+memory a device has free (and whether a run fits in it), where a measurement was taken (processor,
+thread count, device), and two runs timed in turns and their paired overhead.
 
 The importer measures operators' scratch memory and times them with it
 (`remat_bench.torch.calibrate`), and replay the peak of a whole schedule; both
@@ -10,11 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from remat_bench.core.simulate import overhead_pct
 
 
 def sync(device: torch.device) -> None:
@@ -224,3 +229,114 @@ def _processor_name() -> str:
     except OSError:
         pass
     return platform.processor()
+
+
+def no_room(device: torch.device, need: int) -> str:
+    """Why ``need`` more bytes do not fit on ``device`` (over 80% of its free memory); empty when they do.
+
+    Parameters
+    ----------
+    device : torch.device
+    need : int
+        Bytes a run would allocate on it.
+
+    Returns
+    -------
+    str
+        ``"<need> bytes, more than 80% of the <free> bytes free on <device>"``, or empty.
+    """
+    available = free_memory_bytes(device)
+    if available is not None and need > 0.8 * available:
+        return f"{need:,} bytes, more than 80% of the {available:,} bytes free on {device}"
+    return ""
+
+
+@dataclass(frozen=True)
+class PairedOverhead:
+    """A schedule's measured overhead over the baseline, from pairs of runs timed one after the other."""
+
+    median_pct: float  # the median of the paired overheads, in percent
+    min_pct: float
+    max_pct: float
+    pairs: int
+
+    @property
+    def spread(self) -> float:
+        """The range of the paired overheads, max - min, in percentage points."""
+        return self.max_pct - self.min_pct
+
+
+def paired_overhead(schedule_s: Sequence[float], baseline_s: Sequence[float]) -> PairedOverhead:
+    """The median and range of the paired overheads ``100 * (schedule_s[i] / baseline_s[i] - 1)``.
+
+    Each pair ran back to back (`interleaved_times`), so a slow spell of the
+    machine inflates both of its times and largely cancels in their ratio; the
+    median of the ratios resists the pair a burst of noise hit anyway, and
+    their range, min to max, says how far the pairs disagree.
+
+    Parameters
+    ----------
+    schedule_s : Sequence of float
+        The schedule's times, in s.
+    baseline_s : Sequence of float
+        The baseline's, in s, as many, pair i timed just before ``schedule_s[i]``.
+
+    Returns
+    -------
+    PairedOverhead
+        In percent (a pair whose baseline took no time counts as `overhead_pct` has it).
+
+    Raises
+    ------
+    ValueError
+        No pairs, or lists of different lengths.
+    """
+    if not schedule_s or len(schedule_s) != len(baseline_s):
+        raise ValueError(f"paired timings need as many baseline times as schedule times, at least one: "
+                         f"got {len(schedule_s)} and {len(baseline_s)}")
+    paired = [overhead_pct(s, b) for s, b in zip(schedule_s, baseline_s)]
+    return PairedOverhead(statistics.median(paired), min(paired), max(paired), len(paired))
+
+
+def interleaved_times(device: torch.device, run_schedule: Callable[[], Callable[[], None]],
+                      run_baseline: Callable[[], Callable[[], None]] | None,
+                      repeats: int, on_pair: Callable[[int, float], None] | None = None
+                      ) -> tuple[list[float], list[float]]:
+    """Time the schedule and the baseline in turns: a warm-up of each, then ``repeats`` pairs.
+
+    The order is baseline, schedule, baseline, schedule, ...: the two see the
+    same state of the machine (caches, clock, other load) as nearly as one
+    process can give them. Each run is prepared (``run_schedule()`` gives the
+    function to time) before its clock starts, and timed by
+    `remat_bench.torch.measure.timed`: on CUDA from an idle device to an idle
+    device.
+
+    Parameters
+    ----------
+    device : torch.device
+        Where the runs' kernels go.
+    run_schedule : callable
+        Prepares one run of the schedule and returns it (a function without arguments).
+    run_baseline : callable or None
+        The same for the baseline; None times the schedule alone.
+    repeats : int
+        Pairs timed, at least 1.
+    on_pair : callable or None
+        Told ``(pairs done, seconds the last pair took)`` after each pair.
+
+    Returns
+    -------
+    tuple of (list of float, list of float)
+        The schedule's times and the baseline's (empty without a baseline), in s, in the order run.
+    """
+    runs = [fn for fn in (run_baseline, run_schedule) if fn is not None]
+    for prepare in runs:  # warm-up: allocator pools, kernel choices, caches
+        timed(device, prepare())
+    times: list[list[float]] = [[] for _ in runs]
+    for done in range(1, repeats + 1):
+        for i, prepare in enumerate(runs):
+            run = prepare()
+            times[i].append(timed(device, run))
+        if on_pair is not None:
+            on_pair(done, sum(t[-1] for t in times))
+    return (times[-1], times[0] if run_baseline is not None else [])

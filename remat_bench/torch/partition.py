@@ -63,14 +63,13 @@ from torch._functorch import config as functorch_config
 from torch._functorch import partitioners
 from torch._functorch.aot_autograd import aot_function
 from torch.func import functional_call
-from torch.multiprocessing.reductions import StorageWeakRef
 
 from remat_bench.core.errors import RematBenchError
 from remat_bench.core.graph import Graph
 from remat_bench.torch import logger_quiet
 from remat_bench.torch.build import SharedFakeMode
 from remat_bench.torch.importer import program_for_graph
-from remat_bench.torch.program import OP, FxValues, Program, Storages, sort_fx_nodes
+from remat_bench.torch.program import OP, FxValues, Program, Storages, distinct_storage_bytes, sort_fx_nodes
 from remat_bench.torch.spec import ModelSpec, build_step, fake_batch
 
 # AOTAutograd's name for an operator the importer's trace records under another (its functional form).
@@ -119,12 +118,7 @@ class JointGraph:
         -------
         int
         """
-        storages: dict[StorageWeakRef, int] = {}
-        for name in names:
-            for t in pytree.tree_leaves(self.values[name].meta.get("val")):
-                if isinstance(t, torch.Tensor):
-                    storages[StorageWeakRef(t.untyped_storage())] = int(t.untyped_storage().nbytes())
-        return sum(storages.values())
+        return distinct_storage_bytes(self.values[name].meta.get("val") for name in names)
 
     def node_of(self, name: str, what: str) -> int | None:
         """The node holding FX value ``name`` (None: fixed memory); PartitionError when it has none.

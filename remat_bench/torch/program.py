@@ -36,6 +36,7 @@ recomputation draws the first computation's values, and
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,6 +159,22 @@ def storage_bytes(t: torch.Tensor) -> int:
     int
     """
     return int(t.untyped_storage().nbytes())
+
+
+def distinct_storage_bytes(values: Iterable[Any]) -> int:
+    """Bytes of the distinct storages of the tensors among ``values``: a storage several share counts once.
+
+    Parameters
+    ----------
+    values : iterable
+        Tensors, or structures of tensors (an FX node's ``val``); anything else counts nothing.
+
+    Returns
+    -------
+    int
+    """
+    storages = {StorageWeakRef(t.untyped_storage()): storage_bytes(t) for value in values for t in _tensors(value)}
+    return sum(storages.values())
 
 
 def _fx_inputs(node: fx.Node) -> list[fx.Node]:

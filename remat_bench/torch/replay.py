@@ -39,12 +39,13 @@ Time. The schedule is timed against the baseline (every node once in file
 order, `remat_bench.core.baseline.baseline_schedule`: the reference of
 ``overhead_pct``) in the same process, on the same parameters and batch:
 after one unprofiled warm-up run of each, ``repeats`` pairs run interleaved,
-baseline then schedule (`interleaved_times`), so that machine noise falls on
-both alike; on CUDA each run is timed from an idle device to an idle device
-(`remat_bench.torch.measure.timed`). The measured overhead is the median of
-the paired overheads ``100 * (t_schedule_i / t_baseline_i - 1)``, its spread
-their range, min to max (`paired_overhead`); the modelled overhead is the
-simulated duration over the baseline's simulated duration, less 1. The
+baseline then schedule (`remat_bench.torch.measure.interleaved_times`), so
+that machine noise falls on both alike; on CUDA each run is timed from an idle
+device to an idle device (`remat_bench.torch.measure.timed`). The measured
+overhead is the median of the paired overheads
+``100 * (t_schedule_i / t_baseline_i - 1)``, its spread their range, min to
+max (`remat_bench.torch.measure.paired_overhead`); the modelled overhead is
+the simulated duration over the baseline's simulated duration, less 1. The
 baseline's peak is measured too, beside its simulated one.
 
 Budget. The schedule file's budget (in the graph's memory units) is reported
@@ -59,7 +60,7 @@ import contextlib
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,12 +72,20 @@ from remat_bench.core.errors import RematBenchError, ScheduleError
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.graph_io import load_graph
 from remat_bench.core.json_files import parse_json, read_text
-from remat_bench.core.machine import available_memory_bytes
 from remat_bench.core.schedule import COMPUTE, Schedule, schedule_from_dict
-from remat_bench.core.simulate import overhead_pct, simulate
+from remat_bench.core.simulate import Simulation, overhead_pct, simulate
+from remat_bench.torch.build import first_line
 from remat_bench.torch.executor import ExecutionError, Executor, State, reference_step
 from remat_bench.torch.importer import program_for_graph, spec_of
-from remat_bench.torch.measure import measure_peak, measured_where, sync, timed
+from remat_bench.torch.measure import (
+    PairedOverhead,
+    interleaved_times,
+    measure_peak,
+    measured_where,
+    no_room,
+    paired_overhead,
+    sync,
+)
 
 RTOL = 1e-5
 ATOL = 1e-6
@@ -86,97 +95,6 @@ DEFAULT_REPEATS = 5
 
 class ReplayError(RematBenchError):
     """A replay that cannot run here: no such device, or not enough memory."""
-
-
-@dataclass(frozen=True)
-class PairedOverhead:
-    """A schedule's measured overhead over the baseline, from pairs of runs timed one after the other."""
-
-    median_pct: float  # the median of the paired overheads, in percent
-    min_pct: float
-    max_pct: float
-    pairs: int
-
-    @property
-    def spread(self) -> float:
-        """The range of the paired overheads, max - min, in percentage points."""
-        return self.max_pct - self.min_pct
-
-
-def paired_overhead(schedule_s: Sequence[float], baseline_s: Sequence[float]) -> PairedOverhead:
-    """The median and range of the paired overheads ``100 * (schedule_s[i] / baseline_s[i] - 1)``.
-
-    Each pair ran back to back (`interleaved_times`), so a slow spell of the
-    machine inflates both of its times and largely cancels in their ratio; the
-    median of the ratios resists the pair a burst of noise hit anyway, and
-    their range, min to max, says how far the pairs disagree.
-
-    Parameters
-    ----------
-    schedule_s : Sequence of float
-        The schedule's times, in s.
-    baseline_s : Sequence of float
-        The baseline's, in s, as many, pair i timed just before ``schedule_s[i]``.
-
-    Returns
-    -------
-    PairedOverhead
-        In percent (a pair whose baseline took no time counts as `overhead_pct` has it).
-
-    Raises
-    ------
-    ValueError
-        No pairs, or lists of different lengths.
-    """
-    if not schedule_s or len(schedule_s) != len(baseline_s):
-        raise ValueError(f"paired timings need as many baseline times as schedule times, at least one: "
-                         f"got {len(schedule_s)} and {len(baseline_s)}")
-    paired = [overhead_pct(s, b) for s, b in zip(schedule_s, baseline_s)]
-    return PairedOverhead(statistics.median(paired), min(paired), max(paired), len(paired))
-
-
-def interleaved_times(device: torch.device, run_schedule: Callable[[], Callable[[], None]],
-                      run_baseline: Callable[[], Callable[[], None]] | None,
-                      repeats: int, on_pair: Callable[[int, float], None] | None = None
-                      ) -> tuple[list[float], list[float]]:
-    """Time the schedule and the baseline in turns: a warm-up of each, then ``repeats`` pairs.
-
-    The order is baseline, schedule, baseline, schedule, ...: the two see the
-    same state of the machine (caches, clock, other load) as nearly as one
-    process can give them. Each run is prepared (``run_schedule()`` gives the
-    function to time) before its clock starts, and timed by
-    `remat_bench.torch.measure.timed`: on CUDA from an idle device to an idle
-    device.
-
-    Parameters
-    ----------
-    device : torch.device
-        Where the runs' kernels go.
-    run_schedule : callable
-        Prepares one run of the schedule and returns it (a function without arguments).
-    run_baseline : callable or None
-        The same for the baseline; None times the schedule alone.
-    repeats : int
-        Pairs timed, at least 1.
-    on_pair : callable or None
-        Told ``(pairs done, seconds the last pair took)`` after each pair.
-
-    Returns
-    -------
-    tuple of (list of float, list of float)
-        The schedule's times and the baseline's (empty without a baseline), in s, in the order run.
-    """
-    runs = [fn for fn in (run_baseline, run_schedule) if fn is not None]
-    for prepare in runs:  # warm-up: allocator pools, kernel choices, caches
-        timed(device, prepare())
-    times: list[list[float]] = [[] for _ in runs]
-    for done in range(1, repeats + 1):
-        for i, prepare in enumerate(runs):
-            run = prepare()
-            times[i].append(timed(device, run))
-        if on_pair is not None:
-            on_pair(done, sum(t[-1] for t in times))
-    return (times[-1], times[0] if run_baseline is not None else [])
 
 
 @dataclass
@@ -344,7 +262,7 @@ def resolve_device(device: str | None) -> torch.device:
     return dev
 
 
-def load_schedule_for(graph: Graph, path: str | Path) -> Schedule:
+def load_schedule_for(graph: Graph, path: str | Path, use: str = "replay") -> Schedule:
     """Read a schedule file for ``graph``; refuse one written for another graph (by its sha256).
 
     Parameters
@@ -353,6 +271,8 @@ def load_schedule_for(graph: Graph, path: str | Path) -> Schedule:
         The graph the schedule is for.
     path : str or Path
         The schedule file.
+    use : str
+        What is to be done with it, as the refusal says it (``replay``, ``train with``).
 
     Returns
     -------
@@ -369,7 +289,7 @@ def load_schedule_for(graph: Graph, path: str | Path) -> Schedule:
     if want and want != graph.sha256 and isinstance(written, dict):
         raise ScheduleError(
             f"{path} was written for graph '{written.get('name') or '?'}' (sha256 {want[:12]}), not for "
-            f"'{graph.name}' (sha256 {graph.sha256[:12]}); refusing to replay it: replay a schedule "
+            f"'{graph.name}' (sha256 {graph.sha256[:12]}); refusing to {use} it: {use} a schedule "
             "on the graph it was solved for"
         )
     return schedule_from_dict(data, graph, str(path))
@@ -470,17 +390,14 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
         raise ScheduleError(f"refusing to replay a schedule that is not valid for graph '{graph.name}': "
                             f"{sim.violation}")
     dev = resolve_device(device)
-    steps = list(zip(schedule.kinds.tolist(), schedule.nodes.tolist(), schedule.impls.tolist()))
+    steps = _steps(schedule)
     base = baseline(graph)
     base_steps: list[Step] | None = None
     base_note = "" if timing_run else "the replay measured the peak only"
     if timing_run and with_baseline:
-        base_sched = baseline_schedule(graph)
-        base_steps = list(zip(base_sched.kinds.tolist(), base_sched.nodes.tolist(), base_sched.impls.tolist()))
+        base_steps = _steps(baseline_schedule(graph))
     elif timing_run:
         base_note = "left out with --no-baseline"
-    base_delta: int | None = None
-    times: tuple[list[float], list[float]] = ([], [])
     spec = spec_of(graph)
     tell = on_event if on_event is not None else (lambda event: None)
     if spec is not None:  # before the model is built and its parameters allocated (the baseline is checked later)
@@ -492,35 +409,75 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
     with run as (prepare, fixed_bytes, finish):
         profiled = prepare(steps, True)
         start = time.perf_counter()
-        measured_delta = measure_peak(dev, profiled)
+        delta = measure_peak(dev, profiled)
         wall = time.perf_counter() - start  # profiled: used only without timed runs
-        check = finish()
+        measured = _Measured(fixed_bytes, delta, wall, finish(), base_note=base_note)
         if base_steps is not None:
-            short = no_room(dev, _as_bytes(base.peak - graph.fixed_memory))
-            if short:
-                base_note, base_steps = f"it needs {short}, beyond the fixed memory", None
-        if base_steps is not None:
-            try:
-                base_delta = measure_peak(dev, prepare(base_steps, False))
-            except (ReplayError, torch.OutOfMemoryError) as exc:
-                base_note, base_steps = f"it failed on {dev}: {exc}", None
+            base_steps = _measure_baseline(graph, dev, prepare, base_steps, base.peak, measured)
         tell({"kind": "measured"})
         if timing_run:
-            times = interleaved_times(dev, lambda: prepare(steps, False),
-                                      None if base_steps is None else (lambda: prepare(base_steps, False)),
-                                      repeats, lambda done, took: tell({"kind": "pair", "pair": done,
-                                                                        "of": repeats, "time_s": took}))
-    step_times, base_times = times
-    measured_peak = fixed_bytes + measured_delta
+            measured.times = interleaved_times(dev, lambda: prepare(steps, False),
+                                               None if base_steps is None else (lambda: prepare(base_steps, False)),
+                                               repeats, lambda done, took: tell({"kind": "pair", "pair": done,
+                                                                                 "of": repeats, "time_s": took}))
+    return _result(graph, schedule, dev, spec is not None, sim, base, measured)
+
+
+Step = tuple[int, int, int]  # (COMPUTE or FREE, node index, implementation position)
+# prepare(steps, keep) builds what a run of ``steps`` needs and returns the run itself (timed apart from
+# its preparation); with ``keep`` the run's outputs stay alive until finish() compares them.
+Prepare = Callable[[list[Step], bool], Callable[[], None]]
+
+
+def _steps(schedule: Schedule) -> list[Step]:
+    return list(zip(schedule.kinds.tolist(), schedule.nodes.tolist(), schedule.impls.tolist()))
+
+
+@dataclass
+class _Measured:
+    """What a replay measured, in bytes and s."""
+
+    fixed_bytes: int  # the fixed memory the replay holds
+    delta: int  # the schedule's peak above what was allocated when it began
+    wall_s: float  # its profiled run's wall time
+    check: dict[str, Any]  # its outputs against autograd's (`compare`); empty for a synthetic graph
+    base_delta: int | None = None  # the baseline's, as ``delta``; None when it did not run
+    base_note: str = ""  # why the baseline did not run, when it did not
+    times: tuple[list[float], list[float]] = ([], [])  # `interleaved_times`' (schedule, baseline)
+
+
+def _measure_baseline(graph: Graph, device: torch.device, prepare: Prepare, steps: list[Step], peak: Number,
+                      measured: _Measured) -> list[Step] | None:
+    """The baseline's peak into ``measured`` (``peak``: its simulated one); its steps, or None, with
+    ``measured.base_note`` saying why, when it does not fit in the free memory or fails on the device."""
+    short = no_room(device, _as_bytes(peak - graph.fixed_memory))
+    if short:
+        measured.base_note = f"it needs {short}, beyond the fixed memory"
+        return None
+    try:
+        measured.base_delta = measure_peak(device, prepare(steps, False))
+    except (ReplayError, torch.OutOfMemoryError) as exc:
+        measured.base_note = f"it failed on {device}: {exc}"
+        return None
+    return steps
+
+
+def _result(graph: Graph, schedule: Schedule, device: torch.device, model: bool, sim: Simulation,
+            base: Any, measured: _Measured) -> ReplayResult:
+    """The `ReplayResult` of what a replay of ``schedule`` measured (``model``: it ran an imported graph's
+    model), beside the simulator's account of it (``sim``) and of the baseline (``base``)."""
+    step_times, base_times = measured.times
+    measured_peak = measured.fixed_bytes + measured.delta
+    check = measured.check
     result = ReplayResult(
         graph=graph.name,
-        device=str(dev),
-        mode="model" if spec is not None else "synthetic",
+        device=str(device),
+        mode="model" if model else "synthetic",
         measured_peak=measured_peak,
         simulated_peak=sim.peak,
-        measured_fixed=fixed_bytes,
+        measured_fixed=measured.fixed_bytes,
         fixed_memory=graph.fixed_memory,
-        wall_time_s=statistics.median(step_times) if step_times else wall,
+        wall_time_s=statistics.median(step_times) if step_times else measured.wall_s,
         simulated_duration=sim.duration,
         duration_unit=graph.units.get("duration", ""),
         steps=sim.num_steps,
@@ -530,19 +487,19 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
         max_abs_diff=check.get("max_abs"),
         max_rel_diff=check.get("max_rel"),
         diffs=check.get("diffs", {}),
-        measurement=("torch.profiler memory events (CPU allocator)" if dev.type == "cpu"
+        measurement=("torch.profiler memory events (CPU allocator)" if device.type == "cpu"
                      else "torch.cuda.max_memory_allocated"),
-        note=scratch_note(graph, dev, measured_peak, sim.peak) if spec is not None else "",
+        note=scratch_note(graph, device, measured_peak, sim.peak) if model else "",
         budget=schedule.budget,
         step_times_s=step_times,
         baseline_step_times_s=base_times,
         modelled_overhead_pct=overhead_pct(sim.duration, base.duration),
         baseline_simulated_peak=base.peak,
-        baseline_measured_peak=None if base_delta is None else fixed_bytes + base_delta,
-        baseline_note=base_note,
+        baseline_measured_peak=None if measured.base_delta is None else measured.fixed_bytes + measured.base_delta,
+        baseline_note=measured.base_note,
     )
     if result.within_budget is False:
-        result.budget_note = over_budget_cause(graph, dev, result)
+        result.budget_note = over_budget_cause(graph, device, result)
     return result
 
 
@@ -617,12 +574,6 @@ def scratch_note(graph: Graph, device: torch.device, measured_peak: int, simulat
     return "operators allocated more scratch memory than the graph's measured workspaces"
 
 
-Step = tuple[int, int, int]  # (COMPUTE or FREE, node index, implementation position)
-# prepare(steps, keep) builds what a run of ``steps`` needs and returns the run itself (timed apart from
-# its preparation); with ``keep`` the run's outputs stay alive until finish() compares them.
-Prepare = Callable[[list[Step], bool], Callable[[], None]]
-
-
 # ---------------------------------------------------------------------- imported graphs
 
 
@@ -635,9 +586,8 @@ def _model_run(graph: Graph, device: torch.device) -> Iterator[tuple[Prepare, in
     except RematBenchError:
         raise
     except Exception as exc:  # traced with fake tensors, the model can still fail on real ones
-        text = str(exc).strip()
         raise ReplayError(f"replaying '{graph.name}': the model's autograd step fails on real tensors on "
-                          f"{device}: {type(exc).__name__}: {text.splitlines()[0] if text else ''}") from None
+                          f"{device}: {type(exc).__name__}: {first_line(exc)}") from None
     state = State.create(program.spec, device)
     executors: list[Executor] = []
 
@@ -757,30 +707,3 @@ def _synthetic_run(graph: Graph, device: torch.device,
         yield prepare, int(fixed.numel()), lambda: {}  # nothing to check against
     finally:
         del fixed
-
-
-def no_room(device: torch.device, need: int) -> str:
-    """Why ``need`` more bytes do not fit on ``device`` (over 80% of its free memory); empty when they do.
-
-    Parameters
-    ----------
-    device : torch.device
-    need : int
-        Bytes a run would allocate on it.
-
-    Returns
-    -------
-    str
-        ``"<need> bytes, more than 80% of the <free> bytes free on <device>"``, or empty.
-    """
-    available = _available_bytes(device)
-    if available is not None and need > 0.8 * available:
-        return f"{need:,} bytes, more than 80% of the {available:,} bytes free on {device}"
-    return ""
-
-
-def _available_bytes(device: torch.device) -> int | None:
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free)
-    return available_memory_bytes()

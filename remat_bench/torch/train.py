@@ -49,20 +49,21 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from remat_bench.core.baseline import baseline
-from remat_bench.core.errors import RematBenchError
-from remat_bench.core.graph import Graph
-from remat_bench.core.schedule import Schedule
-from remat_bench.core.simulate import simulate
+from remat_bench.core.errors import RematBenchError, ScheduleError
+from remat_bench.core.graph import Graph, Number
+from remat_bench.core.schedule import Schedule, load_schedule
+from remat_bench.core.simulate import Simulation, simulate
 from remat_bench.torch.executor import ExecutionError, Executor, State
 from remat_bench.torch.importer import program_for_graph, random_nodes, spec_of
-from remat_bench.torch.measure import measure_peak, time_ns
+from remat_bench.torch.measure import measure_peak, no_room, time_ns
 from remat_bench.torch.randomness import seeded_random_ops
-from remat_bench.torch.replay import ATOL, RTOL, compare, no_room
+from remat_bench.torch.replay import ATOL, RTOL, compare, load_schedule_for
 from remat_bench.torch.spec import ModelSpec, build_step, make_batch
 from remat_bench.torch.zoo import TrainingStep
 
@@ -104,12 +105,72 @@ def batch_for_step(spec: ModelSpec, step: int, device: torch.device) -> tuple[to
     return make_batch(replace(spec, seed=int.from_bytes(digest, "little") % (2**62) - 1), device)
 
 
-def _simulated(graph: Graph, schedule: Schedule) -> Any:
-    """The simulator's account of ``schedule``; TrainError when it refuses the schedule for ``graph``."""
-    sim = simulate(graph, schedule)
+def accepted(graph: Graph, schedule: Schedule, simulation: Simulation | None = None) -> Simulation:
+    """The simulator's account of ``schedule`` on ``graph``, which must accept it.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph.
+    schedule : Schedule
+        A schedule over it.
+    simulation : Simulation or None
+        Its account when the caller has it already (None: simulated here).
+
+    Returns
+    -------
+    Simulation
+        Valid.
+
+    Raises
+    ------
+    TrainError
+        A schedule the simulator refuses for ``graph``.
+    """
+    sim = simulation if simulation is not None else simulate(graph, schedule)
     if not sim.valid:
         raise TrainError(f"the schedule is not valid for graph '{graph.name}': {sim.violation}")
     return sim
+
+
+def schedule_for_training(graph: Graph, path: str | Path, imported: bool = False) -> tuple[Schedule, Simulation]:
+    """A schedule file read for ``graph``, and its simulation: what `train` takes, checked once here.
+
+    On the graph file it was solved on, the schedule must have been written for that graph (its sha256,
+    `remat_bench.torch.replay.load_schedule_for`). On a model imported anew (other costs, perhaps another
+    batch: another hash), its steps must run on the graph's nodes.
+
+    Parameters
+    ----------
+    graph : Graph
+        A graph imported from PyTorch.
+    path : str or Path
+        The schedule file.
+    imported : bool
+        Whether ``graph`` was imported anew rather than read from the file the schedule was solved on.
+
+    Returns
+    -------
+    tuple of (Schedule, Simulation)
+        The schedule and the simulator's account of it (valid).
+
+    Raises
+    ------
+    ScheduleError
+        A file that cannot be read, one written for another graph, or (``imported``) one whose steps do not
+        run on the graph's nodes.
+    TrainError
+        A schedule the simulator refuses for the graph it was written for.
+    """
+    if not imported:
+        schedule = load_schedule_for(graph, path, use="train with")
+        return schedule, accepted(graph, schedule)
+    schedule = load_schedule(path, graph, force=True)  # refuses steps that name nodes the graph lacks
+    sim = simulate(graph, schedule)
+    if not sim.valid:
+        raise ScheduleError(f"{path} was solved for another graph and its steps do not run on "
+                            f"'{graph.name}' ({sim.violation}); pass the graph file it was solved on")
+    return schedule, sim
 
 
 class ScheduledStep:
@@ -126,6 +187,8 @@ class ScheduledStep:
     module : TrainingStep or None
         The module whose parameters the step reads and whose ``.grad`` it fills (None: a new one from
         the spec's seed, as `build_step` builds it).
+    simulation : Simulation or None
+        The simulator's account of ``schedule`` when the caller has it (None: simulated here).
 
     Raises
     ------
@@ -134,8 +197,8 @@ class ScheduledStep:
     """
 
     def __init__(self, graph: Graph, schedule: Schedule, device: torch.device | str = "cpu",
-                 module: TrainingStep | None = None) -> None:
-        sim = _simulated(graph, schedule)
+                 module: TrainingStep | None = None, simulation: Simulation | None = None) -> None:
+        sim = accepted(graph, schedule, simulation)
         self.graph = graph
         self.device = torch.device(device)
         self.program = program_for_graph(graph)
@@ -324,7 +387,7 @@ def _into(box: list[torch.Tensor], step_fn: StepFn, inputs: torch.Tensor, labels
 def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exact",
           device: torch.device | str = "cpu", lr: float = DEFAULT_LR,
           configurations: Sequence[str] = CONFIGURATIONS, backend: str = "inductor",
-          on_event: Events | None = None) -> TrainReport:
+          on_event: Events | None = None, simulation: Simulation | None = None) -> TrainReport:
     """Train the graph's model for ``steps`` steps with the schedule and beside it (module docstring).
 
     Parameters
@@ -349,6 +412,9 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
     on_event : callable or None
         Told of each configuration as it begins, each step as it ends (its loss and time) and, before a
         compiled plan runs, that it is over its budget as compiled (`Events`).
+    simulation : Simulation or None
+        The simulator's account of ``schedule`` when the caller has it (`schedule_for_training`); None:
+        simulated here.
 
     Returns
     -------
@@ -361,42 +427,20 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
         not a positive number the parameters can hold, a schedule the simulator refuses, a run that would
         not fit in the device's free memory, or a loss that is no longer finite (the training diverged).
     """
-    if steps < 2:
-        raise TrainError(f"train needs at least 2 steps (the second one's peak is measured), not {steps}")
-    if mode not in MODES:
-        raise TrainError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-    unknown = [c for c in configurations if c not in CONFIGURATIONS]
-    if unknown:
-        raise TrainError(f"unknown configuration {unknown[0]!r}; choose from {', '.join(CONFIGURATIONS)}")
-    twice = [c for i, c in enumerate(configurations) if c in configurations[:i]]
-    if twice:
-        raise TrainError(f"configuration {twice[0]!r} is named twice; name each once")
-    # SGD scales each gradient by the rate in the parameters' dtype (float32 here): one it cannot hold ends
-    # the step with an overflow, a negative or zero one trains nothing.
-    if not (math.isfinite(lr) and 0 < lr <= torch.finfo(torch.float32).max):
-        raise TrainError(f"the learning rate must be a positive number below {torch.finfo(torch.float32).max:.3g}, "
-                         f"not {lr:g}")
+    _check_options(steps, mode, configurations, lr)
     tell: Events = on_event if on_event is not None else (lambda event: None)
     dev = torch.device(device)
-    sim = _simulated(graph, schedule)
+    sim = accepted(graph, schedule, simulation)
     spec = spec_of(graph)
     if spec is None:
         raise TrainError(f"graph '{graph.name}' was not imported from PyTorch: there is no model to train")
     base_peak = baseline(graph).peak
-    # Checked before anything is built: an allocator failure half-way through says less, and later.
     others = [c for c in configurations if c != "schedule"]
-    need = max(int(sim.peak), int(base_peak) if others else 0)
-    short = no_room(dev, need)
-    if short:
-        raise TrainError(f"training '{graph.name}' needs {short}"
-                         + (" (the other configurations train without the schedule, at the baseline's peak)"
-                            if others and base_peak > sim.peak else "")
-                         + "; train a smaller batch or model")
+    _check_room(graph, dev, sim.peak, base_peak, others)
     fraction = (float(schedule.budget) / float(base_peak)) if schedule.budget is not None else None
+    setting = _Setting(graph, schedule, sim, spec, dev, backend, fraction, bool(random_nodes(graph)), tell)
     fixed_bytes = 0
     as_compiled_peak: int | None = None
-    random = bool(random_nodes(graph))
-    own_masks = "dropout masks from inductor's generator: losses comparable in distribution only" if random else ""
     results: list[Configuration] = []
     chosen = ["schedule", *others]
     for index, name in enumerate(chosen):
@@ -410,38 +454,14 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
             fixed_bytes = State(spec, dev, dict(module.named_parameters()), dict(module.named_buffers()),
                                 *batch_for_step(spec, 0, dev)).nbytes
         config = Configuration(name if not (name == "schedule" and mode == "compiled") else "schedule-compiled")
-        if name == "schedule" and mode == "exact":
-            step_fn: StepFn = ScheduledStep(graph, schedule, dev, module)
-        elif name == "schedule":
-            from remat_bench.torch.compiled import compile_training_step, compiled_plan
-
-            plan = compiled_plan(graph, schedule)
-            as_compiled_peak = int(simulate(graph, plan.as_compiled).peak)
-            step_fn = compile_training_step(module, plan, backend=backend)
-            config.note = ("the schedule's plan under torch.compile, exactly" if plan.exact else
-                           "the schedule's plan under torch.compile, as compiled: " + "; ".join(plan.differences))
-            if schedule.budget is not None and as_compiled_peak > schedule.budget:
-                over = (f"as compiled, the plan's simulated peak {as_compiled_peak:,} is above the budget "
-                        f"{int(schedule.budget):,} (torch.compile recomputes a value once at most and holds "
-                        "it until its last use; chen's and torch-budget's schedules compile as they are)")
-                config.note = over + "; " + config.note
-                tell({"kind": "warning", "text": over + "; training it anyway"})
-        elif name == "eager":
-            step_fn = _eager_step(module, spec.seed, dev)
-        elif name == "compile":
-            from remat_bench.torch.compiled import compile_with_memory_budget
-
-            step_fn = compile_with_memory_budget(module, None)
-            config.note = own_masks
+        step_fn: StepFn | None
+        if config.name == "schedule-compiled":
+            step_fn, as_compiled_peak = _compiled_schedule(setting, module, config)
         else:
-            if fraction is None:
-                config.note = "not run: the schedule has no budget"
-                results.append(config)
-                continue
-            from remat_bench.torch.compiled import compile_with_memory_budget
-
-            step_fn = compile_with_memory_budget(module, fraction)
-            config.note = "; ".join(filter(None, [f"activation_memory_budget={fraction:.3f}", own_masks]))
+            step_fn = _step(setting, name, module, config)
+        if step_fn is None:  # not run; its note says why
+            results.append(config)
+            continue
         tell({"kind": "configuration", "configuration": config.name, "index": index + 1, "of": len(chosen)})
         _run(config, step_fn, module, spec, steps, dev, lr, fixed_bytes, tell)
         if compiled:
@@ -449,18 +469,138 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
         results.append(config)
     report = TrainReport(graph.name, str(dev), steps, mode, _whole(schedule.budget), fraction,
                          int(sim.peak), fixed_bytes, results, as_compiled_peak)
-    by_name = {c.name: c for c in results}
-    mine = results[0]
-    eager = by_name.get("eager")
-    if eager is not None and eager.losses:
-        report.max_loss_diff = max(abs(a - b) for a, b in zip(mine.losses, eager.losses))
-        same = compare(dict(mine.parameters), eager.parameters, *report.tolerance)
-        report.max_param_diff, report.params_match = same["max_abs"], same["match"]
-        plain = by_name.get("compile")
-        if plain is not None and plain.losses and not random:  # with dropout its masks are inductor's
-            report.compile_max_loss_diff = max(abs(a - b) for a, b in zip(plain.losses, eager.losses))
-            report.compile_max_param_diff = compare(dict(plain.parameters), eager.parameters)["max_abs"]
+    _compare_with_eager(report, setting.random)
     return report
+
+
+def _check_options(steps: int, mode: str, configurations: Sequence[str], lr: float) -> None:
+    """Refuse, in one sentence, what `train` cannot run: its Raises, but for the schedule and the memory."""
+    if steps < 2:
+        raise TrainError(f"train needs at least 2 steps (the second one's peak is measured), not {steps}")
+    if mode not in MODES:
+        raise TrainError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    fault = configuration_fault(configurations)
+    if fault is not None and fault[0] == "unknown":
+        raise TrainError(f"unknown configuration {fault[1]!r}; choose from {', '.join(CONFIGURATIONS)}")
+    if fault is not None:
+        raise TrainError(f"configuration {fault[1]!r} is named twice; name each once")
+    # SGD scales each gradient by the rate in the parameters' dtype (float32 here): one it cannot hold ends
+    # the step with an overflow, a negative or zero one trains nothing.
+    if not (math.isfinite(lr) and 0 < lr <= torch.finfo(torch.float32).max):
+        raise TrainError(f"the learning rate must be a positive number below {torch.finfo(torch.float32).max:.3g}, "
+                         f"not {lr:g}")
+
+
+def configuration_fault(configurations: Sequence[str]) -> tuple[str, str] | None:
+    """What is wrong with a list of configurations, first an unknown one, then one named twice.
+
+    Parameters
+    ----------
+    configurations : Sequence of str
+        Names of configurations, as `train` takes them.
+
+    Returns
+    -------
+    tuple of (str, str) or None
+        ``("unknown", name)`` for the first name not in `CONFIGURATIONS`, else ``("twice", name)`` for the
+        first one named a second time; None when every name is known and named once.
+    """
+    unknown = [c for c in configurations if c not in CONFIGURATIONS]
+    if unknown:
+        return "unknown", unknown[0]
+    twice = [c for i, c in enumerate(configurations) if c in configurations[:i]]
+    if twice:
+        return "twice", twice[0]
+    return None
+
+
+def _check_room(graph: Graph, device: torch.device, peak: Number, base_peak: Number, others: list[str]) -> None:
+    """Refuse a run whose largest peak (the schedule's, or the baseline's when other configurations run) would
+    not fit in the device's free memory: checked before anything is built, as an allocator failure half-way
+    through says less, and later."""
+    need = max(int(peak), int(base_peak) if others else 0)
+    short = no_room(device, need)
+    if short:
+        raise TrainError(f"training '{graph.name}' needs {short}"
+                         + (" (the other configurations train without the schedule, at the baseline's peak)"
+                            if others and base_peak > peak else "")
+                         + "; train a smaller batch or model")
+
+
+@dataclass(frozen=True)
+class _Setting:
+    """What the configurations of one `train` run share."""
+
+    graph: Graph
+    schedule: Schedule
+    simulation: Simulation  # the schedule's, valid
+    spec: ModelSpec
+    device: torch.device
+    backend: str  # the compiled schedule's
+    fraction: float | None  # the schedule's budget over the baseline's peak, for compile-budget
+    random: bool  # the model has random operators (dropout)
+    tell: Events
+
+
+def _step(setting: _Setting, name: str, module: TrainingStep, config: Configuration) -> StepFn | None:
+    """The step of configuration ``name`` (all but the compiled schedule's) on ``module``, its note set in
+    ``config``; None for compile-budget without a budget (not run)."""
+    # Inductor's own generator draws its dropout masks (module docstring of remat_bench.torch.compiled).
+    own_masks = ("dropout masks from inductor's generator: losses comparable in distribution only"
+                 if setting.random else "")
+    if name == "schedule":
+        return ScheduledStep(setting.graph, setting.schedule, setting.device, module, setting.simulation)
+    if name == "eager":
+        return _eager_step(module, setting.spec.seed, setting.device)
+    if name == "compile":
+        from remat_bench.torch.compiled import compile_with_memory_budget
+
+        config.note = own_masks
+        return compile_with_memory_budget(module, None)
+    if setting.fraction is None:
+        config.note = "not run: the schedule has no budget"
+        return None
+    from remat_bench.torch.compiled import compile_with_memory_budget
+
+    config.note = "; ".join(filter(None, [f"activation_memory_budget={setting.fraction:.3f}", own_masks]))
+    return compile_with_memory_budget(module, setting.fraction)
+
+
+def _compiled_schedule(setting: _Setting, module: TrainingStep, config: Configuration) -> tuple[StepFn, int]:
+    """The schedule's plan compiled on ``module`` (``mode="compiled"``), its note set in ``config``, and the
+    simulated peak of the plan as compiled; a warning told when that peak is above the schedule's budget."""
+    from remat_bench.torch.compiled import compile_training_step, compiled_plan
+
+    graph, schedule = setting.graph, setting.schedule
+    plan = compiled_plan(graph, schedule, setting.simulation)
+    as_compiled_peak = int(plan.as_compiled_peak)
+    step_fn = compile_training_step(module, plan, backend=setting.backend)
+    config.note = ("the schedule's plan under torch.compile, exactly" if plan.exact else
+                   "the schedule's plan under torch.compile, as compiled: " + "; ".join(plan.differences))
+    if schedule.budget is not None and as_compiled_peak > schedule.budget:
+        over = (f"as compiled, the plan's simulated peak {as_compiled_peak:,} is above the budget "
+                f"{int(schedule.budget):,} (torch.compile recomputes a value once at most and holds "
+                "it until its last use; chen's and torch-budget's schedules compile as they are)")
+        config.note = over + "; " + config.note
+        setting.tell({"kind": "warning", "text": over + "; training it anyway"})
+    return step_fn, as_compiled_peak
+
+
+def _compare_with_eager(report: TrainReport, random: bool) -> None:
+    """The schedule's losses and final parameters against eager training's, and torch.compile's (without
+    random operators, whose masks are inductor's there), into ``report``."""
+    by_name = {c.name: c for c in report.configurations}
+    mine = report.configurations[0]
+    eager = by_name.get("eager")
+    if eager is None or not eager.losses:
+        return
+    report.max_loss_diff = max(abs(a - b) for a, b in zip(mine.losses, eager.losses))
+    same = compare(dict(mine.parameters), eager.parameters, *report.tolerance)
+    report.max_param_diff, report.params_match = same["max_abs"], same["match"]
+    plain = by_name.get("compile")
+    if plain is not None and plain.losses and not random:  # with dropout its masks are inductor's
+        report.compile_max_loss_diff = max(abs(a - b) for a, b in zip(plain.losses, eager.losses))
+        report.compile_max_param_diff = compare(dict(plain.parameters), eager.parameters)["max_abs"]
 
 
 def _record_partition(config: Configuration, step_fn: StepFn) -> None:

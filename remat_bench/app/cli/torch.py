@@ -272,18 +272,19 @@ def train(model: str, schedule: Path, steps: int, mode: str, configurations: str
     _require_torch("train")
     from remat_bench.torch.isolated import train_isolated
     from remat_bench.torch.replay import resolve_device
+    from remat_bench.torch.train import schedule_for_training
 
     chosen = _configurations(configurations)
     if not (math.isfinite(lr) and lr > 0):
         raise click.BadParameter(f"the learning rate must be a positive number, not {lr:g}", param_hint="--lr")
     g, imported = _train_graph(model, batch, input_shape, task, kwargs)
-    sched = _schedule_for(g, schedule, imported)
+    sched, sim = schedule_for_training(g, schedule, imported)  # simulated once, here
     dev = str(resolve_device(device))  # a device not here is refused before a child starts
     progress = RunProgress(f"training {g.name} for {steps} steps ({', '.join(chosen)})", as_json)
     try:
         with progress:
             report = train_isolated(g, sched, steps, configurations=chosen, time_limit=time_limit,
-                                    on_event=progress, mode=mode, device=dev, lr=lr)
+                                    on_event=progress, mode=mode, device=dev, lr=lr, simulation=sim)
     except RunStopped as stopped:
         show(progress.partial_json(str(stopped)), as_json, progress.partial_table)
         raise
@@ -304,18 +305,17 @@ def train(model: str, schedule: Path, steps: int, mode: str, configurations: str
 
 def _configurations(text: str) -> list[str]:
     """``--configurations``: each a known configuration, named once, at least one."""
-    from remat_bench.torch.train import CONFIGURATIONS
+    from remat_bench.torch.train import CONFIGURATIONS, configuration_fault
 
     chosen = [c.strip() for c in text.split(",") if c.strip()]
     if not chosen:
         raise click.BadParameter(f"name at least one of {', '.join(CONFIGURATIONS)}", param_hint="--configurations")
-    unknown = [c for c in chosen if c not in CONFIGURATIONS]
-    if unknown:
-        raise click.BadParameter(f"'{unknown[0]}' is not one of {', '.join(CONFIGURATIONS)}",
+    fault = configuration_fault(chosen)
+    if fault is not None and fault[0] == "unknown":
+        raise click.BadParameter(f"'{fault[1]}' is not one of {', '.join(CONFIGURATIONS)}",
                                  param_hint="--configurations")
-    twice = [c for i, c in enumerate(chosen) if c in chosen[:i]]
-    if twice:
-        raise click.BadParameter(f"'{twice[0]}' is named twice; name each configuration once",
+    if fault is not None:
+        raise click.BadParameter(f"'{fault[1]}' is named twice; name each configuration once",
                                  param_hint="--configurations")
     return chosen
 
@@ -337,30 +337,6 @@ def _train_graph(model: str, batch: int | None, input_shape: str | None, task: s
     shape = _parse_shape(input_shape) if input_shape else None
     return trace_model(dict(model=model, batch=batch, input_shape=shape, task=task,
                             model_kwargs=_parse_kwargs(kwargs)), TRACE_TIME_LIMIT), True
-
-
-def _schedule_for(g: Graph, path: Path, imported: bool) -> Any:
-    """SCHEDULE for the graph. On a graph file it must have been solved for that graph; on a model imported
-    here (other costs, perhaps another batch: another hash) its steps must run on the graph's nodes."""
-    from remat_bench.core.errors import ScheduleError
-    from remat_bench.core.json_files import parse_json, read_text
-    from remat_bench.core.schedule import schedule_from_dict
-    from remat_bench.core.simulate import simulate
-    from remat_bench.torch.replay import load_schedule_for
-
-    if not imported:
-        try:
-            return load_schedule_for(g, path)
-        except ScheduleError as exc:
-            raise ScheduleError(str(exc).replace("refusing to replay it: replay", "refusing to train with it: "
-                                                 "train with")) from None
-    data = parse_json(read_text(path, ScheduleError), str(path), ScheduleError)
-    sched = schedule_from_dict(data, g, str(path), force=True)  # refuses steps that name nodes the graph lacks
-    sim = simulate(g, sched)
-    if not sim.valid:
-        raise ScheduleError(f"{path} was solved for another graph and its steps do not run on "
-                            f"'{g.name}' ({sim.violation}); pass the graph file it was solved on")
-    return sched
 
 
 class RunProgress:
