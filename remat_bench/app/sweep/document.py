@@ -89,9 +89,40 @@ class Document:
             stack.extend((child, False) for child in _children(node))
 
     def error(self, node: yaml.Node, message: str) -> ConfigError:
+        """The config's error at ``node``'s line (`error_at`).
+
+        Parameters
+        ----------
+        node : yaml.Node
+            Where the problem is.
+        message : str
+            What is wrong there, and what to do.
+
+        Returns
+        -------
+        ConfigError
+            For the caller to raise.
+        """
         return error_at(self.path, node.start_mark.line + 1, message)
 
     def value(self, node: yaml.Node) -> Any:
+        """The plain value ``node`` holds, built as `yaml.safe_load` builds it.
+
+        Parameters
+        ----------
+        node : yaml.Node
+            A node of the checked tree.
+
+        Returns
+        -------
+        Any
+            Text, a number, a bool, None, or lists and mappings of them.
+
+        Raises
+        ------
+        ConfigError
+            A value PyYAML cannot build, or an integer of more digits than Python converts.
+        """
         try:
             return self.loader.construct_object(node, deep=True)
         except yaml.YAMLError as exc:
@@ -101,13 +132,44 @@ class Document:
             raise self.error(node, f"cannot read this value ({exc})") from None
 
     def shown(self, node: yaml.Node) -> str:
-        """A value as an error message quotes it: a scalar's text (cut short), else what kind of value it is."""
+        """A value as an error message quotes it: a scalar's text (cut short), else what kind of value it is.
+
+        Parameters
+        ----------
+        node : yaml.Node
+            The value.
+
+        Returns
+        -------
+        str
+            ``'text'`` (`quote`), ``a list`` or ``a mapping``.
+        """
         if isinstance(node, yaml.ScalarNode):
             return quote(str(node.value))
         return "a list" if isinstance(node, yaml.SequenceNode) else "a mapping"
 
     def mapping(self, node: yaml.Node, what: str, allowed: tuple[str, ...]) -> dict[str, tuple[yaml.Node, yaml.Node]]:
-        """``{key: (key_node, value_node)}``, refusing unknown and repeated keys."""
+        """``{key: (key_node, value_node)}``, refusing unknown and repeated keys.
+
+        Parameters
+        ----------
+        node : yaml.Node
+            The mapping.
+        what : str
+            What it is, for errors (``a graph entry``).
+        allowed : tuple of str
+            The keys it may have.
+
+        Returns
+        -------
+        dict
+            Each key's node and its value's node, in the config's order.
+
+        Raises
+        ------
+        ConfigError
+            Not a mapping, an unknown key (the closest allowed one suggested) or a key given twice.
+        """
         if not isinstance(node, yaml.MappingNode):
             raise self.error(node, f"{what} must be a mapping of keys to values")
         out: dict[str, tuple[yaml.Node, yaml.Node]] = {}
@@ -124,7 +186,24 @@ class Document:
         return out
 
     def items(self, node: yaml.Node, what: str) -> list[yaml.Node]:
-        """A list's item nodes; a single scalar counts as a list of one."""
+        """A list's item nodes; a single scalar counts as a list of one.
+
+        Parameters
+        ----------
+        node : yaml.Node
+            The list, or one scalar.
+        what : str
+            Its key, for errors.
+
+        Returns
+        -------
+        list of yaml.Node
+
+        Raises
+        ------
+        ConfigError
+            An empty list, or neither a list nor a scalar.
+        """
         if isinstance(node, yaml.SequenceNode):
             if not node.value:
                 raise self.error(node, f"'{what}' is empty; give at least one")
@@ -135,6 +214,31 @@ class Document:
 
     def number(self, node: yaml.Node, what: str, minimum: float, integer: bool = False,
                strict: bool = True) -> float:
+        """A finite number above ``minimum`` (at least ``minimum`` when not ``strict``).
+
+        Parameters
+        ----------
+        node : yaml.Node
+            The value.
+        what : str
+            Its key, for errors.
+        minimum : float
+            The bound.
+        integer : bool
+            Whether it must be whole (then returned as an int).
+        strict : bool
+            Whether ``minimum`` itself is refused.
+
+        Returns
+        -------
+        float
+            An int when ``integer``.
+
+        Raises
+        ------
+        ConfigError
+            Not a number (a bool is not one), not finite, out of range, or not whole when it must be.
+        """
         value = self.value(node)
         kind = "a whole number" if integer else "a number"
         ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and (
@@ -145,12 +249,50 @@ class Document:
         return int(value) if integer else float(value)
 
     def text(self, node: yaml.Node, what: str) -> str:
+        """A non-empty scalar's text.
+
+        Parameters
+        ----------
+        node : yaml.Node
+            The value.
+        what : str
+            Its key, for errors.
+
+        Returns
+        -------
+        str
+
+        Raises
+        ------
+        ConfigError
+            A list, a mapping or an empty value.
+        """
         if not isinstance(node, yaml.ScalarNode) or node.value == "":
             raise self.error(node, f"'{what}' must be a text value")
         return str(node.value)
 
     def expand_path(self, node: yaml.Node, text: str, env: Mapping[str, str]) -> str:
-        """``${VAR}``/``$VAR`` and ``~`` expanded, relative to the config file's folder."""
+        """``${VAR}``/``$VAR`` and ``~`` expanded, relative to the config file's folder.
+
+        Parameters
+        ----------
+        node : yaml.Node
+            Where the path is written, for errors.
+        text : str
+            The path as written.
+        env : Mapping
+            The variables it may name.
+
+        Returns
+        -------
+        str
+            An absolute path.
+
+        Raises
+        ------
+        ConfigError
+            A variable not set in ``env``.
+        """
         for match in _VARIABLE.finditer(text):
             name = match.group(1) if match.group(1) is not None else match.group(2)
             if name not in env:
