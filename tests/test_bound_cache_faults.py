@@ -234,7 +234,7 @@ def test_a_cached_bound_greedy_cannot_check_is_still_held_to_the_methods_schedul
                                                                                    monkeypatch):
     # Where greedy finds nothing (here: made to give up), the run's own schedule still refutes the bound.
     def gives_up(self):
-        raise evaluate.GreedyStuck(0, 0)
+        raise evaluate.Stuck(0, 0)
 
     monkeypatch.setattr(evaluate.GreedyPass, "run", gives_up)
     folder = forged(genuine, tmp_path, poisoned)

@@ -84,67 +84,14 @@ def to_remat_dict(data: dict[str, Any], source: str, default_name: str = "") -> 
     edges = data.get("links", data.get("edges")) or []
     if not raw_nodes:
         raise GraphError(f"{source}: the graph has no nodes")
-
-    keys: list[Any] = []
-    attrs_of: dict[Any, dict[str, Any]] = {}
-    for k, nd in enumerate(raw_nodes):
-        # networkx writes the node key as 'id' by default; Moccasin's files use 'name'.
-        if not isinstance(nd, dict) or ("id" not in nd and "name" not in nd):
-            raise GraphError(f"{source}: nodes[{k}] has neither 'id' nor 'name'")
-        key = nd["id"] if "id" in nd else nd["name"]
-        if key in attrs_of:
-            raise GraphError(f"{source}: node id {key!r} appears twice")
-        keys.append(key)
-        attrs_of[key] = nd
-
-    # Readable ids: the 'name' attribute where names are unique strings, else the key.
-    names = [attrs_of[k].get("name") for k in keys]
-    id_of: dict[Any, str]
-    if all(isinstance(n, str) and n for n in names) and len(set(names)) == len(names):
-        id_of = {k: str(n) for k, n in zip(keys, names)}
-    else:
-        id_of = {k: str(k) for k in keys}
-
-    inputs: dict[Any, list[str]] = {k: [] for k in keys}
-    for k, edge in enumerate(edges):
-        u, v = _edge_ends(edge, source, k)
-        if u not in attrs_of or v not in attrs_of:
-            missing = u if u not in attrs_of else v
-            raise GraphError(f"{source}: edge [{k}] refers to node {missing!r}, which is not a node")
-        inputs[v].append(id_of[u])
-
-    # The input order: graph.order (Moccasin), else integer keys ascending (Checkmate), else as listed.
-    order = graph_attrs.get("order")
-    if order is not None:
-        if sorted(map(str, order)) != sorted(map(str, keys)):
-            raise GraphError(f"{source}: graph.order does not list every node exactly once")
-        by_str = {str(k): k for k in keys}
-        keys = [by_str[str(k)] for k in order]
-    elif all(isinstance(k, int) for k in keys):
-        keys = sorted(keys)
-
+    keys, attrs_of = _nodes_by_key(raw_nodes, source)
+    id_of = _readable_ids(keys, attrs_of)
+    inputs = _inputs_from_edges(edges, keys, attrs_of, id_of, source)
+    keys = _input_order(keys, graph_attrs, source)
     is_checkmate = any("backward" in attrs_of[k] for k in keys)
     known_ids = set(id_of.values())
-    nodes = []
-    for key in keys:
-        attrs = attrs_of[key]
-        node: dict[str, Any] = {
-            "id": id_of[key],
-            "inputs": inputs[key],
-            "memory": _pick(attrs, _MEMORY_KEYS, "memory", source, key),
-            "duration": _pick(attrs, _DURATION_KEYS, "duration", source, key),
-        }
-        if is_checkmate:
-            backward = bool(attrs.get("backward", False))
-            node["kind"] = "backward" if backward else "forward"
-            name = id_of[key]
-            if backward and name.endswith("_backward"):
-                forward = name[: -len("_backward")]
-                if forward in known_ids:
-                    node["grad_of"] = forward
-            if name.lower() == "loss":
-                node["op"] = "loss"
-        nodes.append(node)
+    nodes = [_remat_node(key, attrs_of[key], id_of[key], inputs[key], is_checkmate, known_ids, source)
+             for key in keys]
 
     fixed = sum(attrs_of[k].get("param_cost", 0) or 0 for k in keys)
     return {
@@ -158,3 +105,74 @@ def to_remat_dict(data: dict[str, Any], source: str, default_name: str = "") -> 
         "nodes": nodes,
         "metadata": {"imported_from": "networkx node-link"},
     }
+
+
+def _nodes_by_key(raw_nodes: list[Any], source: str) -> tuple[list[Any], dict[Any, dict[str, Any]]]:
+    """Each node's key, as listed, and its attributes by key; refuses a node without a key or listed twice."""
+    keys: list[Any] = []
+    attrs_of: dict[Any, dict[str, Any]] = {}
+    for k, nd in enumerate(raw_nodes):
+        # networkx writes the node key as 'id' by default; Moccasin's files use 'name'.
+        if not isinstance(nd, dict) or ("id" not in nd and "name" not in nd):
+            raise GraphError(f"{source}: nodes[{k}] has neither 'id' nor 'name'")
+        key = nd["id"] if "id" in nd else nd["name"]
+        if key in attrs_of:
+            raise GraphError(f"{source}: node id {key!r} appears twice")
+        keys.append(key)
+        attrs_of[key] = nd
+    return keys, attrs_of
+
+
+def _readable_ids(keys: list[Any], attrs_of: dict[Any, dict[str, Any]]) -> dict[Any, str]:
+    """Readable ids: the 'name' attribute where names are unique strings, else the key."""
+    names = [attrs_of[k].get("name") for k in keys]
+    if all(isinstance(n, str) and n for n in names) and len(set(names)) == len(names):
+        return {k: str(n) for k, n in zip(keys, names)}
+    return {k: str(k) for k in keys}
+
+
+def _inputs_from_edges(edges: list[Any], keys: list[Any], attrs_of: dict[Any, dict[str, Any]],
+                       id_of: dict[Any, str], source: str) -> dict[Any, list[str]]:
+    """Each node's inputs (ids), in edge order; refuses an edge whose end is not a node."""
+    inputs: dict[Any, list[str]] = {k: [] for k in keys}
+    for k, edge in enumerate(edges):
+        u, v = _edge_ends(edge, source, k)
+        if u not in attrs_of or v not in attrs_of:
+            missing = u if u not in attrs_of else v
+            raise GraphError(f"{source}: edge [{k}] refers to node {missing!r}, which is not a node")
+        inputs[v].append(id_of[u])
+    return inputs
+
+
+def _input_order(keys: list[Any], graph_attrs: dict[str, Any], source: str) -> list[Any]:
+    """The input order: graph.order (Moccasin), else integer keys ascending (Checkmate), else as listed."""
+    order = graph_attrs.get("order")
+    if order is not None:
+        if sorted(map(str, order)) != sorted(map(str, keys)):
+            raise GraphError(f"{source}: graph.order does not list every node exactly once")
+        by_str = {str(k): k for k in keys}
+        return [by_str[str(k)] for k in order]
+    if all(isinstance(k, int) for k in keys):
+        return sorted(keys)
+    return keys
+
+
+def _remat_node(key: Any, attrs: dict[str, Any], node_id: str, inputs: list[str], is_checkmate: bool,
+                known_ids: set[str], source: str) -> dict[str, Any]:
+    """One node of the remat-bench document; a Checkmate node also gets its kind, ``grad_of`` and the loss op."""
+    node: dict[str, Any] = {
+        "id": node_id,
+        "inputs": inputs,
+        "memory": _pick(attrs, _MEMORY_KEYS, "memory", source, key),
+        "duration": _pick(attrs, _DURATION_KEYS, "duration", source, key),
+    }
+    if is_checkmate:
+        backward = bool(attrs.get("backward", False))
+        node["kind"] = "backward" if backward else "forward"
+        if backward and node_id.endswith("_backward"):
+            forward = node_id[: -len("_backward")]
+            if forward in known_ids:
+                node["grad_of"] = forward
+        if node_id.lower() == "loss":
+            node["op"] = "loss"
+    return node

@@ -917,13 +917,42 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
     mem = graph.memory.astype(np.float64)
     if np.any(base > budget):
         return Bound(None, Termination.PROVEN, solve_time_s=time.perf_counter() - start)
+    rows = _node_cut_rows(budget, base, sets, fastest, mem)
+    cuts = len(rows.lower)
+    # The node and recomputation cuts first (small, and fast: the recomputation cuts make the program
+    # solve sooner than the node cuts alone), then the prefix cuts if a probe says they bind (the
+    # program with them is much slower; docs/benchmarks.md, "Figures that used to live in the code").
+    recompute = recompute_cuts(graph, budget, base, sets, max_recompute_cuts) if cuts else []
+    first = (_solve_program(graph, rows.copy(), fastest, budget, [], time_limit / 3, recompute) if cuts
+             else (0.0, Termination.PROVEN, ()))
+    probes, upper = _probes_where_prefixes_may_bind(graph, budget, first[0] is not None,
+                                                    time_limit - (time.perf_counter() - start))
+    # Most memory first; a capped probe says only that it exceeds the budget (`_probe`), so among those
+    # the step where a good order holds most (where the probes are highest) comes first.
+    over = sorted((p for p in probes if p.best > budget), key=lambda p: (-p.best, -upper[p.k - 1]))
+    chosen = [p.k for p in over[:MAX_PREFIX_CUTS]]
+    peak_at_least = max((p.at_least for p in probes), default=None)
+    no_order = peak_at_least is not None and peak_at_least > budget
+    answer, used, stopped = _with_prefix_cuts(graph, rows, fastest, budget, chosen, first, recompute,
+                                              prefix_recompute, start + time_limit)
+    extra, termination, recomputed = answer
+    if stopped is not None and termination is Termination.PROVEN and extra is not None:
+        termination = stopped
+    elapsed = time.perf_counter() - start
+    info: dict[str, Any] = {"solve_time_s": elapsed, "cuts": cuts, "order_peak_at_least": peak_at_least,
+            "prefix_sizes": used, "recompute_cuts": len(recompute)}
+    return _bound_of(trivial, extra, termination, recomputed, info, no_order)
+
+
+def _node_cut_rows(budget: Number, base: np.ndarray, sets: list[np.ndarray], fastest: np.ndarray,
+                   mem: np.ndarray) -> _Rows:
+    """The node cuts that bind at ``budget``, none implied by another (`_undominated`)."""
     # Cut of c: sum_{x in A(c)} mem_x y_x >= sum_{x in A(c)} mem_x - (B - base_c). Only cuts that
     # bind, and only x with positive memory and duration, matter (y_x = 1 is free when duration is 0).
     rows = _Rows.empty()
     free_x = fastest <= 0
     binding: list[tuple[float, np.ndarray]] = []
-    for c in range(graph.n):
-        xs = sets[c]
+    for c, xs in enumerate(sets):
         if not len(xs):
             continue
         need = float(mem[xs].sum()) - (budget - base[c])
@@ -937,37 +966,46 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
         binding.append((need, xs))
     for need, xs in _undominated(binding):
         rows.add_row(xs, mem[xs], need)
-    cuts = len(rows.lower)
-    # The node and recomputation cuts first (small, and fast: the recomputation cuts make the program
-    # solve sooner than the node cuts alone), then the prefix cuts if a probe says they bind (the
-    # program with them is much slower; docs/benchmarks.md, "Figures that used to live in the code").
-    recompute = recompute_cuts(graph, budget, base, sets, max_recompute_cuts) if cuts else []
-    first = (_solve_program(graph, rows.copy(), fastest, budget, [], time_limit / 3, recompute) if cuts
-             else (0.0, Termination.PROVEN, ()))
-    probes: list[PrefixProbe] = []
-    upper = np.zeros(graph.n)
-    left = time_limit - (time.perf_counter() - start)
-    if graph.n <= MAX_PREFIX_NODES and first[0] is not None and left > 0.1:
-        # A fifth of the probes' time goes to finding a good order: where it peaks, the probes are high.
-        probe_start = time.perf_counter()
-        upper = order_profile_upper(graph, budget, PROBE_SHARE * left / 5)
-        if upper.max() > budget:
-            probes = prefix_probes(graph, budget, PROBE_SHARE * left - (time.perf_counter() - probe_start), upper,
-                                   enough=MAX_PREFIX_CUTS)
-    # Most memory first; a capped probe says only that it exceeds the budget (`_probe`), so among those
-    # the step where a good order holds most (where the probes are highest) comes first.
-    over = sorted((p for p in probes if p.best > budget), key=lambda p: (-p.best, -upper[p.k - 1]))
-    chosen = [p.k for p in over[:MAX_PREFIX_CUTS]]
-    peak_at_least = max((p.at_least for p in probes), default=None)
-    no_order = peak_at_least is not None and peak_at_least > budget
-    answer: tuple[float | None, Termination, tuple[str, ...]] = first
+    return rows
+
+
+def _probes_where_prefixes_may_bind(graph: Graph, budget: Number, feasible: bool, left: float
+                                    ) -> tuple[list[PrefixProbe], np.ndarray]:
+    """The prefix probes, where good orders peak above ``budget``, and the memory they hold at each step.
+
+    None is probed (and the memory is zeros) on a graph above `MAX_PREFIX_NODES` nodes, when no schedule
+    meets the node cuts (not ``feasible``) or with at most 0.1 s ``left``.
+    """
+    if graph.n > MAX_PREFIX_NODES or not feasible or left <= 0.1:
+        return [], np.zeros(graph.n)
+    # A fifth of the probes' time goes to finding a good order: where it peaks, the probes are high.
+    probe_start = time.perf_counter()
+    upper = order_profile_upper(graph, budget, PROBE_SHARE * left / 5)
+    if upper.max() <= budget:
+        return [], upper
+    return prefix_probes(graph, budget, PROBE_SHARE * left - (time.perf_counter() - probe_start), upper,
+                         enough=MAX_PREFIX_CUTS), upper
+
+
+_Answer = tuple[float | None, Termination, tuple[str, ...]]  # as `_solve_program` answers
+
+
+def _with_prefix_cuts(graph: Graph, rows: _Rows, fastest: np.ndarray, budget: Number, chosen: list[int],
+                      first: _Answer, recompute: list[_RecomputeCut], prefix_recompute: bool, ends: float
+                      ) -> tuple[_Answer, tuple[int, ...], Termination | None]:
+    """The program again with the prefix cuts of ``chosen``, until ``ends`` (`time.perf_counter`).
+
+    Returns the best answer (``first`` when none is higher), the prefix sizes it used, and why a program
+    stopped short of proving its answer (None when none did).
+    """
+    answer = first
     used: tuple[int, ...] = ()
     # The prefix cut at the best step alone first, then all chosen together with the time left: one cut
     # solves much sooner than several (docs/benchmarks.md, "Order-free scheduling and the any-order bound").
     stopped: Termination | None = None
     plans = [chosen[:1], chosen] if len(chosen) > 1 else [chosen] if chosen else []
     for i, sizes in enumerate(plans):
-        left = time_limit - (time.perf_counter() - start)
+        left = ends - time.perf_counter()
         if i > 0 and left < MIN_PROGRAM_S:
             stopped = cut_short()  # no time for all of them: more effort may raise the bound
             break
@@ -980,12 +1018,13 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
         if got[1] is not Termination.PROVEN:
             stopped = got[1]
             break
-    extra, termination, recomputed = answer
-    if stopped is not None and termination is Termination.PROVEN and extra is not None:
-        termination = stopped
-    elapsed = time.perf_counter() - start
-    info: dict[str, Any] = {"solve_time_s": elapsed, "cuts": cuts, "order_peak_at_least": peak_at_least,
-            "prefix_sizes": used, "recompute_cuts": len(recompute)}
+    return answer, used, stopped
+
+
+def _bound_of(trivial: Number, extra: float | None, termination: Termination, recomputed: tuple[str, ...],
+              info: dict[str, Any], no_order: bool = False) -> Bound:
+    """The bound ``trivial + extra`` (rounded up on a graph of whole durations); None when ``extra`` is:
+    no schedule meets the cuts."""
     if extra is None:
         return Bound(None, Termination.PROVEN, no_order_fits=True, **info)
     value = trivial + (int(np.ceil(extra - 1e-6)) if isinstance(trivial, int) else extra)
@@ -1009,10 +1048,7 @@ def _cut_plane_bound(graph: Graph, budget: Number, time_limit: float, max_recomp
     def answer(extra: float | None, termination: Termination, recomputed: tuple[str, ...] = ()) -> Bound:
         info: dict[str, Any] = {"solve_time_s": time.perf_counter() - start, "cuts": solved[0],
                                 "recompute_cuts": solved[1]}
-        if extra is None:
-            return Bound(None, Termination.PROVEN, no_order_fits=True, **info)
-        value = trivial + (int(np.ceil(extra - 1e-6)) if isinstance(trivial, int) else extra)
-        return Bound(value, termination, recomputed, no_order_fits=extra > 0, **info)
+        return _bound_of(trivial, extra, termination, recomputed, info)
 
     found = _cut_bits(graph, deadline)
     if found is None:
