@@ -156,6 +156,24 @@ def _then(hint: str) -> str:
     return f"; {hint}" if hint else ""
 
 
+def _read_error(path: str | Path, exc: OSError, error: type[Exception], hint: str) -> Exception:
+    """The one-sentence ``error`` for a path that could not be looked at or opened."""
+    if isinstance(exc, FileNotFoundError):
+        what = "no such file"
+    elif isinstance(exc, IsADirectoryError):
+        what = "is a folder, not a file"
+    else:
+        what = f"cannot be read ({exc.strerror or exc})"
+    return error(f"{path}: {what}{_then(hint)}")
+
+
+def _refusal(path: str | Path, info: os.stat_result, error: type[Exception], limit: int | None,
+             hint: str) -> Exception | None:
+    """The one-sentence ``error`` for a file a reader does not take (`why_not_read`); None for one it does."""
+    why = why_not_read(info.st_mode, info.st_size, limit)
+    return None if why is None else error(f"{path}: {why}{_then(hint)}")
+
+
 def check_regular(path: str | Path, error: type[Exception] = RematBenchError, limit: int | None = MAX_READ_BYTES,
                   hint: str = "give the path of a file") -> None:
     """Refuse, before a reader opens it, a path that is not a regular file of at most ``limit`` bytes.
@@ -182,13 +200,11 @@ def check_regular(path: str | Path, error: type[Exception] = RematBenchError, li
     """
     try:
         info = os.stat(path)
-    except FileNotFoundError:
-        raise error(f"{path}: no such file{_then(hint)}") from None
     except OSError as exc:
-        raise error(f"{path}: cannot be read ({exc.strerror or exc}){_then(hint)}") from None
-    why = why_not_read(info.st_mode, info.st_size, limit)
-    if why is not None:
-        raise error(f"{path}: {why}{_then(hint)}")
+        raise _read_error(path, exc, error, hint) from None
+    refusal = _refusal(path, info, error, limit, hint)
+    if refusal is not None:
+        raise refusal
 
 
 def open_regular(path: str | Path, error: type[Exception] = RematBenchError, limit: int | None = MAX_READ_BYTES,
@@ -221,17 +237,12 @@ def open_regular(path: str | Path, error: type[Exception] = RematBenchError, lim
     """
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        raise error(f"{path}: no such file{_then(hint)}") from None
-    except IsADirectoryError:
-        raise error(f"{path}: is a folder, not a file{_then(hint)}") from None
     except OSError as exc:
-        raise error(f"{path}: cannot be read ({exc.strerror or exc}){_then(hint)}") from None
-    info = os.fstat(fd)  # before fdopen, which refuses a folder with an exception of its own
-    why = why_not_read(info.st_mode, info.st_size, limit)
-    if why is not None:
+        raise _read_error(path, exc, error, hint) from None
+    refusal = _refusal(path, os.fstat(fd), error, limit, hint)  # before fdopen, which refuses a folder itself
+    if refusal is not None:
         os.close(fd)
-        raise error(f"{path}: {why}{_then(hint)}")
+        raise refusal
     return os.fdopen(fd, "rb")
 
 

@@ -38,7 +38,7 @@ from remat_bench.core.files import atomic_write_text
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.outcome import Termination
 from remat_bench.toolkit import bound as bound_module
-from remat_bench.toolkit.bound import Bound
+from remat_bench.toolkit.bound import Bound, BoundSource
 
 # Bounds kept in memory at most; past it the memory starts again empty (the disk still answers).
 MAX_IN_MEMORY = 256
@@ -63,7 +63,7 @@ def code_digest() -> str:
     return hashlib.sha256(Path(bound_module.__file__).read_bytes()).hexdigest()[:16]
 
 
-class BoundCache:
+class BoundCache(BoundSource):
     """Any-order bounds remembered per (graph hash, budget), in memory and optionally on disk.
 
     A bound computed with a time limit of ``effort`` seconds answers a request for
@@ -71,7 +71,8 @@ class BoundCache:
     program was solved, or it is trivial or infeasible); a request for more effort than
     a bound stopped early was given computes it again. On disk each entry is one small
     JSON file named by the graph hash and budget and tagged with `code_digest`. It
-    implements `remat_bench.toolkit.bound.BoundSource`, the interface methods see.
+    implements `remat_bench.toolkit.bound.BoundSource`, the interface methods see: ``peek``
+    and ``get`` are as documented there, a bound being known when it is in memory or on disk.
 
     Parameters
     ----------
@@ -88,39 +89,10 @@ class BoundCache:
         return Path(self.folder) / f"{sha256[:32]}-{budget}.json" if self.folder else None
 
     def peek(self, graph: Graph, budget: Number | None) -> Bound | None:
-        """The cached bound of ``graph`` at ``budget``, whatever effort it was computed with.
-
-        Parameters
-        ----------
-        graph : Graph
-        budget : number or None
-            In the graph's memory units; None for ``min``.
-
-        Returns
-        -------
-        Bound or None
-            None when no bound is cached; a bound is never computed here.
-        """
         hit = self._memory.get((graph.sha256, budget)) or self._read(graph, budget)
         return hit[0] if hit else None
 
     def get(self, graph: Graph, budget: Number | None, effort: float = 30.0) -> tuple[Bound, bool]:
-        """The bound of ``graph`` at ``budget``, from the cache when it holds one good for ``effort``.
-
-        Parameters
-        ----------
-        graph : Graph
-        budget : number or None
-            In the graph's memory units; None for ``min`` (the trivial bound).
-        effort : float
-            Seconds the bound may take when it is computed (`any_order_bound`'s time limit).
-
-        Returns
-        -------
-        bound : Bound
-        from_cache : bool
-            Whether it came from the cache (memory or disk) rather than being computed now.
-        """
         key = (graph.sha256, budget)
         hit = self._memory.get(key) or self._read(graph, budget)
         if hit and (hit[0].settled or hit[1] >= effort):
