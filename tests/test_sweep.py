@@ -1,11 +1,12 @@
 """Sweeps (docs/design.md section 8): config checks, hard limits, crashes, the journal and resuming, executors.
 
-Runs that must hang are made to by the worker's test hook, not by a test-only
-method: REMAT_BENCH_TEST_SLEEP="METHOD:SECONDS" makes every run of METHOD
-sleep before solving, and with REMAT_BENCH_TEST_PIDS=DIR the sleeping worker
-creates DIR/<pid> first, so a test knows which process to kill. The hook is an
-environment variable because it must reach worker processes started by the
-sweep (and by Dask workers), where a monkeypatched registry would not.
+Runs that must hang or run out of memory are runs of test-only methods,
+registered as a user's plugin is (`tests.plugins.register`: an entry point on
+the import path), so that they reach the worker processes the sweep starts (and
+Dask's workers), where a monkeypatched registry would not. ``sleepy`` is greedy
+after sleeping $SLEEPY_SECONDS, and with $SLEEPY_PIDS=DIR it creates DIR/<pid>
+first, so a test knows which process to kill; ``hog``'s module cannot be loaded
+under a memory cap.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from remat_bench.app.sweep.results import (
 from remat_bench.app.sweep.tracing import trace_torch_graphs
 from remat_bench.core.errors import ConfigError
 from tests.helpers import ROOT, SHIPPED
+from tests.plugins import register
 
 CHAIN = SHIPPED / "chain-16-train.json"
 FOREST = SHIPPED / "random-layered-60.json"
@@ -242,69 +244,72 @@ def test_rows_carry_the_design_columns_and_provenance(tmp_path):
 
 
 def test_a_run_past_its_limit_is_killed_and_recorded_as_timeout(tmp_path, monkeypatch):
+    register(tmp_path / "plugins", monkeypatch)
     pids = tmp_path / "pids"
     pids.mkdir()
-    monkeypatch.setenv("REMAT_BENCH_TEST_SLEEP", "greedy:600")
-    monkeypatch.setenv("REMAT_BENCH_TEST_PIDS", str(pids))
+    monkeypatch.setenv("SLEEPY_SECONDS", "600")
+    monkeypatch.setenv("SLEEPY_PIDS", str(pids))
     path = write_config(tmp_path, """
 output: out
 time_limit: 1
 grace: 0.5
 graphs: [CHAIN]
-methods: [greedy, chen]
+methods: [sleepy, chen]
 budgets: [0.8]
 """)
     outcome = run_sweep(load_config(path), workers=2)
     rows = outcome.table.set_index("method")
-    assert rows.loc["greedy", "status"] == "timeout"
-    assert "overstayed its time limit of 1 s (and 0.5 s of grace)" in rows.loc["greedy", "message"]
+    assert rows.loc["sleepy", "status"] == "timeout"
+    assert "overstayed its time limit of 1 s (and 0.5 s of grace)" in rows.loc["sleepy", "message"]
     assert rows.loc["chen", "status"] == "feasible"  # the sweep went on
     (pid,) = [int(p.name) for p in pids.iterdir()]
     assert pid_gone(pid)  # killed, not left sleeping
 
 
 def test_a_worker_killed_mid_run_is_recorded_and_resuming_adds_nothing(tmp_path, monkeypatch):
+    register(tmp_path / "plugins", monkeypatch)
     pids = tmp_path / "pids"
     pids.mkdir()
-    monkeypatch.setenv("REMAT_BENCH_TEST_SLEEP", "greedy:600")
-    monkeypatch.setenv("REMAT_BENCH_TEST_PIDS", str(pids))
-    cfg = load_config(small_config(tmp_path))
+    monkeypatch.setenv("SLEEPY_SECONDS", "600")
+    monkeypatch.setenv("SLEEPY_PIDS", str(pids))
+    cfg = load_config(small_config(tmp_path, methods="[sleepy, chen]"))
     done = {}
     sweep = threading.Thread(target=lambda: done.setdefault("outcome", run_sweep(cfg, workers=2)))
     sweep.start()
-    wait_for(lambda: any(pids.iterdir()), "a sleeping greedy worker")
+    wait_for(lambda: any(pids.iterdir()), "a sleeping sleepy worker")
     first = next(pids.iterdir())
     os.kill(int(first.name), signal.SIGKILL)
-    # The second greedy run (other budget) sleeps too: kill it the same way.
-    wait_for(lambda: len(list(pids.iterdir())) == 2, "the second greedy worker")
+    # The second sleepy run (other budget) sleeps too: kill it the same way.
+    wait_for(lambda: len(list(pids.iterdir())) == 2, "the second sleepy worker")
     for p in pids.iterdir():
         if p != first:
             os.kill(int(p.name), signal.SIGKILL)
     sweep.join(120)
     table = done["outcome"].table
     assert len(table) == 4
-    killed = table[table["method"] == "greedy"]
+    killed = table[table["method"] == "sleepy"]
     assert list(killed["status"]) == ["error", "error"]
     assert all("killed by signal SIGKILL" in m for m in killed["message"])
     assert set(table.loc[table["method"] == "chen", "status"]) == {"feasible"}
 
-    monkeypatch.delenv("REMAT_BENCH_TEST_SLEEP")
+    monkeypatch.delenv("SLEEPY_SECONDS")
     again = run_sweep(cfg, resume=True)
     assert again.finished == 0 and again.skipped == 4
     assert again.table.equals(table)
     assert len({row_key(r) for r in Journal(cfg.output / "journal.jsonl").rows()}) == 4
 
 
-def test_killing_the_sweep_itself_and_resuming_loses_and_duplicates_nothing(tmp_path):
+def test_killing_the_sweep_itself_and_resuming_loses_and_duplicates_nothing(tmp_path, monkeypatch):
+    register(tmp_path / "plugins", monkeypatch)
     pids = tmp_path / "pids"
     pids.mkdir()
-    path = small_config(tmp_path, methods="[none, greedy, chen]", budgets="[0.8, 0.7]")
-    env = dict(os.environ, REMAT_BENCH_TEST_SLEEP="greedy:600", REMAT_BENCH_TEST_PIDS=str(pids))
+    path = small_config(tmp_path, methods="[none, sleepy, chen]", budgets="[0.8, 0.7]")
+    env = dict(os.environ, SLEEPY_SECONDS="600", SLEEPY_PIDS=str(pids))
     parent = subprocess.Popen([sys.executable, "-m", "remat_bench.app.cli", "sweep", str(path), "--workers", "1"],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     journal = tmp_path / "out" / "journal.jsonl"
-    wait_for(lambda: any(pids.iterdir()), "the sweep to reach the sleeping greedy run")
-    assert len(journal.read_text().splitlines()) == 1  # none at 0.8 is done; greedy at 0.8 is running
+    wait_for(lambda: any(pids.iterdir()), "the sweep to reach the sleeping sleepy run")
+    assert len(journal.read_text().splitlines()) == 1  # none at 0.8 is done; sleepy at 0.8 is running
     parent.kill()
     parent.wait()
     (pid,) = [int(p.name) for p in pids.iterdir()]
@@ -315,7 +320,7 @@ def test_killing_the_sweep_itself_and_resuming_loses_and_duplicates_nothing(tmp_
     assert "1 of 6 runs are in the journal already" in result.output
     table = load_table(tmp_path / "out")
     assert len(table) == 6
-    assert sorted(table["method"]) == ["chen"] * 2 + ["greedy"] * 2 + ["none"] * 2
+    assert sorted(table["method"]) == ["chen"] * 2 + ["none"] * 2 + ["sleepy"] * 2
     assert set(table["status"]) <= KNOWN_STATUSES
     lines = journal.read_text().splitlines()
     assert len(lines) == 6 and len({row_key(json.loads(x)) for x in lines}) == 6
@@ -357,22 +362,22 @@ def test_a_crash_by_signal_names_the_signal_and_an_allocation_failure_is_oom():
 
 
 def test_running_out_of_the_memory_cap_is_recorded_as_oom(tmp_path, monkeypatch):
-    # The run asks for 8 GiB under a 2 GiB cap (the hook allocates before solving): MemoryError in the
+    # hog's module asks for 4 GiB under a 2 GiB cap as the worker loads it, before solving: MemoryError in the
     # worker, recorded with the cap, and the sweep goes on.
-    monkeypatch.setenv("REMAT_BENCH_TEST_ALLOCATE", "greedy:8e9")
+    register(tmp_path / "plugins", monkeypatch)
     path = write_config(tmp_path, """
 output: out
 time_limit: 20
 memory_limit: 2GiB
 graphs: [CHAIN]
-methods: [greedy, chen]
+methods: [hog, chen]
 budgets: [0.8]
 """)
     outcome = run_sweep(load_config(path), workers=1)
     rows = outcome.table.set_index("method")
-    assert rows.loc["greedy", "status"] == "oom"
-    assert rows.loc["greedy", "message"] == "the run ran out of memory under the cap of 2147483648 bytes"
-    assert rows.loc["greedy", "termination"] == "resource_limit"
+    assert rows.loc["hog", "status"] == "oom"
+    assert rows.loc["hog", "message"] == "the run ran out of memory under the cap of 2147483648 bytes"
+    assert rows.loc["hog", "termination"] == "resource_limit"
     assert rows.loc["chen", "status"] == "feasible"
     assert rows.loc["chen", "termination"] == "converged"
 

@@ -8,7 +8,7 @@ folder chmod'ed 0o555 is still writable by root), so `freeze` uses the immutable
 path really refuses a write before the test relies on it, and always undoes it (or pytest could not
 remove the folder). A file where a folder is expected fails for root too and needs neither.
 
-Runs that must hang or print use the worker's test hooks (tests/test_sweep.py explains them).
+Runs that must hang or print are runs of the test-only method ``sleepy`` (tests/test_sweep.py explains it).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from remat_bench.app.sweep.results import (
     summarize,
 )
 from tests.helpers import SHIPPED
+from tests.plugins import register
 from tests.test_sweep import pid_gone, wait_for
 
 CHAIN = SHIPPED / "chain-16-train.json"
@@ -109,15 +110,16 @@ def freeze() -> Iterator[Freezer]:
 # ---------------------------------------------------------------------- 3: one sweep per results folder
 
 
-def test_a_second_sweep_on_a_busy_folder_is_refused_and_a_killed_sweep_leaves_no_stale_lock(tmp_path):
+def test_a_second_sweep_on_a_busy_folder_is_refused_and_a_killed_sweep_leaves_no_stale_lock(tmp_path, monkeypatch):
+    register(tmp_path / "plugins", monkeypatch)
     pids = tmp_path / "pids"
     pids.mkdir()
-    path = config(tmp_path)
+    path = config(tmp_path, methods="[sleepy, chen]")
     first = subprocess.Popen([*SWEEP, str(path), "--workers", "1"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             env=dict(os.environ, REMAT_BENCH_TEST_SLEEP="greedy:600", REMAT_BENCH_TEST_PIDS=str(pids)))
+                             env=dict(os.environ, SLEEPY_SECONDS="600", SLEEPY_PIDS=str(pids)))
     try:
-        wait_for(lambda: any(pids.iterdir()), "the first sweep to start its greedy run")
+        wait_for(lambda: any(pids.iterdir()), "the first sweep to start its sleepy run")
         # A second sweep, resuming or not, while the first one runs: refused, nothing run or journaled.
         for extra in (["--resume"], []):
             second = subprocess.run([*SWEEP, str(path), *extra], capture_output=True, text=True, timeout=120)
@@ -249,12 +251,14 @@ def test_an_unwritable_results_folder_is_one_sentence_and_exit_2_before_any_run(
     prepare, extra, words = UNWRITABLE[case]
     out = prepare(tmp_path, freeze)
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} if out.is_dir() else {}
+    register(tmp_path / "plugins", monkeypatch)
     pids = tmp_path / "pids"
     pids.mkdir()
-    # Every run that starts leaves its pid here: none may start.
-    monkeypatch.setenv("REMAT_BENCH_TEST_SLEEP", "*:0")
-    monkeypatch.setenv("REMAT_BENCH_TEST_PIDS", str(pids))
-    result = CliRunner().invoke(main, ["sweep", str(config(tmp_path, name="again.yaml")), "--output", str(out), *extra])
+    # Every run that starts leaves its pid here (the config runs sleepy only): none may start.
+    monkeypatch.setenv("SLEEPY_SECONDS", "0")
+    monkeypatch.setenv("SLEEPY_PIDS", str(pids))
+    again = config(tmp_path, methods="[sleepy]", budgets="[0.8, 0.7]", name="again.yaml")
+    result = CliRunner().invoke(main, ["sweep", str(again), "--output", str(out), *extra])
     assert result.exit_code == 2, (result.output, result.exception)
     (line,) = error_lines(result.output)
     assert words.format(out=out) in line, line
@@ -271,14 +275,15 @@ def test_runs_killed_by_a_signal_or_at_their_time_limit_keep_what_they_printed_i
     # Both runs print a line on stdout (as a solver logs progress), then sleep: the test kills the first
     # to start with SIGKILL (as the kernel's out-of-memory killer would), the sweep kills the other at
     # its time limit.
+    register(tmp_path / "plugins", monkeypatch)
     pids = tmp_path / "pids"
     pids.mkdir()
-    monkeypatch.setenv("REMAT_BENCH_TEST_SLEEP", "*:600")
-    monkeypatch.setenv("REMAT_BENCH_TEST_PIDS", str(pids))
+    monkeypatch.setenv("SLEEPY_SECONDS", "600")
+    monkeypatch.setenv("SLEEPY_PIDS", str(pids))
     # As on a user's machine: Python buffers what it prints into a file unless told otherwise (some
     # shells and CI runners set this, which would hide lines lost in a buffer at the kill).
     monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
-    path = config(tmp_path, methods="[greedy, chen]", time_limit=3, extra="grace: 0.5\n")
+    path = config(tmp_path, methods="[sleepy]", budgets="[0.8, 0.7]", time_limit=3, extra="grace: 0.5\n")
     done: dict[str, object] = {}
     sweep = threading.Thread(target=lambda: done.setdefault("outcome", run_sweep(load_config(path), workers=2)))
     sweep.start()
@@ -306,9 +311,10 @@ def test_a_dask_sweep_whose_only_worker_dies_fails_with_one_sentence(tmp_path, m
     from remat_bench.app.sweep import runner
 
     monkeypatch.setattr(runner, "NO_WORKERS_TIMEOUT_S", 2.0)
+    register(tmp_path / "plugins", monkeypatch)
     pids = tmp_path / "pids"
     pids.mkdir()
-    env = dict(os.environ, REMAT_BENCH_TEST_SLEEP="greedy:600", REMAT_BENCH_TEST_PIDS=str(pids))
+    env = dict(os.environ, SLEEPY_SECONDS="600", SLEEPY_PIDS=str(pids))
     # A scheduler here, and one worker without a nanny in its own process, as on a machine of a cluster:
     # a LocalCluster's nanny would restart a killed worker, and the runs would just go on.
     with LocalCluster(n_workers=0, processes=False, protocol="tcp", host="127.0.0.1",
@@ -332,12 +338,13 @@ def test_a_dask_sweep_whose_only_worker_dies_fails_with_one_sentence(tmp_path, m
 
         threading.Thread(target=kill_the_worker_then_guard, daemon=True).start()
         try:
-            result = CliRunner().invoke(main, ["sweep", str(config(tmp_path)), "--address", cluster.scheduler_address])
+            result = CliRunner().invoke(main, ["sweep", str(config(tmp_path, methods="[sleepy, chen]")), "--address",
+                                               cluster.scheduler_address])
         finally:
             ended.set()
             worker.kill()
             worker.wait()
-    assert any(pids.iterdir()), "the greedy run never started on the Dask worker"
+    assert any(pids.iterdir()), "the sleepy run never started on the Dask worker"
     assert result.exit_code == 1, (result.output, result.exception)
     (line,) = error_lines(result.output)
     assert re.fullmatch(rf"error: the Dask scheduler at {cluster.scheduler_address} has had no workers for \d+ s "

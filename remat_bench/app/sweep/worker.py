@@ -41,15 +41,6 @@ from typing import Any
 from remat_bench.core.errors import RematBenchError
 from remat_bench.core.outcome import Status, Termination
 
-# Test hooks, read only here, so that tests need no test-only method in the registry (and reach
-# workers started by Dask too). REMAT_BENCH_TEST_SLEEP="METHOD:SECONDS" makes runs of METHOD (or "*")
-# sleep that long before solving: a run that overstays its limit, or one to kill mid-way; with
-# REMAT_BENCH_TEST_PIDS=DIR a sleeping worker first creates DIR/<its pid>, so the test knows which
-# process to kill. REMAT_BENCH_TEST_ALLOCATE="METHOD:BYTES" makes runs of METHOD allocate that much
-# before solving: a run that exceeds its memory cap.
-TEST_SLEEP = "REMAT_BENCH_TEST_SLEEP"
-TEST_PIDS = "REMAT_BENCH_TEST_PIDS"
-TEST_ALLOCATE = "REMAT_BENCH_TEST_ALLOCATE"
 # What a failed allocation looks like in a message or a log, from Python, C++ or the dynamic loader.
 OOM_SIGNS = re.compile(r"MemoryError|bad_alloc|Cannot allocate memory|out of memory|failed to map segment",
                        re.IGNORECASE)
@@ -130,25 +121,6 @@ def _watch_supervisor() -> None:
     threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
 
 
-def _hook(name: str, method: str) -> str | None:
-    target, _, value = os.environ.get(name, "").rpartition(":")
-    return value if value and target in ("*", method) else None
-
-
-def _test_hooks(method: str) -> bytearray | None:
-    seconds = _hook(TEST_SLEEP, method)
-    if seconds is not None:
-        # On stdout, as a solver logs its progress: what a run printed before it was killed must be in
-        # its log (tests look for this line).
-        print(f"test hook: sleeping {seconds} s before solving")
-        if os.environ.get(TEST_PIDS):
-            with open(os.path.join(os.environ[TEST_PIDS], str(os.getpid())), "w"):
-                pass
-        time.sleep(float(seconds))
-    size = _hook(TEST_ALLOCATE, method)
-    return bytearray(int(float(size))) if size is not None else None
-
-
 def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one spec in this process and return its outcome fields.
 
@@ -173,20 +145,17 @@ def run_spec(spec: dict[str, Any]) -> dict[str, Any]:
     MemoryError
         The worker ran out of memory outside the method.
     """
-    method = spec["method"]
     try:
         from remat_bench.app.pipeline import run
         from remat_bench.core.graph_io import load_graph
         from remat_bench.core.schedule import save_schedule
 
-        ballast = _test_hooks(method)
         graph = load_graph(spec["graph_path"])
         if graph.sha256 != spec["graph_sha256"]:
             return {"status": Status.ERROR, "termination": Termination.ERROR, "message": (
                 f"graph file {spec['graph_path']} changed since the sweep was planned (sha256 "
                 f"{graph.sha256[:12]}, expected {spec['graph_sha256'][:12]}); run the sweep again")}
-        result = run(graph, method, spec["budget_text"], spec["time_limit"], spec["params"])
-        del ballast
+        result = run(graph, spec["method"], spec["budget_text"], spec["time_limit"], spec["params"])
     except MemoryError:
         raise
     except Exception as exc:
