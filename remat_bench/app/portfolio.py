@@ -319,7 +319,7 @@ class Auto(Method):
             cap = None if method.member is None else method.member.share
             if cap is not None and limit is not None and remaining is not None:
                 limit = min(limit, cap * remaining)
-            own = method.member_params(graph, _peaks(members))
+            own = method.member_params(graph, _any_order_peak(members))
             member = self._evaluated(graph, budget, method, Role.FAST.value, own, limit)
             members.append(member)
             if member.schedule is not None:
@@ -341,7 +341,7 @@ class Auto(Method):
                     continue
                 left = deadline.remaining()
                 limit = None if left is None else left / (len(methods) - k)
-                own = method.member_params(graph, _peaks(members))
+                own = method.member_params(graph, _any_order_peak(members))
                 members.append(self._evaluated(graph, budget, method, Role.EXACT.value, own, limit, hints))
             return
         # Every member gets every core, though they share them: CP-SAT's portfolio needs two workers
@@ -365,7 +365,7 @@ class Auto(Method):
         def one(method: type[Method]) -> Member:
             if proven.by:
                 return Member(method.name, Role.EXACT.value, message=f"{proven.by}'s schedule is proven optimal")
-            params = {"threads": threads, **method.member_params(graph, _peaks(members))}
+            params = {"threads": threads, **method.member_params(graph, _any_order_peak(members))}
             member = self._evaluated(graph, budget, method, Role.EXACT.value, params, limit, hints, stop=stop)
             if member.status is Status.ERROR and member.message == TIME_OUT:
                 member.status, member.termination = Status.NO_SOLUTION, Termination.TIME_LIMIT
@@ -508,9 +508,12 @@ def _bounds(members: list[Member], any_order: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _peaks(members: list[Member]) -> dict[str, Number]:
-    """The peak of each member's schedule so far (after clean-up), by name: what `Method.member_params` reads."""
-    return {m.method: m.peak for m in members if m.schedule is not None and m.peak is not None}
+def _any_order_peak(members: list[Member]) -> Number | None:
+    """The lowest peak (after clean-up) of the schedules found so far by members that may leave the input
+    order (`Method.input_order`, at their defaults): what `Method.member_params` reads; None when none found one."""
+    peaks = [m.peak for m in members if m.schedule is not None and m.peak is not None
+             and get_method(m.method).input_order({}) == "free"]
+    return min(peaks, default=None)
 
 
 class _Beside:
@@ -526,7 +529,7 @@ class _Beside:
         self.name = method.name
         self.member: Member | None = None
         self.taken = False
-        params = method.member_params(graph, _peaks(members))
+        params = method.member_params(graph, _any_order_peak(members))
 
         def stop() -> str:
             if deadline.expired():

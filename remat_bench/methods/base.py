@@ -315,15 +315,16 @@ class Method:
         return None
 
     @classmethod
-    def member_params(cls, graph: Graph, peaks: Mapping[str, Number]) -> dict[str, Any]:
+    def member_params(cls, graph: Graph, any_order_peak: Number | None) -> dict[str, Any]:
         """Its parameters as a member of the portfolio, beyond its defaults, from what ran before it.
 
         Parameters
         ----------
         graph : Graph
             The graph the portfolio solves.
-        peaks : Mapping of str to int or float
-            The peak (after clean-up) of each member's schedule found so far, by member name.
+        any_order_peak : int or float or None
+            The lowest peak (after clean-up) of the schedules found so far by members that may leave the
+            input order (`input_order` ``"free"``); None when none found one.
 
         Returns
         -------

@@ -43,7 +43,6 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -834,17 +833,28 @@ class Moccasin(Method):
         return f"input-order stages, at most {params.get('max_intervals') or 2} retention intervals per node"
 
     @classmethod
-    def member_params(cls, graph: Graph, peaks: Mapping[str, Number]) -> dict[str, Any]:
+    def member_params(cls, graph: Graph, any_order_peak: Number | None) -> dict[str, Any]:
         """Inside auto, the order-free path (stages in the best order, then the free model) on a graph
-        without backward nodes, whose input order is one topological order among many, and where reorder
-        found an order of lower peak than the input order (it then starts from that order instead of
-        searching for one again). On a training graph the input order (forward, then backward) is the one
-        its stages are built for. On the published random layered graphs the order-free path ends at or
-        below the staged model (docs/benchmarks.md, "auto on the published graphs")."""
+        without backward nodes, whose input order is one topological order among many, and where a member
+        that leaves the input order found an order of lower peak than the input order (it then starts from
+        that order instead of searching for one again). On a training graph the input order (forward, then
+        backward) is the one its stages are built for. On the published random layered graphs the
+        order-free path ends at or below the staged model (docs/benchmarks.md, "auto on the published graphs").
+
+        Parameters
+        ----------
+        graph : Graph
+        any_order_peak : int or float or None
+            The lowest peak of the orders found so far by members that may leave the input order.
+
+        Returns
+        -------
+        dict
+            ``{"order": "free"}`` where the order-free path applies, else no parameter.
+        """
         if not len(graph.backward_indices):
             return {"order": "free"}
-        reordered = peaks.get("reorder")
-        if reordered is None or reordered >= baseline(graph).peak:
+        if any_order_peak is None or any_order_peak >= baseline(graph).peak:
             return {}
         return {"order": "free"}
 

@@ -283,7 +283,7 @@ def test_moccasin_in_auto_takes_the_order_free_path_without_backward_nodes_or_wh
     from remat_bench.core.baseline import baseline
     from remat_bench.generators import chain
 
-    assert Moccasin.member_params(random_graph(2), {}) == {"order": "free"}  # no backward nodes
+    assert Moccasin.member_params(random_graph(2), None) == {"order": "free"}  # no backward nodes
     g = chain(6)  # a training graph: forward, then backward
     assert len(g.backward_indices)
     peak = baseline(g).peak
@@ -291,11 +291,13 @@ def test_moccasin_in_auto_takes_the_order_free_path_without_backward_nodes_or_wh
     lower = auto_module.Member("reorder", "fast", peak=peak - 1, schedule=schedule)
     same = auto_module.Member("reorder", "fast", peak=peak, schedule=schedule)
     unfound = auto_module.Member("reorder", "fast", peak=peak - 1)  # no schedule: nothing to start from
-    assert Moccasin.member_params(g, auto_module._peaks([lower])) == {"order": "free"}
-    assert Moccasin.member_params(g, auto_module._peaks([same])) == {}
-    assert Moccasin.member_params(g, auto_module._peaks([unfound])) == {}
-    assert Checkmate.member_params(g, auto_module._peaks([lower])) == {}
-    assert Moccasin.member_params(g, {}) == {}
+    assert Moccasin.member_params(g, auto_module._any_order_peak([lower])) == {"order": "free"}
+    assert Moccasin.member_params(g, auto_module._any_order_peak([same])) == {}
+    assert Moccasin.member_params(g, auto_module._any_order_peak([unfound])) == {}
+    assert Checkmate.member_params(g, auto_module._any_order_peak([lower])) == {}
+    assert Moccasin.member_params(g, None) == {}
+    # Only members that may leave the input order count: greedy's lower peak keeps the staged model.
+    assert auto_module._any_order_peak([auto_module.Member("greedy", "fast", peak=peak - 1, schedule=schedule)]) is None
 
 
 def test_the_polish_undoes_a_members_recomputation_by_reordering_and_names_whose_schedule_it_was():
