@@ -165,7 +165,17 @@ class BasicBlock(_ResidualBlock):
         self.shortcut = _shortcut(c_in, c_out, stride)
 
     def branch(self, x: torch.Tensor) -> torch.Tensor:
-        """Two 3x3 convolutions, the first followed by ReLU."""
+        """Two 3x3 convolutions, the first followed by ReLU.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Feature maps (N, c_in, H, W).
+
+        Returns
+        -------
+        torch.Tensor
+            The branch's output, before the shortcut is added."""
         h = F.relu(self.bn1(self.conv1(x)))
         return self.bn2(self.conv2(h))
 
@@ -187,7 +197,17 @@ class Bottleneck(_ResidualBlock):
         self.shortcut = _shortcut(c_in, c_out, stride)
 
     def branch(self, x: torch.Tensor) -> torch.Tensor:
-        """1x1, 3x3 and 1x1 convolutions, the first two followed by ReLU."""
+        """1x1, 3x3 and 1x1 convolutions, the first two followed by ReLU.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Feature maps (N, c_in, H, W).
+
+        Returns
+        -------
+        torch.Tensor
+            The branch's output, before the shortcut is added."""
         h = F.relu(self.bn1(self.conv1(x)))
         h = F.relu(self.bn2(self.conv2(h)))
         return self.bn3(self.conv3(h))
