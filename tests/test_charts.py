@@ -11,13 +11,23 @@ import pytest
 from click.testing import CliRunner
 from matplotlib.image import imread
 
-from remat_bench.app import charts
+from remat_bench.app.charts.common import ChartError, method_style, save
+from remat_bench.app.charts.intervals import intervals_figure, retention_intervals
+from remat_bench.app.charts.kinds import KINDS
+from remat_bench.app.charts.profile import profile_figure
+from remat_bench.app.charts.progress import progress_figure
+from remat_bench.app.charts.scaling import graph_family, scaling_figure
+from remat_bench.app.charts.selection import select_runs
+from remat_bench.app.charts.time_to_best import best_held_at, time_to_best_figure
+from remat_bench.app.charts.timeline import LINE_GAP_PT, timeline_figure
+from remat_bench.app.charts.tradeoff import outlier_cap, tradeoff_figure
 from remat_bench.app.cli import main
 from remat_bench.app.pipeline import run
 from remat_bench.app.sweep import load_config, run_sweep
 from remat_bench.app.sweep.results import build_table
 from remat_bench.core.graph_io import load_graph
 from remat_bench.core.schedule import Schedule, save_schedule
+from remat_bench.core.simulate import simulate
 from tests.helpers import SHIPPED, make_graph
 
 CHAIN = SHIPPED / "chain-16-train.json"
@@ -67,7 +77,7 @@ def schedules():
 
 @pytest.mark.parametrize("suffix", [".png", ".svg"])
 def test_tradeoff_chart_is_written(tmp_path, table, suffix):
-    path = charts.tradeoff(table, tmp_path / f"tradeoff{suffix}")
+    path = save(tradeoff_figure(table), tmp_path / f"tradeoff{suffix}")
     if suffix == ".png":
         assert non_blank(path) > 0.05
     else:
@@ -76,18 +86,18 @@ def test_tradeoff_chart_is_written(tmp_path, table, suffix):
 
 
 def test_scaling_chart_is_written(tmp_path, table):
-    assert non_blank(charts.scaling(table, tmp_path / "scaling.png")) > 0.05
+    assert non_blank(save(scaling_figure(table), tmp_path / "scaling.png")) > 0.05
 
 
 def test_timeline_chart_overlays_schedules(tmp_path, schedules):
     g, scheds = schedules
-    path = charts.timeline(g, [(m, s) for m, s in scheds if s is not None], tmp_path / "timeline.png", budget=12)
+    path = save(timeline_figure(g, [(m, s) for m, s in scheds if s is not None], budget=12), tmp_path / "timeline.png")
     assert non_blank(path) > 0.05
 
 
 def test_intervals_chart_is_written(tmp_path, schedules):
     g, scheds = schedules
-    path = charts.intervals(g, dict(scheds)["chen"], tmp_path / "intervals.png")
+    path = save(intervals_figure(g, dict(scheds)["chen"]), tmp_path / "intervals.png")
     assert non_blank(path) > 0.05
 
 
@@ -95,25 +105,27 @@ def test_retention_intervals_pair_each_computation_with_its_free():
     g = make_graph({"a": [], "b": ["a"], "c": ["b"]})
     s = Schedule.from_steps([("compute", 0), ("compute", 1), ("free", 0), ("compute", 2), ("free", 1),
                              ("compute", 0), ("free", 0)])
-    nodes, start, end, again = charts.retention_intervals(g, s)
+    nodes, start, end, again = retention_intervals(g, s)
     stays = sorted(zip(nodes.tolist(), start.tolist(), end.tolist(), again.tolist()))
     assert stays == [(0, 0, 2, False), (0, 5, 6, True), (1, 1, 4, False), (2, 3, 7, False)]
 
 
 def test_each_method_keeps_one_style_and_styles_differ():
-    names = ["none", "chen", "greedy", "checkmate", "checkmate-lp", "moccasin", "kusumoto", "twremat", "fenghuang"]
-    styles = [charts.method_style(m) for m in names]
-    assert styles == [charts.method_style(m) for m in names]
+    from remat_bench.app.catalog import method_names
+
+    names = method_names()
+    styles = [method_style(m) for m in names]
+    assert styles == [method_style(m) for m in names]
     assert len({s["color"] for s in styles}) == len(names)
-    assert charts.method_style("someone-elses-method") == charts.method_style("someone-elses-method")
+    assert method_style("someone-elses-method") == method_style("someone-elses-method")
 
 
 def test_an_unknown_image_suffix_and_nothing_to_draw_are_clear_errors(tmp_path, table):
-    with pytest.raises(charts.ChartError, match=r"\.png, \.svg, \.pdf"):
-        charts.tradeoff(table, tmp_path / "t.jpg")
+    with pytest.raises(ChartError, match=r"\.png, \.svg, \.pdf"):
+        save(tradeoff_figure(table), tmp_path / "t.jpg")
     failed = table.assign(status="no_solution")
-    with pytest.raises(charts.ChartError, match="no run found a schedule"):
-        charts.tradeoff(failed, tmp_path / "t.png")
+    with pytest.raises(ChartError, match="no run found a schedule"):
+        save(tradeoff_figure(failed), tmp_path / "t.png")
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +138,7 @@ def results(tmp_path_factory):
     return folder / "out"
 
 
-@pytest.mark.parametrize("kind", charts.KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_plot_command_draws_every_kind_from_a_results_folder(tmp_path, results, kind):
     out = tmp_path / f"{kind}.png"
     r = CliRunner().invoke(main, ["plot", str(results), "--kind", kind, "-o", str(out)])
@@ -187,7 +199,7 @@ def test_plot_says_a_missing_or_wrong_source_is_missing_or_wrong(tmp_path, resul
     assert "gone.json: no such file or folder" in line and "--graph" not in line
 
 
-@pytest.mark.parametrize("kind", charts.KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_plot_names_an_unknown_method_or_graph_with_a_suggestion(tmp_path, results, kind):
     out = str(tmp_path / "x.png")
     line = refusal(CliRunner().invoke(main, ["plot", str(results), "--kind", kind, "-m", "greedyy", "-o", out]))
@@ -246,12 +258,12 @@ def test_identical_timelines_show_both_methods(schedules):
     g, scheds = schedules
     greedy = dict(scheds)["greedy"]
     twin = dataclasses.replace(greedy, method="checkmate")  # checkmate finds exactly greedy's schedule on chain-16
-    fig = charts.timeline_figure(g, [("greedy", greedy), ("checkmate", twin), ("chen", dict(scheds)["chen"])])
+    fig = timeline_figure(g, [("greedy", greedy), ("checkmate", twin), ("chen", dict(scheds)["chen"])])
     ax = fig.axes[0]
-    sim = charts.simulate(g, greedy)
+    sim = simulate(g, greedy)
     steps = np.arange(sim.num_steps + 1)
     memory = np.append(sim.step_memory, sim.step_memory[-1])
-    colours = {m: charts.method_style(m)["color"] for m in ("greedy", "checkmate")}
+    colours = {m: method_style(m)["color"] for m in ("greedy", "checkmate")}
     [line, *_] = [ln for ln in ax.get_lines() if to_hex(ln.get_color()) == colours["greedy"]]
     counts = colours_along(fig, line, steps, memory, colours)
     # Both colours along the one path (before: checkmate's line covered greedy's everywhere).
@@ -265,7 +277,7 @@ def test_identical_timelines_show_both_methods(schedules):
 def test_coinciding_tradeoff_points_are_spread_and_identical_series_named(table):
     twins = table[table["method"] == "moccasin"].assign(method="checkmate")
     frame = pd.concat([table, twins.assign(method="greedy"), twins], ignore_index=True)
-    fig = charts.tradeoff_figure(frame)
+    fig = tradeoff_figure(frame)
     rendered(fig, dpi=100)
     from matplotlib.collections import PathCollection
     from matplotlib.colors import to_hex
@@ -278,7 +290,7 @@ def test_coinciding_tradeoff_points_are_spread_and_identical_series_named(table)
             if isinstance(coll, PathCollection):
                 where = coll.get_offset_transform().transform(coll.get_offsets())
                 shown.setdefault(to_hex(coll.get_facecolor()[0]), []).extend(map(tuple, where))
-        greedy, checkmate = (sorted(shown[charts.method_style(m)["color"]]) for m in ("greedy", "checkmate"))
+        greedy, checkmate = (sorted(shown[method_style(m)["color"]]) for m in ("greedy", "checkmate"))
         assert len(greedy) == len(checkmate) >= 3  # moccasin's run at 0.4 on "large" timed out
         for (gx, gy), (cx, cy) in zip(greedy, checkmate):
             # Same point in the data, a few pixels apart on the page.
@@ -290,7 +302,7 @@ def test_coinciding_tradeoff_points_are_spread_and_identical_series_named(table)
 
 def test_scaling_chart_ticks_read_as_plain_numbers(table):
     frame = pd.concat([table.assign(nodes=n, graph=f"g{n}") for n in (50, 120, 500, 2000)], ignore_index=True)
-    fig = charts.scaling_figure(frame)
+    fig = scaling_figure(frame)
     rendered(fig, dpi=80)
     ax = fig.axes[0]
     x = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
@@ -298,7 +310,7 @@ def test_scaling_chart_ticks_read_as_plain_numbers(table):
     assert x == ["50", "100", "200", "500", "1000", "2000"], x
     assert y and all(label.replace(".", "").isdigit() for label in y), y
     # Less than a decade: still a few labels, none of them written as powers.
-    narrow = charts.scaling_figure(
+    narrow = scaling_figure(
         pd.concat([table.assign(nodes=n, graph=f"g{n}") for n in (80, 90, 100)], ignore_index=True))
     rendered(narrow, dpi=80)
     x = [t.get_text() for t in narrow.axes[0].get_xticklabels() if t.get_text()]
@@ -315,11 +327,11 @@ def test_the_budget_line_is_neutral_and_labelled(schedules):
     from remat_bench.app.catalog import method_names
 
     g, scheds = schedules
-    fig = charts.timeline_figure(g, [("chen", dict(scheds)["chen"])], budget=12)
+    fig = timeline_figure(g, [("chen", dict(scheds)["chen"])], budget=12)
     [line] = [ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith("budget")]
     colour = to_hex(line.get_color())
     assert line.is_dashed() and colour == "#000000"
-    method_colours = {charts.method_style(m)["color"] for m in {*method_names(), *charts.DESIGN_METHODS} - {"bound"}}
+    method_colours = {method_style(m)["color"] for m in method_names()}
     assert colour not in method_colours
 
 
@@ -327,7 +339,7 @@ def test_a_panel_without_any_schedule_says_so(table):
     failed = table[table["graph"] == "small"].assign(graph="hard", graph_sha256="hard", nodes=60)
     failed = failed.assign(status=np.where(failed["method"] == "moccasin", "timeout", "no_solution"),
                            overhead_pct=None)
-    fig = charts.tradeoff_figure(pd.concat([table, failed], ignore_index=True))
+    fig = tradeoff_figure(pd.concat([table, failed], ignore_index=True))
     [hard] = [ax for ax in fig.axes if ax.get_title().startswith("hard")]
     notes = " ".join(t.get_text() for t in hard.texts)
     assert "no schedule within budget" in notes
@@ -337,8 +349,6 @@ def test_a_panel_without_any_schedule_says_so(table):
 
 
 def test_plot_graph_accepts_the_graph_file_stem_as_well_as_its_name(tmp_path):
-    from remat_bench.app.charts import select_runs
-
     frame = pd.DataFrame({"graph": ["chain-16", "other"], "graph_path": ["/x/chain-16-train.json", "/x/o.json"],
                           "method": ["none", "none"], "params": ["{}", "{}"]})
     assert list(select_runs(frame, tmp_path, graph="chain-16-train")["graph"]) == ["chain-16"]
@@ -349,7 +359,7 @@ BOUND_ENTRY = "any-order lower bound (dotted): no schedule can be in the grey ba
 
 
 def test_the_tradeoff_chart_shades_the_overheads_below_the_bound(table):
-    fig = charts.tradeoff_figure(table)
+    fig = tradeoff_figure(table)
     # The dotted line and its band have a legend entry of their own (before: only a note in the legend's title).
     assert BOUND_ENTRY in [t.get_text() for t in fig.legends[0].get_texts()]
     # The band's upper edge is the highest bound the runs computed at each budget (in overhead %).
@@ -361,7 +371,7 @@ def test_the_tradeoff_chart_shades_the_overheads_below_the_bound(table):
     y = edges[0].get_ydata()
     assert max(y) == pytest.approx(max(BOUND_PCT.values())) and min(y) == pytest.approx(min(BOUND_PCT.values()))
     without = table.assign(lower_bound_any_order=None)
-    assert BOUND_ENTRY not in [t.get_text() for t in charts.tradeoff_figure(without).legends[0].get_texts()]
+    assert BOUND_ENTRY not in [t.get_text() for t in tradeoff_figure(without).legends[0].get_texts()]
 
 
 # ---------------------------------------------------------------------- chart design (issue 30, item 17)
@@ -370,31 +380,31 @@ def test_the_tradeoff_chart_shades_the_overheads_below_the_bound(table):
 def test_one_far_outlier_is_marked_at_the_top_instead_of_flattening_the_panel(table):
     greedy = table[table["method"] == "moccasin"].assign(method="greedy", status="feasible", overhead_pct=6.0)
     greedy.loc[greedy["budget_fraction"] == 0.6, "overhead_pct"] = 422.0
-    fig = charts.tradeoff_figure(pd.concat([table, greedy], ignore_index=True))
+    fig = tradeoff_figure(pd.concat([table, greedy], ignore_index=True))
     for ax in (a for a in fig.axes if a.get_visible()):
         low, high = ax.get_ylim()
         # The axis ends a margin above the largest ordinary value (chen (variant=sqrt) at 0.4: 55%), not at 422.
         assert 55 < high < 80 and -5 < low <= 0, (low, high)
         marks = [t for t in ax.texts if t.get_text() == "+422%"]
         assert len(marks) == 1 and marks[0].xy == pytest.approx((0.6, high))
-        assert marks[0].get_color() == charts.method_style("greedy")["color"]
+        assert marks[0].get_color() == method_style("greedy")["color"]
     assert "marked at the top edge with its number" in fig.legends[0].get_title().get_text()
     # Values that are merely spread out keep their whole axis.
-    assert charts.outlier_cap(np.array([0.0, 4.0, 9.0, 20.0, 30.0, 55.0])) is None
-    assert charts.outlier_cap(np.array([0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 9.0, 422.0])) == pytest.approx(9 + 0.3 * 9)
-    assert charts.outlier_cap(np.array([0.5, 1.0, 4.0])) is None  # small values are not outliers of one another
-    plain = charts.tradeoff_figure(table)
+    assert outlier_cap(np.array([0.0, 4.0, 9.0, 20.0, 30.0, 55.0])) is None
+    assert outlier_cap(np.array([0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 9.0, 422.0])) == pytest.approx(9 + 0.3 * 9)
+    assert outlier_cap(np.array([0.5, 1.0, 4.0])) is None  # small values are not outliers of one another
+    plain = tradeoff_figure(table)
     assert not [t for ax in plain.axes for t in ax.texts if t.get_text().startswith("+")]
 
 
 def test_a_budget_where_no_method_found_a_schedule_says_so(table):
     nothing = table[table["budget_fraction"] == 0.4].assign(budget_fraction=0.2, budget_text="0.2",
                                                             status="infeasible", overhead_pct=None)
-    fig = charts.tradeoff_figure(pd.concat([table, nothing], ignore_index=True))
+    fig = tradeoff_figure(pd.concat([table, nothing], ignore_index=True))
     for ax in (a for a in fig.axes if a.get_visible()):
         notes = [t for t in ax.texts if t.get_text() == "no schedule found"]
         assert [t.xy[0] for t in notes] == [0.2]
-    assert not [t for ax in charts.tradeoff_figure(table).axes for t in ax.texts if "no schedule" in t.get_text()]
+    assert not [t for ax in tradeoff_figure(table).axes for t in ax.texts if "no schedule" in t.get_text()]
 
 
 def test_panel_titles_stay_over_their_own_panel():
@@ -404,11 +414,11 @@ def test_panel_titles_stay_over_their_own_panel():
     rows = [row(graph, nodes, method, fraction, "feasible", 5.0, 1.0)
             for graph, nodes in (("chain-16", 33), ("random-layered-n60-seed7", 60), ("unet-train-b2-r64-d3", 77))
             for method in twins for fraction in (0.9, 0.8)]
-    fig = charts.tradeoff_figure(build_table(rows))
+    fig = tradeoff_figure(build_table(rows))
     FigureCanvasAgg(fig).draw()
     boxes = [ax.title.get_window_extent() for ax in fig.axes if ax.get_visible()]
     assert len(boxes) == 3 and " ".join(fig.axes[0].get_title().split()) == (
-        "chain-16 (33 nodes) greedy = checkmate = checkmate-lp = moccasin = kusumoto = auto = dtr = knapsack: "
+        "chain-16 (33 nodes) greedy = dtr = checkmate = checkmate-lp = moccasin = kusumoto = knapsack = auto: "
         "identical")
     for left, right in itertools.pairwise(boxes):
         assert left.x1 < right.x0, (left, right)  # before: the first panel's one-line note ran into the second's
@@ -418,24 +428,24 @@ def test_the_scaling_chart_joins_points_only_within_a_graph_family(table):
     # chain-8 (30 nodes), chain-64 (300), tree-9 (60), tree-81 (600): two families of two sizes each.
     chains = table.assign(graph=table["graph"].map({"small": "chain-8", "large": "chain-64"}))
     trees = table.assign(graph=table["graph"].map({"small": "tree-9", "large": "tree-81"}), nodes=2 * table["nodes"])
-    ax = charts.scaling_figure(pd.concat([chains, trees], ignore_index=True)).axes[0]
+    ax = scaling_figure(pd.concat([chains, trees], ignore_index=True)).axes[0]
     time_limit = "#555555"
     joined = [set(line.get_xdata()) for line in ax.get_lines() if line.get_color() != time_limit]
     assert joined and all(x in ({30, 300}, {60, 600}) for x in joined), joined  # before: 30-60-300-600 in one line
     assert "a line joins the graphs of one family" in ax.get_legend().get_title().get_text()
-    assert charts.graph_family("random_layered_n100_w0.27_nlv0.75_ed0.2_scd0.14") == \
-        charts.graph_family("random_layered_n250_w0.43_nlv0.75_ed0.2_scd0.14") != charts.graph_family("chain-16")
+    assert graph_family("random_layered_n100_w0.27_nlv0.75_ed0.2_scd0.14") == \
+        graph_family("random_layered_n250_w0.43_nlv0.75_ed0.2_scd0.14") != graph_family("chain-16")
 
 
 def test_the_timeline_nudge_is_stated_in_memory_units(schedules):
     g, scheds = schedules
-    fig = charts.timeline_figure(g, [(m, s) for m, s in scheds if s is not None], budget=12)
+    fig = timeline_figure(g, [(m, s) for m, s in scheds if s is not None], budget=12)
     ax = fig.axes[0]
     note = ax.get_legend().get_title().get_text()
     low, high = ax.get_ylim()
-    groups = len({tuple(charts.simulate(g, s).step_memory) for _, s in scheds if s is not None})
+    groups = len({tuple(simulate(g, s).step_memory) for _, s in scheds if s is not None})
     per_point = (high - low) / (ax.get_window_extent().height * 72 / fig.dpi)
-    amount = (groups - 1) / 2 * charts.LINE_GAP_PT * per_point
+    amount = (groups - 1) / 2 * LINE_GAP_PT * per_point
     assert note == ("lines that would cover one another are drawn side by side,\n"
                     f"at most {amount:.2g} units above or below their value")  # before: "1.2 pt apart"
     assert " pt" not in note
@@ -458,13 +468,13 @@ def test_schedule_files_are_drawn_one_colour_and_budget_each_named_by_file(tmp_p
                                   "--kind", "timeline", "-o", str(tmp_path / "t.png")])
     assert r.exit_code == 0, r.output
     assert non_blank(tmp_path / "t.png") > 0.05
-    fig = charts.timeline_figure(g, [("a.json (checkmate)", tight), ("b.json (checkmate)", long)],
+    fig = timeline_figure(g, [("a.json (checkmate)", tight), ("b.json (checkmate)", long)],
                                  budgets=[tight.budget, long.budget], colour_each=True)
     ax = fig.axes[0]
     lines = {ln.get_label(): ln for ln in ax.get_lines()}
     a = next(ln for label, ln in lines.items() if label.startswith("a.json (checkmate): peak"))
     b = next(ln for label, ln in lines.items() if label.startswith("b.json (checkmate): peak"))
-    assert to_hex(a.get_color()) == charts.method_style("checkmate")["color"] != to_hex(b.get_color())
+    assert to_hex(a.get_color()) == method_style("checkmate")["color"] != to_hex(b.get_color())
     budget_a = lines[f"budget {tight.budget} of a.json (checkmate)"]
     budget_b = lines[f"budget {loose.budget} of b.json (checkmate)"]
     assert budget_a.get_color() == a.get_color() and budget_b.get_color() == b.get_color()
@@ -474,7 +484,7 @@ def test_schedule_files_are_drawn_one_colour_and_budget_each_named_by_file(tmp_p
     for line in (a, b):
         assert line.get_xdata()[0] == 0 and line.get_xdata()[-1] == pytest.approx(100)
     # Results of one budget keep the one neutral budget line and the step axis.
-    same = charts.timeline_figure(g, [("a", tight), ("b", tight)], budgets=[tight.budget, tight.budget])
+    same = timeline_figure(g, [("a", tight), ("b", tight)], budgets=[tight.budget, tight.budget])
     assert same.axes[0].get_xlabel() == "step"
     assert [ln.get_label() for ln in same.axes[0].get_lines() if ln.get_label().startswith("budget")] == \
         [f"budget {tight.budget}"]
@@ -493,7 +503,7 @@ def progress_tables():
 
 def test_the_progress_chart_draws_each_run_to_its_end_and_the_bound(tmp_path):
     results, points = progress_tables()
-    fig = charts.progress_figure(results, points)
+    fig = progress_figure(results, points)
     axes = [ax for ax in fig.axes if ax.get_visible()]
     assert len(axes) == 2  # one graph at two budgets
     at_08 = next(ax for ax in axes if ax.get_title().endswith("at 0.8"))
@@ -502,7 +512,7 @@ def test_the_progress_chart_draws_each_run_to_its_end_and_the_bound(tmp_path):
     assert at_08.get_xscale() == "log"
     bound = [ln for ln in at_08.get_lines() if ln.get_linestyle() == "--"]
     assert len(bound) == 1 and bound[0].get_ydata()[0] == pytest.approx(100 * (99 / 90 - 1))
-    charts.progress(results, points, tmp_path / "p.png")
+    save(progress_figure(results, points), tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 0
 
 
@@ -516,7 +526,7 @@ def test_the_progress_chart_dots_a_methods_own_bound_and_skips_bound_only_points
     bound_only = pd.DataFrame([{"run_id": first, "time_s": 3.0, "duration": None, "peak": None,
                                 "overhead_pct": None, "source": "A", "bound": 102.6}])
     points = pd.concat([points, bound_only], ignore_index=True)
-    fig = charts.progress_figure(results, points)
+    fig = progress_figure(results, points)
     dotted = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_linestyle() == ":"]
     assert len(dotted) == 1
     # 95 (drawn at the any-order bound, 99) until 3 s, then 102.6 (the bound-only point), to the run's end;
@@ -530,12 +540,12 @@ def test_the_progress_chart_dots_a_methods_own_bound_and_skips_bound_only_points
 def test_time_to_best_takes_the_first_time_the_best_was_held():
     points = pd.DataFrame({"run_id": ["r"] * 4, "time_s": [1.0, 2.0, 3.0, 9.0], "duration": [120.0, 100.0, None, 100.0],
                            "bound": [None, None, 90.0, None]})
-    assert charts.best_held_at(points).to_dict() == {"r": 2.0}
+    assert best_held_at(points).to_dict() == {"r": 2.0}
 
 
 def test_the_profile_chart_steps_through_the_hand_computed_shares():
     results, points = progress_tables()
-    fig = charts.profile_figure(results, points, within_pct=10.0)
+    fig = profile_figure(results, points, within_pct=10.0)
     left = fig.axes[0]
     lines = {ln.get_label(): ln for ln in left.get_lines()}
     # Within 10% (110): A at 5 s and 3 s, B at 8 s and never: at tau 1, A is fastest on both; B on none.
@@ -547,7 +557,7 @@ def test_the_profile_chart_steps_through_the_hand_computed_shares():
 
 def test_the_time_to_best_chart_puts_each_run_at_its_last_improvement():
     results, points = progress_tables()
-    fig = charts.time_to_best_figure(results, points)
+    fig = time_to_best_figure(results, points)
     ax = fig.axes[0]
     lines = {ln.get_label(): ln for ln in ax.get_lines()}
     # A's runs held their best at 5 s (0.8) and 3 s (0.9): the median 4 s; B's one run at 8 s.

@@ -583,7 +583,8 @@ def write_report(results: str | Path, path: str | Path, title: str | None = None
         The report or a chart cannot be written.
     """
     from remat_bench import __version__
-    from remat_bench.app import charts
+    from remat_bench.app.charts.common import ChartError, save
+    from remat_bench.app.charts.kinds import KINDS
 
     results, path = Path(results), Path(path)
     if path.suffix.lower() != ".md":
@@ -630,17 +631,15 @@ def write_report(results: str | Path, path: str | Path, title: str | None = None
 
     chart_lines = []
     with_progress = progress is not None and not progress.empty
-    for kind, draw, wanted in (
-        ("tradeoff", charts.tradeoff, frame["budget_fraction"].nunique() >= 2),
-        ("scaling", charts.scaling, frame["nodes"].nunique() >= 2),
-        ("progress", lambda t, out: charts.progress(t, progress, out), with_progress),
-        ("profile", lambda t, out: charts.profile(t, progress, out, SPEED_TARGET_PCT), with_progress),
-    ):
+    for kind, wanted in (("tradeoff", frame["budget_fraction"].nunique() >= 2),
+                         ("scaling", frame["nodes"].nunique() >= 2),
+                         ("progress", with_progress),
+                         ("profile", with_progress)):
         if not wanted:
             continue
         try:
-            written = draw(table, figures / f"{kind}.png")
-        except charts.ChartError as exc:
+            written = save(KINDS[kind].draw(table, progress, within_pct=SPEED_TARGET_PCT), figures / f"{kind}.png")
+        except ChartError as exc:
             chart_lines.append(f"No {kind} chart: {exc}.")
             continue
         chart_lines.append(f"![{kind}]({_link(written, path)})")
@@ -715,7 +714,9 @@ def speed_section(frame: pd.DataFrame, progress: pd.DataFrame) -> str:
 def _graph_charts(results: Path, table: pd.DataFrame, graph: str, figures: Path, report: Path,
                   i: int) -> list[str]:
     """The memory timeline of every method at the budget most methods met, and the best one's intervals."""
-    from remat_bench.app import charts
+    from remat_bench.app.charts.common import save
+    from remat_bench.app.charts.intervals import intervals_at_budget
+    from remat_bench.app.charts.timeline import timeline_at_budget
     from remat_bench.core.files import safe_name  # long names shortened with a digest
 
     try:
@@ -726,14 +727,11 @@ def _graph_charts(results: Path, table: pd.DataFrame, graph: str, figures: Path,
         return ["No schedule within budget was found on this graph, so there is no timeline.", ""]
     stem = f"{i:02d}-{safe_name(''.join(c if c.isalnum() or c in '-_' else '_' for c in graph))}"
     lines = []
-    timeline = charts.timeline(chosen.graph, chosen.schedules, figures / f"{stem}-timeline.png",
-                               budget=chosen.budget,
-                               title=f"{graph} at budget {chosen.budget_text}: memory at every step")
+    timeline = save(timeline_at_budget(chosen, graph)[0], figures / f"{stem}-timeline.png")
     lines += [f"Memory at every step at budget {chosen.budget_text}, one line per method:", "",
               f"![timeline of {graph}]({_link(timeline, report)})", ""]
-    best_label, best = chosen.schedules[int(chosen.rows["duration"].astype(float).to_numpy().argmin())]
-    drawn = charts.intervals(chosen.graph, best, figures / f"{stem}-intervals.png",
-                             title=f"{graph}, {best_label} at budget {chosen.budget_text}: when each value is held")
+    intervals, [best_label] = intervals_at_budget(chosen, graph)
+    drawn = save(intervals, figures / f"{stem}-intervals.png")
     lines += [f"When each value is held in the shortest of these schedules ({best_label}):", "",
               f"![intervals of {graph}]({_link(drawn, report)})", ""]
     return lines

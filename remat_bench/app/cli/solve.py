@@ -314,10 +314,11 @@ def simulate(graph: str, schedule: Path, as_json: bool, force: bool, timeline: P
         "peak_step": sim.peak_step,
     }
     if timeline is not None:
-        from remat_bench.app.charts import timeline as draw_timeline
+        from remat_bench.app.charts.common import save
+        from remat_bench.app.charts.timeline import timeline_figure
 
-        draw_timeline(g, [(sched.method or schedule.stem, sched)], timeline, budget=sched.budget,
-                      title=f"{g.name}: {schedule.name}")
+        save(timeline_figure(g, [(sched.method or schedule.stem, sched)], budget=sched.budget,
+                             title=f"{g.name}: {schedule.name}"), timeline)
         err.print(f"wrote {timeline}")
     unit = g.units.get("memory", "")
     show(data, as_json, lambda: key_values([

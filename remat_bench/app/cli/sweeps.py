@@ -10,6 +10,7 @@ from typing import Any
 import click
 from rich.markup import escape
 
+from remat_bench.app.charts.kinds import KINDS, Kind, Source
 from remat_bench.app.cli.helpers import FiniteFloat, err, load, out
 from remat_bench.core.errors import RematBenchError
 
@@ -119,9 +120,7 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
 
 @click.command()
 @click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--kind", "-k", type=click.Choice(["tradeoff", "scaling", "timeline", "intervals", "progress", "profile",
-                                                "time-to-best"]),
-              default="tradeoff", show_default=True,
+@click.option("--kind", "-k", type=click.Choice(list(KINDS)), default="tradeoff", show_default=True,
               help="progress: overhead of the best schedule over solve time (log time), a panel per graph and "
                    "budget; profile: share of instances each method brings within --within of the best by each "
                    "time; time-to-best: time to each run's best schedule against nodes (log-log).")
@@ -142,58 +141,18 @@ def plot(sources: tuple[Path, ...], kind: str, within: float, output: Path, grap
     remat-bench plot a.json b.json --graph graphs/chain-16-train.json --kind timeline -o t.png
     remat-bench plot results/paper-progress --kind progress -o figure5.png
     """
-    from remat_bench.app import charts
-    from remat_bench.app.graphs import find_graph
+    from remat_bench.app.charts.common import image_format, save
+    from remat_bench.app.charts.selection import graph_in_results, select_runs
     from remat_bench.app.sweep.results import load_table, schedules_at, skipped_note
-    from remat_bench.core.errors import GraphError, ScheduleError
-    from remat_bench.core.files import check_regular
-    from remat_bench.core.schedule import load_schedule
 
-    charts.image_format(output)  # a wrong suffix is refused before the results are read
+    chart = KINDS[kind]
+    image_format(output)  # a wrong suffix is refused before the results are read
     folder = sources[0] if len(sources) == 1 and sources[0].is_dir() else None
     if folder is None:
-        # Name the actual problem with SOURCES: a path that is not there comes before what kind of path it is.
-        missing = next((path for path in sources if not path.exists()), None)
-        if kind not in ("timeline", "intervals"):
-            if len(sources) > 1:
-                raise click.BadParameter(f"a {kind} chart is drawn from one results folder; {len(sources)} were "
-                                         "given", param_hint="SOURCES")
-            if missing is not None:
-                raise click.BadParameter(f"{missing}: no such folder", param_hint="SOURCES")
-            raise click.BadParameter(f"{sources[0]} is a file; a {kind} chart is drawn from a results folder",
-                                     param_hint="SOURCES")
-        if missing is not None:
-            raise click.BadParameter(f"{missing}: no such file or folder", param_hint="SOURCES")
-        folders = [path for path in sources if path.is_dir()]
-        if folders:
-            raise click.BadParameter(f"{folders[0]} is a folder; give one results folder, or schedule files only",
-                                     param_hint="SOURCES")
-        if methods or budget:
-            raise click.BadParameter("schedule files are drawn as given; --method and --budget pick the runs of a "
-                                     "results folder", param_hint="--method" if methods else "--budget")
-        if not graph:
-            raise click.BadParameter("schedule files need --graph, the graph file they were written for",
-                                     param_hint="--graph")
-        # Devices and pipes are not read: /dev/zero would fill memory, a pipe without a writer never ends.
-        check_regular(find_graph(graph), GraphError, hint="give a graph file")
-        for path in sources:
-            check_regular(path, ScheduleError, hint="give schedule files (as `remat-bench solve -o` writes them)")
-        g = load(graph)
-        scheds = [(path.stem, load_schedule(path, g)) for path in sources]
-        if kind == "intervals" and len(scheds) != 1:
-            raise click.BadParameter("an intervals chart shows one schedule", param_hint="SOURCES")
-        if kind == "timeline":
-            # Named by file, a colour and a budget line each: two files are often one method at two budgets.
-            named = [(f"{path.name} ({s.method})" if s.method else path.name, s)
-                     for path, (_, s) in zip(sources, scheds)]
-            charts.timeline(g, named, output, budgets=[s.budget for _, s in scheds], colour_each=True)
-        else:
-            charts.intervals(g, scheds[0][1], output)
-        out.print(f"wrote {output}: {kind} of {', '.join(str(p) for p in sources)}")
+        _plot_files(sources, chart, output, graph, budget, methods)
         return
 
-    over_time = kind in ("progress", "profile", "time-to-best")
-    if budget is not None and kind in ("tradeoff", "scaling", "profile", "time-to-best"):
+    if budget is not None and chart.every_budget:
         raise click.BadParameter(f"a {kind} chart shows every budget; --budget picks the schedules of a timeline "
                                  "or intervals chart, or the budgets of a progress chart", param_hint="--budget")
     table = load_table(folder)
@@ -202,31 +161,67 @@ def plot(sources: tuple[Path, ...], kind: str, within: float, output: Path, grap
     # An unknown --graph or --method is named (with its nearest match) rather than leaving nothing to draw.
     # The graph's name in the results serves both steps below (--graph may name its file, or paper:<name>).
     if graph is not None:
-        graph = charts.graph_in_results(table, folder, graph)
-    chosen_runs = charts.select_runs(table, folder, graph, methods, need_schedule=kind in ("timeline", "intervals"))
-    if over_time:
-        _plot_over_time(folder, chosen_runs, kind, within, budget, output)
+        graph = graph_in_results(table, folder, graph)
+    runs = select_runs(table, folder, graph, methods, need_schedule=chart.source is Source.SCHEDULES)
+    if chart.source is Source.SCHEDULES:
+        chosen = schedules_at(folder, table, graph=graph, budget=budget, methods=methods or None)
+        fig, shown = chart.draw_at(chosen, chosen.graph.name)
+        save(fig, output)
+        out.print(f"wrote {output}: {kind} of {chosen.graph.name} at budget {chosen.budget_text} "
+                  f"({', '.join(shown)})")
         return
-    if kind in ("tradeoff", "scaling"):
-        (charts.tradeoff if kind == "tradeoff" else charts.scaling)(chosen_runs, output)
-        out.print(f"wrote {output}: {kind} of {len(chosen_runs)} runs")
-        return
-    chosen = schedules_at(folder, table, graph=graph, budget=budget, methods=methods or None)
-    if kind == "timeline":
-        charts.timeline(chosen.graph, chosen.schedules, output, budget=chosen.budget,
-                        title=f"{chosen.graph.name} at budget {chosen.budget_text}: memory at every step")
-        shown = ", ".join(label for label, _ in chosen.schedules)
-    else:
-        label, best = chosen.schedules[int(chosen.rows["duration"].astype(float).to_numpy().argmin())]
-        charts.intervals(chosen.graph, best, output,
-                         title=f"{chosen.graph.name}, {label} at budget {chosen.budget_text}: when each value is held")
-        shown = label
-    out.print(f"wrote {output}: {kind} of {chosen.graph.name} at budget {chosen.budget_text} ({shown})")
+    points = None
+    if chart.source is Source.PROGRESS:
+        runs, points = _over_time(folder, runs, kind, budget)
+    save(chart.draw(runs, points, within_pct=within), output)
+    out.print(f"wrote {output}: {kind} of {len(runs)} runs")
 
 
-def _plot_over_time(folder: Path, runs: Any, kind: str, within: float, budget: str | None, output: Path) -> None:
-    """The charts drawn from a sweep's progress table: progress, profile, time-to-best."""
-    from remat_bench.app import charts
+def _plot_files(sources: tuple[Path, ...], chart: Kind, output: Path, graph: str | None, budget: str | None,
+                methods: tuple[str, ...]) -> None:
+    """A chart of schedule files (SOURCES that are not one results folder), or which of SOURCES is wrong."""
+    from remat_bench.app.charts.common import save
+    from remat_bench.app.graphs import find_graph
+    from remat_bench.core.errors import GraphError, ScheduleError
+    from remat_bench.core.files import check_regular
+    from remat_bench.core.schedule import load_schedule
+
+    # Name the actual problem with SOURCES: a path that is not there comes before what kind of path it is.
+    missing = next((path for path in sources if not path.exists()), None)
+    if chart.source is not Source.SCHEDULES:
+        if len(sources) > 1:
+            raise click.BadParameter(f"a {chart.name} chart is drawn from one results folder; {len(sources)} were "
+                                     "given", param_hint="SOURCES")
+        if missing is not None:
+            raise click.BadParameter(f"{missing}: no such folder", param_hint="SOURCES")
+        raise click.BadParameter(f"{sources[0]} is a file; a {chart.name} chart is drawn from a results folder",
+                                 param_hint="SOURCES")
+    if missing is not None:
+        raise click.BadParameter(f"{missing}: no such file or folder", param_hint="SOURCES")
+    folders = [path for path in sources if path.is_dir()]
+    if folders:
+        raise click.BadParameter(f"{folders[0]} is a folder; give one results folder, or schedule files only",
+                                 param_hint="SOURCES")
+    if methods or budget:
+        raise click.BadParameter("schedule files are drawn as given; --method and --budget pick the runs of a "
+                                 "results folder", param_hint="--method" if methods else "--budget")
+    if not graph:
+        raise click.BadParameter("schedule files need --graph, the graph file they were written for",
+                                 param_hint="--graph")
+    # Devices and pipes are not read: /dev/zero would fill memory, a pipe without a writer never ends.
+    check_regular(find_graph(graph), GraphError, hint="give a graph file")
+    for path in sources:
+        check_regular(path, ScheduleError, hint="give schedule files (as `remat-bench solve -o` writes them)")
+    g = load(graph)
+    files = [(path, load_schedule(path, g)) for path in sources]
+    if chart.one_schedule and len(files) != 1:
+        raise click.BadParameter(f"an {chart.name} chart shows one schedule", param_hint="SOURCES")
+    save(chart.draw_files(g, files), output)
+    out.print(f"wrote {output}: {chart.name} of {', '.join(str(p) for p in sources)}")
+
+
+def _over_time(folder: Path, runs: Any, kind: str, budget: str | None) -> tuple[Any, Any]:
+    """The runs at ``budget`` (every budget: None) and the folder's progress table, that progress charts read."""
     from remat_bench.app.sweep.profiles import load_progress
 
     points = load_progress(folder)
@@ -238,13 +233,7 @@ def _plot_over_time(folder: Path, runs: Any, kind: str, within: float, budget: s
         runs = runs[runs["budget_text"] == budget]
         if runs.empty:
             raise RematBenchError(f"{folder}: no run at budget {budget!r}; its budgets: {', '.join(budgets)}")
-    if kind == "progress":
-        charts.progress(runs, points, output)
-    elif kind == "profile":
-        charts.profile(runs, points, output, within)
-    else:
-        charts.time_to_best(runs, points, output)
-    out.print(f"wrote {output}: {kind} of {len(runs)} runs")
+    return runs, points
 
 
 @click.command()
