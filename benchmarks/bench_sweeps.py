@@ -20,7 +20,7 @@ import pandas as pd
 from rich.console import Console
 
 from benchmarks.common import ROOT, show
-from remat_bench.app.report import write_report
+from remat_bench.app.report.write import write_report
 from remat_bench.app.sweep import load_config, run_sweep, summarize
 from remat_bench.app.sweep.progress import SweepProgress
 from remat_bench.app.sweep.results import SUCCESS

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from remat_bench.app.cli import main
 from remat_bench.app.pipeline import run
-from remat_bench.app.report import cost_sources, write_report
+from remat_bench.app.report.write import cost_sources, write_report
 from remat_bench.app.sweep import load_config, load_table, run_sweep
 from remat_bench.core.baseline import baseline
 from remat_bench.core.graph_io import save_graph

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from remat_bench.app.cli import main
-from remat_bench.app.report import write_report
+from remat_bench.app.report.write import write_report
 from remat_bench.app.sweep import load_config, load_table, run_sweep
 from tests.helpers import SHIPPED
 
@@ -127,7 +127,7 @@ def test_report_command_and_a_folder_with_only_the_table(tmp_path, results):
 def test_finding_section_states_whether_rematerialization_is_needed():
     import pandas as pd
 
-    from remat_bench.app.report import finding_section
+    from remat_bench.app.report.sections import finding_section
 
     def row(method, budget, status, overhead, bound, params="{}"):
         return {"graph": "g", "budget_text": budget, "budget_fraction": float(budget), "method": method,
@@ -173,7 +173,7 @@ def test_the_gap_section_sets_the_best_schedule_beside_the_best_bound(report, re
 def test_the_production_section_sets_each_planner_beside_the_best_and_the_bound():
     import pandas as pd
 
-    from remat_bench.app.report import production_section
+    from remat_bench.app.report.sections import production_section
 
     def row(method, status, overhead, peak, params="{}", budget="0.5"):
         return {"graph": "g", "budget_text": budget, "budget_fraction": float(budget), "method": method,
@@ -252,7 +252,7 @@ def test_a_graph_name_longer_than_a_file_name_still_gets_its_charts(tmp_path):
 
 
 def test_the_speed_section_reads_the_progress_table():
-    from remat_bench.app.report import speed_section
+    from remat_bench.app.report.sections import speed_section
     from tests.test_charts import progress_tables
 
     results, points = progress_tables()

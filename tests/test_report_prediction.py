@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from remat_bench.app.report import prediction_section, rank_agreement
+from remat_bench.app.report.prediction import prediction_section, rank_agreement
 
 
 def row(graph: str, budget: str, method: str, modelled: float | None, measured: float | None, *,

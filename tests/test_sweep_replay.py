@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from remat_bench.app.cli import main
-from remat_bench.app.report import write_report
+from remat_bench.app.report.write import write_report
 from remat_bench.app.sweep import load_config, run_sweep
 from remat_bench.app.sweep.journal import JOURNAL
 from remat_bench.app.sweep.progress import describe_replay

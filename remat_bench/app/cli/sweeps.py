@@ -90,7 +90,7 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
                        reporter=SweepProgress(err))
     if len(result.table):
         out.print(summary_table(summarize(result.table), title=f"{cfg.name}: {len(result.table)} runs"))
-        from remat_bench.app.report import cost_sources
+        from remat_bench.app.report.write import cost_sources
         from remat_bench.core.provenance import mixed_sources
 
         if (mixed := mixed_sources(cost_sources(cfg.output, result.table))) is not None:
@@ -242,7 +242,7 @@ def _over_time(folder: Path, runs: Any, kind: str, budget: str | None) -> tuple[
 @click.option("--title", help="The report's title (default: from the sweep's config).")
 def report(results: Path, output: Path, title: str | None) -> None:
     """Write a Markdown report of a RESULTS folder: summary, best method per budget, charts, tables."""
-    from remat_bench.app.report import write_report
+    from remat_bench.app.report.write import write_report
     from remat_bench.app.sweep.results import load_table, skipped_note
 
     table = load_table(results)
