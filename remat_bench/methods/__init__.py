@@ -14,7 +14,7 @@ where ``MyMethod`` subclasses `remat_bench.methods.base.Method`.
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 from importlib.metadata import entry_points
 
 from remat_bench.core.errors import MethodError
@@ -44,12 +44,10 @@ BUILTIN: dict[str, str] = {
 
 
 def _load(target: str, name: str) -> type[Method]:
-    module_name, _, attr = target.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        cls = pkgutil.resolve_name(target)
     except ImportError as exc:  # an optional dependency imported at module level
         raise MethodError(f"method '{name}' cannot be loaded: {exc}") from None
-    cls = getattr(module, attr)
     if not (isinstance(cls, type) and issubclass(cls, Method)):
         raise MethodError(f"method '{name}' ({target}) is not a remat_bench Method subclass")
     return cls

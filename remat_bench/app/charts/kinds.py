@@ -7,7 +7,7 @@ it is drawn, so that the command line starts without matplotlib and pandas.
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -134,8 +134,7 @@ class Kind:
 
 
 def _function(target: str) -> Callable[..., Any]:
-    module, _, name = target.partition(":")
-    function: Callable[..., Any] = getattr(importlib.import_module(module), name)
+    function: Callable[..., Any] = pkgutil.resolve_name(target)
     return function
 
 
