@@ -49,6 +49,10 @@ class MethodError(RematBenchError):
     """An unknown method, an unknown or mistyped parameter, or a missing dependency."""
 
 
+class DeviceProfileError(RematBenchError):
+    """An unknown device profile, or a profile file that cannot be read or breaks its schema."""
+
+
 class ConfigError(RematBenchError):
     """A sweep configuration that cannot be run."""
 

@@ -2,10 +2,11 @@
 
 A graph imported from PyTorch records it in ``metadata["costs"]``
 (`remat_bench.torch.importer`): durations ``calibrated`` (each operator timed
-on this machine, the median of its runs, in ns) or ``flops`` (counted from the
-trace); workspaces (operators' scratch memory) ``measured`` on this machine,
-``none`` (0, as asked) or ``unmeasured`` (0 because the step could not run
-here); the device, processor, threads, torch version, repeats and statistic
+on this machine, the median of its runs, in ns), ``flops`` (counted from the
+trace) or ``roofline`` (estimated on a device profile, in ns, nothing timed:
+`remat_bench.core.device_profile`); workspaces (operators' scratch memory)
+``measured`` on this machine, ``none`` (0, as asked) or ``unmeasured`` (0
+because the step could not run here); the device, processor, threads, torch version, repeats and statistic
 of the measurement, and when. Older imports have only ``metadata["torch"]``'s
 duration unit and, when measured, where their workspaces were measured; any
 other graph's costs are what its file says.
@@ -24,8 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 COSTS_KEY = "costs"
-# Values of a cost record's ``durations``: counted from the trace, or timed on a machine.
-COUNTED, CALIBRATED = "flops", "calibrated"
+# Values of a cost record's ``durations``: counted from the trace, timed on a machine, or estimated on a device
+# profile (whose figures the record keeps under ``device_profile``).
+COUNTED, CALIBRATED, ROOFLINE = "flops", "calibrated", "roofline"
 # Values of its ``workspace``: measured on a machine, 0 as asked, or 0 because nothing could be measured.
 MEASURED, NONE, UNMEASURED = "measured", "none", "unmeasured"
 
@@ -38,9 +40,10 @@ class CostWarning(UserWarning):
 class CostSource:
     """How one graph's costs were obtained (module docstring).
 
-    ``durations``: ``calibrated``, ``flops`` or, for a graph not imported from
-    PyTorch, ``file`` (what the file says). ``workspace``: ``measured``,
-    ``none``, ``unmeasured`` or ``file``. ``where``: the device, processor,
+    ``durations``: ``calibrated``, ``flops``, ``roofline`` or, for a graph not
+    imported from PyTorch, ``file`` (what the file says). ``device_profile``:
+    for ``roofline``, the profile's name, source and figures. ``workspace``:
+    ``measured``, ``none``, ``unmeasured`` or ``file``. ``where``: the device, processor,
     threads and torch version of the measurement (empty when nothing was
     measured). ``imported``: the graph was imported from PyTorch.
     """
@@ -54,6 +57,7 @@ class CostSource:
     statistic: str | None = None
     when: str | None = None
     notes: tuple[str, ...] = ()
+    device_profile: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def timed(self) -> bool:
@@ -93,12 +97,15 @@ class CostSource:
         Returns
         -------
         str
-            ``counted (flops)``, ``timed on <machine>`` or ``given in the file (<unit>)``.
+            ``counted (flops)``, ``timed on <machine>``, ``roofline of device profile <name>`` or ``given in
+            the file (<unit>)``.
         """
         if self.durations == CALIBRATED:
             return f"timed on {self.machine() or 'an unknown machine'}"
         if self.durations == "file":
             return f"given in the file ({self.duration_unit or 'no unit'})"
+        if self.durations == ROOFLINE:
+            return f"roofline of device profile {self.device_profile.get('name', '?')}"
         return f"counted ({self.duration_unit})"
 
     def describe(self) -> str:
@@ -114,6 +121,10 @@ class CostSource:
             durations = f"durations calibrated ({how}, {self.duration_unit})"
         elif self.durations == "file":
             durations = f"durations as the file gives them (in {self.duration_unit or 'no unit'})"
+        elif self.durations == ROOFLINE:
+            profile = self.device_profile
+            durations = (f"durations: {self.label()} ({profile.get('source', 'source not given')}), "
+                         f"{self.duration_unit}, estimated, not timed")
         else:
             durations = f"durations counted ({self.duration_unit}, not timed)"
         workspace = {MEASURED: "workspaces measured",
@@ -149,11 +160,12 @@ def cost_source(graph: Any) -> CostSource:
     torch_meta = meta.get("torch")
     imported = isinstance(torch_meta, dict) and "spec" in torch_meta
     if isinstance(record, dict):
-        where = record.get("measured_on")
+        where, profile = record.get("measured_on"), record.get("device_profile")
         return CostSource(
             durations=str(record.get("durations", COUNTED)), duration_unit=str(record.get("duration_unit", unit)),
             workspace=str(record.get("workspace", NONE)), imported=imported,
             where=dict(where) if isinstance(where, dict) else {},
+            device_profile=dict(profile) if isinstance(profile, dict) else {},
             repeats=record.get("repeats") if isinstance(record.get("repeats"), int) else None,
             statistic=record.get("statistic") if isinstance(record.get("statistic"), str) else None,
             when=record.get("when") if isinstance(record.get("when"), str) else None,
@@ -196,8 +208,9 @@ def mixed_sources(sources: Mapping[str, CostSource | None]) -> str | None:
     """One sentence when a comparison mixes graphs whose durations were obtained differently or elsewhere.
 
     Graphs whose durations are counted (FLOPs) or given in their files compare
-    among themselves; graphs timed on one machine compare among themselves; a
-    mix of these, or of machines, does not measure overhead alike.
+    among themselves; graphs timed on one machine compare among themselves, and
+    so do graphs estimated on one device profile; a mix of these, or of
+    machines or profiles, does not measure overhead alike.
 
     Parameters
     ----------
@@ -213,8 +226,9 @@ def mixed_sources(sources: Mapping[str, CostSource | None]) -> str | None:
     for name, source in sources.items():
         if source is None:
             continue
-        # Counted and given durations are alike (neither was timed), unless a file's are nanoseconds.
-        key = source.label() if source.timed else "counted"
+        # Counted and given durations are alike (neither was timed), unless a file's are nanoseconds; roofline
+        # estimates are alike on one device profile.
+        key = source.label() if source.timed or source.durations == ROOFLINE else "counted"
         groups.setdefault(key, []).append(name)
     if len(groups) < 2:
         return None
