@@ -18,6 +18,9 @@ and writes what the simulator needs:
   runs after a warm-up, cached by operator signature so that the identical
   operators of repeated layers, and a second import, are timed once
   (`remat_bench.torch.calibrate`);
+- ``duration`` (``device_profile=``, units ``ns``): each node's roofline time on
+  that device, estimated from its FLOPs and the bytes it moves, nothing timed
+  (`remat_bench.torch.roofline`);
 - ``duration`` (``durations="flops"``, units ``flops``): FLOPs from
   ``torch.utils.flop_counter``'s formulas for the operators that have one
   (matrix products, convolutions, attention and their backward), and for
@@ -71,6 +74,7 @@ from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sd
 
 from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import format_amount
+from remat_bench.core.device_profile import DeviceProfile
 from remat_bench.core.errors import GraphError, RematBenchError
 from remat_bench.core.graph import Graph, Node
 from remat_bench.core.provenance import CALIBRATED, COSTS_KEY, COUNTED, MEASURED, NONE, UNMEASURED, CostWarning
@@ -80,6 +84,7 @@ from remat_bench.torch.executor import ExecutionError
 from remat_bench.torch.measure import free_memory_bytes, measured_where
 from remat_bench.torch.program import GRADIENT, OP, Program, ProgramNode, build_program
 from remat_bench.torch.randomness import SEEDING
+from remat_bench.torch.roofline import profile_asked, roofline_durations, with_roofline
 from remat_bench.torch.spec import ModelSpec, model_spec
 from remat_bench.torch.zoo import ModelSpecError
 
@@ -98,7 +103,8 @@ def import_model(model: str, batch: int | None = None, input_shape: Sequence[int
                  device: str | None = None, name: str | None = None, workspace: str | None = "auto", *,
                  task: str | None = None, input_dtype: str | None = None, input_range: int | None = None,
                  model_kwargs: Mapping[str, Any] | None = None, cost_cache: CostCache | None = None,
-                 measure_deadline: float | None = None, **kwargs: Any) -> Graph:
+                 measure_deadline: float | None = None, device_profile: DeviceProfile | str | None = None,
+                 **kwargs: Any) -> Graph:
     """The training graph of ``model`` (a zoo name or ``package.module:factory``) at ``batch``, with costs
     measured on this machine.
 
@@ -119,6 +125,8 @@ def import_model(model: str, batch: int | None = None, input_shape: Sequence[int
     fit in the device's free memory, or is not measured by ``measure_deadline``,
     calibrated durations fall back to FLOPs and ``auto`` workspaces to 0, each
     said in a `CostWarning` and recorded in the graph's ``metadata["costs"]``.
+    With ``device_profile``, durations are the roofline estimates of that
+    device (ns, `remat_bench.torch.roofline`) and nothing is timed here.
 
     Parameters
     ----------
@@ -153,6 +161,10 @@ def import_model(model: str, batch: int | None = None, input_shape: Sequence[int
         Measured operator costs by signature (None: the user's, `remat_bench.torch.calibrate.cost_cache_path`).
     measure_deadline : float or None
         Wall-clock time (``time.time()``) by which measuring stops (None: none); what was measured is cached.
+    device_profile : DeviceProfile, str or None
+        Estimate durations on this device instead of timing them: a profile, a shipped profile's name or a
+        profile file's path (`remat_bench.core.device_profile.load_device_profile`); only with the default
+        ``durations``.
     **kwargs : Any
         More constructor arguments.
 
@@ -165,18 +177,24 @@ def import_model(model: str, batch: int | None = None, input_shape: Sequence[int
     Raises
     ------
     GraphError
-        An unknown ``durations`` or ``workspace``, ``repeats`` below 1, or a CUDA ``device`` where there is none.
+        An unknown ``durations`` or ``workspace``, ``repeats`` below 1, a CUDA ``device`` where there is none,
+        or ``durations`` other than the default beside a ``device_profile``.
+    DeviceProfileError
+        A ``device_profile`` that cannot be loaded.
     ModelSpecError
         A model, factory, shape, task or argument that cannot be used, a model that cannot be traced,
         one that traces but fails on real tensors, or ``workspace="measure"`` for a step that cannot run here
         (or in time).
     """
     wanted, workspace = _costs_asked(durations, workspace, repeats)
+    profile = profile_asked(device_profile, durations)
+    if profile is not None:
+        wanted = COUNTED  # nothing timed: the profile's roofline replaces the counted durations
     spec = model_spec(model, batch=batch, input_shape=tuple(input_shape) if input_shape else None,
                       seed=seed, task=task, input_dtype=input_dtype, input_range=input_range,
                       kwargs=_constructor(model_kwargs, kwargs))
     graph, notes = _graph_with_costs(build_program(spec), device, wanted, workspace, repeats, cost_cache,
-                                     measure_deadline, name)
+                                     measure_deadline, name, profile)
     for note in notes:
         warnings.warn(note, CostWarning, stacklevel=2)
     return graph
@@ -206,8 +224,8 @@ def _constructor(model_kwargs: Mapping[str, Any] | None, kwargs: dict[str, Any])
 
 
 def _graph_with_costs(program: Program, device: str | None, durations: str, workspace: str, repeats: int,
-                      cost_cache: CostCache | None, measure_deadline: float | None, name: str | None
-                      ) -> tuple[Graph, list[str]]:
+                      cost_cache: CostCache | None, measure_deadline: float | None, name: str | None,
+                      profile: DeviceProfile | None = None) -> tuple[Graph, list[str]]:
     """The program's graph with its costs measured as asked (`import_model`'s arguments), or counted where
     they could not be measured; and the sentences saying what was not."""
     spec = program.spec
@@ -234,13 +252,18 @@ def _graph_with_costs(program: Program, device: str | None, durations: str, work
                              "with --workspace auto (workspaces 0, said in the graph), with more time, or on a "
                              "machine with more memory")
     timed = measured is not None and measured.durations is not None
-    graph = program_graph(program, measured.durations if timed else flops,  # type: ignore[union-attr, arg-type]
-                          "ns" if timed else "flops",
+    estimated = roofline_durations(program, profile) if profile is not None else None
+    graph = program_graph(program,
+                          estimated if estimated is not None else
+                          measured.durations if timed else flops,  # type: ignore[union-attr, arg-type]
+                          "ns" if timed or estimated is not None else "flops",
                           measured.workspace if measured is not None else None, name=name)
     if measured is not None and measured.workspace is not None:
         graph.metadata[METADATA_KEY]["workspace"] = measured_where(dev)  # where replay's note looks
     notes = [_fallback_note(spec.model, short, durations == CALIBRATED, workspace != NONE)] if fell_back else []
     graph.metadata[COSTS_KEY] = cost_record(durations, workspace, measured, repeats, notes)
+    if profile is not None:
+        graph.metadata[COSTS_KEY] = with_roofline(graph.metadata[COSTS_KEY], profile)
     return graph, notes
 
 
