@@ -244,8 +244,8 @@ def load_device_profile(name_or_path: str | Path) -> DeviceProfile:
         return shipped[key]
     if not Path(text).exists():
         raise DeviceProfileError(
-            f"unknown device profile '{printable(text)}': give one of {', '.join(_names_and_aliases())}, or the "
-            "path of a YAML file of your own (docs/design.md section 3)")
+            f"'{printable(text)}' is neither a shipped device profile ({', '.join(_names_and_aliases())}) nor a "
+            "file; give one of those names, or the path of a YAML file of your own (docs/design.md section 3)")
     data = _parse(read_regular(text, DeviceProfileError, limit=MAX_PROFILE_BYTES, hint="").decode("utf-8", "replace"),
                   text)
     return _profile(data, text, default_name=Path(text).stem)
@@ -320,17 +320,3 @@ def _describe(error: jsonschema.ValidationError, data: Any) -> str:
         return f"{where} has an unknown field '{extra[0] if extra else '?'}'; its fields are {known}"
     return describe_schema_error(error, data, "node")
 
-
-def profile_table() -> list[dict[str, Any]]:
-    """The shipped profiles as rows for ``graphs profiles``: name, aliases and figures.
-
-    Returns
-    -------
-    list of dict
-        One per profile, `DeviceProfile.as_dict` with ``aliases`` added.
-    """
-    return [{**p.as_dict(), "aliases": list(p.aliases)} for p in _shipped().values()]
-
-
-__all__ = ["FALLBACK", "MEMORY_BOUND", "DeviceProfile", "load_device_profile", "profile_table", "roofline_ns",
-           "shipped_aliases", "shipped_profiles"]

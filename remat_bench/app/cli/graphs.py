@@ -1,4 +1,5 @@
-"""The ``graphs`` group: list, show, validate, import, generate and fetch graphs (docs/design.md section 7).
+"""The ``graphs`` group: list, show, validate, import, generate and fetch graphs, and the device profiles
+imports can estimate durations on (docs/design.md sections 3 and 7).
 
 ``graphs import-torch`` is in `remat_bench.app.cli.torch`, beside ``replay``: both need PyTorch.
 """
@@ -216,6 +217,45 @@ def graphs_import(source: Path, output: Path) -> None:
     check_output(output, [source], "remat-bench-graph")
     save_graph(g, output)
     out.print(f"wrote {output} ({g.n} nodes, {g.num_edges} edges)")
+
+
+@graphs.command("profiles")
+@click.argument("profile", nargs=-1)
+@click.option("--json", "as_json", is_flag=True)
+def graphs_profiles(profile: tuple[str, ...], as_json: bool) -> None:
+    """The device profiles `graphs import-torch --device-profile` estimates durations on: the shipped ones, or
+    each PROFILE given (a name or a YAML file of your own, checked)."""
+    from remat_bench.core.device_profile import load_device_profile, shipped_profiles
+
+    profiles = [load_device_profile(p) for p in profile or shipped_profiles()]
+    rows = [{**p.as_dict(), "aliases": list(p.aliases)} for p in profiles]
+    show(rows, as_json, lambda: _profiles_table(rows))
+
+
+def _profiles_table(rows: list[dict[str, Any]]) -> Table:
+    """Device profiles, one per row: dense peaks in TFLOP/s, rates in GB/s and sizes in GB (10^9, as data sheets
+    count)."""
+    dtypes = {"float32": "fp32", "tfloat32": "tf32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64",
+              "int8": "int8"}
+    table = Table(title="device profiles: peak TFLOP/s by dtype, bandwidths in GB/s; a roofline on them is an "
+                        "estimate, not a measurement")
+    table.add_column("profile", no_wrap=True)
+    for short in dtypes.values():
+        table.add_column(short, justify="right")
+    for column in ("memory", "GB/s", "host link", "launch"):
+        table.add_column(column, justify="right", no_wrap=True)
+    sources = []
+    for r in rows:
+        peaks = [f"{r['peak_flops'][d] / 1e12:g}" if d in r["peak_flops"] else "-" for d in dtypes]
+        memory = f"{r['memory_bytes'] / 1e9:g} GB" if r.get("memory_bytes") else "-"
+        link = f"{r['host_to_device'] / 1e9:g}/{r['device_to_host'] / 1e9:g}"
+        aliases = f" ({', '.join(r['aliases'])})" if r["aliases"] else ""
+        table.add_row(escape(r["name"]) + aliases, *peaks, memory, f"{r['memory_bandwidth'] / 1e9:g}", link,
+                      f"{r['launch_s'] * 1e6:g} µs")
+        sources.append(f"{escape(r['name'])}: {escape(r['source'])}"
+                       + (f" (efficiency {r['efficiency']:g})" if r["efficiency"] != 1 else ""))
+    table.caption = "\n".join(["host link: GB/s to / from the device", *sources])
+    return table
 
 
 @graphs.command("generate")

@@ -36,7 +36,7 @@ GRAPH_KEYS = ("path", "glob", "generate", "torch")
 MAX_SWEEP_NODES = 2_000_000
 # Keys of a ``torch:`` graph entry: a PyTorch model traced into a training graph (`import_model`).
 TORCH_KEYS = ("model", "batch", "input_shape", "task", "input_dtype", "vocab", "durations", "workspace", "repeats",
-              "kwargs", "time_limit")
+              "kwargs", "time_limit", "device_profile")
 
 
 @dataclass
@@ -292,6 +292,8 @@ def _torch_entry(doc: Document, node: yaml.Node) -> GraphEntry:
         fixed["repeats"] = whole(spec["repeats"][1], "repeats")
     if "vocab" in spec:
         fixed["input_range"] = whole(spec["vocab"][1], "vocab")
+    if "device_profile" in spec:
+        fixed["device_profile"] = _device_profile(doc, spec)
     limit = doc.number(spec["time_limit"][1], "time_limit", 0) if "time_limit" in spec else TRACE_TIME_LIMIT
     axes: dict[str, list[Any]] = {}
     if "batch" in spec:
@@ -313,11 +315,29 @@ def _torch_entry(doc: Document, node: yaml.Node) -> GraphEntry:
         model_kwargs = {k[len("kwargs."):]: v for k, v in chosen.items() if k.startswith("kwargs.")}
         # Named by model, batch and arguments: GPTs of 12 and 48 layers must not share a name.
         name = "-".join([f"torch-{label}", f"b{chosen.get('batch') or 'default'}",
-                         *(f"{k}{v}" for k, v in model_kwargs.items())])
+                         *(f"{k}{v}" for k, v in model_kwargs.items()),
+                         *([fixed["device_profile"].name] if "device_profile" in fixed else [])])
         options = dict(model=model, batch=chosen.get("batch"), model_kwargs=model_kwargs, name=name, **fixed)
         return TorchGraph(name=name, model=model, options=options, line=line, search=search, time_limit=limit)
 
     return GraphEntry(node, kind="torch", axes=axes, torch=pending)
+
+
+def _device_profile(doc: Document, spec: dict[str, tuple[yaml.Node, yaml.Node]]) -> Any:
+    """A torch spec's ``device_profile``, loaded: a shipped profile's name, or a file's path (relative to the
+    config's folder); refused beside ``durations``, which the profile's roofline replaces."""
+    from remat_bench.core.device_profile import load_device_profile, shipped_aliases, shipped_profiles
+
+    node = spec["device_profile"][1]
+    if "durations" in spec:
+        raise doc.error(spec["durations"][1], "a device profile gives the durations (its roofline estimates), so "
+                                              "'durations' cannot be given with 'device_profile'")
+    text = doc.text(node, "device_profile")
+    shipped = text.lower() in {*shipped_profiles(), *shipped_aliases()}
+    try:
+        return load_device_profile(text if shipped else doc.path.parent / text)
+    except RematBenchError as exc:
+        raise doc.error(node, str(exc)) from None
 
 
 def _generate_entry(doc: Document, node: yaml.Node) -> GraphEntry:
