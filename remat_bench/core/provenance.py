@@ -133,8 +133,8 @@ class CostSource:
                      "file": "workspaces as the file gives them"}.get(self.workspace, f"workspaces {self.workspace}")
         where = self.machine()
         text = f"{durations}; {workspace}"
-        if where:
-            text += f"; on {where}"
+        if where:  # where the costs were measured: with a roofline, only the workspaces were
+            text += f" on {where}" if self.durations == ROOFLINE else f"; on {where}"
         if self.when:
             text += f"; {self.when}"
         return text

@@ -41,6 +41,11 @@ MAX_STEPS = 1_000_000
 @click.option("--workspace", type=click.Choice(["auto", "measure", "none"]), default="auto", show_default=True,
               help="Scratch memory of each operator: auto measures it on this machine (0, with a warning, when "
                    "the step cannot run here); measure does too, and refuses when it cannot; none leaves it 0.")
+@click.option("--device-profile", metavar="NAME|FILE",
+              help="Estimate durations for another device instead of timing them here: each operator's roofline "
+                   "time (ns) from its FLOPs and bytes moved, on a shipped profile (h100, h100-pcie, h200, a100, "
+                   "l4: `graphs profiles` lists them) or a YAML file of your own. An estimate, not a measurement; "
+                   "not with --durations.")
 @click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
               help="Timed runs of each operator after a warm-up, for calibrated durations.")
 @click.option("--task", type=click.Choice(["classify", "segment", "language", "regress"]),
@@ -57,8 +62,9 @@ MAX_STEPS = 1_000_000
               help="Seconds to build, trace and measure the model; it runs in a child process, stopped then.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
 def import_torch(model: str, batch: int | None, input_shape: str | None, durations: str,
-                 workspace: str, repeats: int, task: str | None, input_dtype: str | None, vocab: int | None,
-                 kwargs: tuple[str, ...], time_limit: float, output: Path) -> None:
+                 workspace: str, device_profile: str | None, repeats: int, task: str | None,
+                 input_dtype: str | None, vocab: int | None, kwargs: tuple[str, ...], time_limit: float,
+                 output: Path) -> None:
     """Trace MODEL's training step into a graph: a zoo name, an ecosystem model or package.module:factory.
 
     Zoo: mlp, vgg11, resnet18, resnet50, unet, gpt. A factory runs only when it
@@ -66,8 +72,9 @@ def import_torch(model: str, batch: int | None, input_shape: str | None, duratio
     standard library). Tracing uses fake tensors, so any batch size traces
     without allocating it; the costs are then measured by running the step
     on real tensors here, when it fits in memory (--durations flops
-    --workspace none runs nothing). The graph records how its costs were
-    obtained (`graphs show` says).
+    --workspace none runs nothing). --device-profile h100 plans for a device
+    you are not on: durations are estimated for it, not timed. The graph
+    records how its costs were obtained (`graphs show` says).
 
     \b
     The ecosystem's models, with random weights (never downloaded; needs
@@ -89,13 +96,14 @@ def import_torch(model: str, batch: int | None, input_shape: str | None, duratio
     from remat_bench.torch.isolated import trace_model
 
     check_output(output, [], "remat-bench-graph")
+    profile = _device_profile(device_profile)
     shape = _parse_shape(input_shape) if input_shape else None
     # In a child process: the factory and forward pass are the user's code, which may hang or exit.
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CostWarning)
         g = trace_model(dict(model=model, batch=batch, input_shape=shape, durations=durations, workspace=workspace,
                              repeats=repeats, task=task, input_dtype=input_dtype, input_range=vocab,
-                             model_kwargs=_parse_kwargs(kwargs)), time_limit)
+                             model_kwargs=_parse_kwargs(kwargs), device_profile=profile), time_limit)
     for w in caught:
         if issubclass(w.category, CostWarning):
             err.print(f"[yellow]warning:[/] {escape(str(w.message))}", highlight=False)
@@ -194,6 +202,19 @@ def _timing_rows(r: Any, unit: str) -> list[tuple[str, str]]:
                                       f"({r.baseline_peak_error_pct:+.3f}% vs simulated "
                                       f"{format_amount(r.baseline_simulated_peak, unit)})"))
     return rows
+
+
+def _device_profile(given: str | None) -> Any:
+    """``--device-profile`` loaded here (a bad file is one sentence before any tracing); refused beside an
+    explicit ``--durations``, which the profile's roofline replaces."""
+    if given is None:
+        return None
+    from remat_bench.core.device_profile import load_device_profile
+
+    if click.get_current_context().get_parameter_source("durations") is not click.core.ParameterSource.DEFAULT:
+        raise click.BadParameter("a device profile gives the durations (its roofline estimates), so --durations "
+                                 "cannot be given with --device-profile", param_hint="--durations")
+    return load_device_profile(given)
 
 
 def _require_torch(command: str) -> None:
