@@ -14,6 +14,7 @@ from matplotlib.image import imread
 from remat_bench.app.charts.common import ChartError, method_style, save
 from remat_bench.app.charts.intervals import intervals_figure, retention_intervals
 from remat_bench.app.charts.kinds import KINDS
+from remat_bench.app.charts.prediction import prediction_figure
 from remat_bench.app.charts.profile import profile_figure
 from remat_bench.app.charts.progress import progress_figure
 from remat_bench.app.charts.scaling import graph_family, scaling_figure
@@ -138,7 +139,8 @@ def results(tmp_path_factory):
     return folder / "out"
 
 
-@pytest.mark.parametrize("kind", KINDS)
+# A prediction chart needs replays, which this sweep has not: test_plot_draws_the_prediction_chart_of_replays.
+@pytest.mark.parametrize("kind", [kind for kind in KINDS if kind != "prediction"])
 def test_plot_command_draws_every_kind_from_a_results_folder(tmp_path, results, kind):
     out = tmp_path / f"{kind}.png"
     r = CliRunner().invoke(main, ["plot", str(results), "--kind", kind, "-o", str(out)])
@@ -563,3 +565,87 @@ def test_the_time_to_best_chart_puts_each_run_at_its_last_improvement():
     # A's runs held their best at 5 s (0.8) and 3 s (0.9): the median 4 s; B's one run at 8 s.
     assert list(lines["A"].get_ydata()) == [4.0] and list(lines["B"].get_ydata()) == [8.0]
     assert ax.get_xscale() == ax.get_yscale() == "log"
+
+
+# ---------------------------------------------------------------------- prediction against measurement
+
+
+def replayed(graph: str, method: str, fraction: float, modelled: float, measured: float | None,
+             interval: tuple[float, float] | None = None, replay: str = "measured",
+             params: dict | None = None) -> dict:
+    """A run of `row` replayed: its measured overhead, with a 95% interval or (without one) a range of -1..+2."""
+    return {**row(graph, 30, method, fraction, "feasible", modelled, 0.1, params), "replay_status": replay,
+            "modelled_overhead_pct": modelled, "measured_overhead_pct": measured,
+            "measured_overhead_min_pct": None if measured is None else measured - 1,
+            "measured_overhead_max_pct": None if measured is None else measured + 2,
+            "measured_overhead_low_pct": None if interval is None else interval[0],
+            "measured_overhead_high_pct": None if interval is None else interval[1],
+            "timing_clock": "thread CPU time", "replay_pairs": 20}
+
+
+@pytest.fixture(scope="module")
+def replays():
+    return build_table([
+        replayed("small", "chen", 0.8, 12.0, 13.0, (12.2, 13.9), params={"variant": "greedy"}),
+        replayed("small", "chen", 0.8, 17.0, 16.5, params={"variant": "sqrt"}),  # no interval: its range
+        replayed("small", "moccasin", 0.8, 4.0, 4.6, (4.1, 5.0)),
+        replayed("small", "greedy", 0.8, 4.0, 4.4, (4.0, 4.9)),  # moccasin's schedule too: set beside it
+        replayed("small", "moccasin", 0.6, 9.0, 8.0, (7.5, 8.6)),
+        replayed("small", "chen", 0.6, 30.0, None, replay="failed", params={"variant": "greedy"}),
+        replayed("small", "none", 1.0, 0.0, None),  # replayed without a baseline: no overhead measured
+        row("small", 30, "moccasin", 1.0, "optimal", 0.0, 0.1),  # not replayed
+    ])
+
+
+def test_the_prediction_chart_draws_a_point_and_a_bar_per_replayed_run(tmp_path, replays):
+    fig = prediction_figure(replays)
+    assert non_blank(save(fig, tmp_path / "prediction.png")) > 0.05
+    ax = fig.axes[0]
+    bars = [c for c in ax.containers if c.has_yerr]
+    points = sorted((x, y) for c in bars for x, y in zip(c.lines[0].get_xdata(), c.lines[0].get_ydata()))
+    assert points == [(4.0, 4.4), (4.0, 4.6), (9.0, 8.0), (12.0, 13.0), (17.0, 16.5)]  # not the failed, nor none
+    segments = {alpha: sorted((float(s[0][1]), float(s[1][1])) for c in bars for coll in c.lines[2]
+                              if coll.get_alpha() == alpha for s in coll.get_segments())
+                for alpha in {coll.get_alpha() for c in bars for coll in c.lines[2]}}
+    # Four 95% intervals at full strength; chen (sqrt)'s range, min to max, lighter.
+    assert segments == {1.0: [(4.0, 4.9), (4.1, 5.0), (7.5, 8.6), (12.2, 13.9)], 0.3: [(15.5, 18.5)]}
+    # |errors| 0.4, 0.6, 1.0, 1.0, 0.5: median 0.6.
+    assert ax.get_title() == ("Measured against modelled overhead\nmedian |measured - modelled| 0.60 points over 5 "
+                              "replayed runs")
+    legend = ax.get_legend()
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert "bar: 95% interval of the measured overhead" in texts
+    assert "light bar: min to max of the pairs\n(no 95% interval)" in texts
+    title = legend.get_title().get_text()
+    assert "times: thread CPU time" in title and "1 replay failed: not drawn" in title
+    assert "1 replayed without a baseline" in title and "set side by side" in title
+    # y = x across the (shared) range, and the two points at modelled 4.0 set apart by the dodge, in page points.
+    assert ax.get_xlim() == ax.get_ylim()
+    assert any(list(line.get_xdata()) == list(line.get_ydata()) == list(ax.get_xlim()) for line in ax.get_lines())
+    at_four = [c.lines[0] for c in bars if list(c.lines[0].get_xdata()) == [4.0]]
+    pixels = sorted(line.get_transform().transform((4.0, 4.5))[0] for line in at_four)
+    assert pixels[1] - pixels[0] == pytest.approx(4.5 * fig.dpi / 72)
+
+
+def test_the_prediction_chart_of_old_results_draws_ranges_and_refuses_without_replays(replays):
+    old = replays.drop(columns=["measured_overhead_low_pct", "measured_overhead_high_pct", "timing_clock",
+                                "replay_pairs"])
+    ax = prediction_figure(old).axes[0]
+    alphas = [coll.get_alpha() for c in ax.containers for coll in c.lines[2]]
+    assert len(alphas) == 5 and set(alphas) == {0.3}  # every bar a range, lighter
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "bar: 95% interval of the measured overhead" not in texts
+    with pytest.raises(ChartError, match="no run was replayed with its overhead measured"):
+        prediction_figure(replays.assign(replay_status=None))
+
+
+def test_plot_draws_the_prediction_chart_of_replays(tmp_path, replays, results):
+    folder = tmp_path / "replayed"
+    folder.mkdir()
+    replays.to_parquet(folder / "results.parquet")
+    out = tmp_path / "prediction.png"
+    r = CliRunner().invoke(main, ["plot", str(folder), "--kind", "prediction", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert non_blank(out) > 0.05 and "prediction of 8 runs" in r.output
+    line = refusal(CliRunner().invoke(main, ["plot", str(results), "--kind", "prediction", "-o", str(out)]))
+    assert "no run was replayed with its overhead measured" in line and "replay:" in line

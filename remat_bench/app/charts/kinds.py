@@ -150,4 +150,5 @@ KINDS: dict[str, Kind] = {kind.name: kind for kind in (
     Kind("profile", Source.PROGRESS, "remat_bench.app.charts.profile:profile_figure", every_budget=True,
          options=("within_pct",)),
     Kind("time-to-best", Source.PROGRESS, "remat_bench.app.charts.time_to_best:time_to_best_figure", every_budget=True),
+    Kind("prediction", Source.RUNS, "remat_bench.app.charts.prediction:prediction_figure", every_budget=True),
 )}

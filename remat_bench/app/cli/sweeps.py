@@ -123,7 +123,8 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
 @click.option("--kind", "-k", type=click.Choice(list(KINDS)), default="tradeoff", show_default=True,
               help="progress: overhead of the best schedule over solve time (log time), a panel per graph and "
                    "budget; profile: share of instances each method brings within --within of the best by each "
-                   "time; time-to-best: time to each run's best schedule against nodes (log-log).")
+                   "time; time-to-best: time to each run's best schedule against nodes (log-log); prediction: "
+                   "measured against modelled overhead of the replayed runs (a sweep with replay:).")
 @click.option("--within", type=FiniteFloat(minimum=0), default=1.0, show_default=True, metavar="PCT",
               help="profile: the target, within PCT percent of the best duration any run found.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Image file (.png, .svg).")
@@ -140,6 +141,7 @@ def plot(sources: tuple[Path, ...], kind: str, within: float, output: Path, grap
     remat-bench plot results/smoke --kind timeline --graph chain-16 --budget 0.8 -o t.svg
     remat-bench plot a.json b.json --graph graphs/chain-16-train.json --kind timeline -o t.png
     remat-bench plot results/paper-progress --kind progress -o figure5.png
+    remat-bench plot results/fidelity --kind prediction -o prediction.png
     """
     from remat_bench.app.charts.common import image_format, save
     from remat_bench.app.charts.selection import graph_in_results, select_runs

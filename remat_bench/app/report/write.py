@@ -114,15 +114,18 @@ def _heading(results: Path, table: pd.DataFrame, frame: pd.DataFrame, name: str,
 def _charts(table: pd.DataFrame, frame: pd.DataFrame, progress: pd.DataFrame | None, figures: Path,
             report: Path) -> list[str]:
     """The charts of every graph together (`remat_bench.app.charts.kinds`) that the results can show: tradeoff
-    with two budgets, scaling with two graph sizes, progress and profile with a progress table."""
+    with two budgets, scaling with two graph sizes, progress and profile with a progress table, prediction
+    with a replay that measured something."""
     from remat_bench.app.charts.common import ChartError, save
     from remat_bench.app.charts.kinds import KINDS
 
+    replays = frame["replay_status"] if "replay_status" in frame else pd.Series(dtype="string")
     lines = []
     for kind, wanted in (("tradeoff", frame["budget_fraction"].nunique() >= 2),
                          ("scaling", frame["nodes"].nunique() >= 2),
                          ("progress", progress is not None),
-                         ("profile", progress is not None)):
+                         ("profile", progress is not None),
+                         ("prediction", bool(replays.eq("measured").fillna(False).any()))):
         if not wanted:
             continue
         try:
