@@ -21,12 +21,19 @@ from remat_bench.app.pipeline import run
 from remat_bench.core.baseline import baseline, baseline_schedule
 from remat_bench.core.errors import ScheduleError
 from remat_bench.core.graph_io import load_graph, save_graph
+from remat_bench.core.provenance import measured_threads
 from remat_bench.core.schedule import save_schedule
 from remat_bench.core.simulate import overhead_pct, simulate
 from remat_bench.methods import Status
 from remat_bench.torch import measure as measure_module
 from remat_bench.torch.importer import import_model
-from remat_bench.torch.measure import interleaved_times, measure_peak, paired_overhead
+from remat_bench.torch.measure import (
+    interleaved_times,
+    measure_peak,
+    median_interval,
+    paired_overhead,
+    precise_enough,
+)
 from remat_bench.torch.replay import (
     ATOL,
     RTOL,
@@ -209,6 +216,53 @@ def test_interleaved_times_warm_up_each_then_alternate_and_on_cuda_wait_for_the_
     assert events == ["prepare schedule", "schedule"] * 4  # no device to wait for on the CPU
 
 
+def test_the_median_interval_is_the_sign_test_order_statistics():
+    # n = 9: P(B <= 1) = 10/512 <= 0.025 < P(B <= 2) = 46/512, so the 2nd and 8th smallest bracket the median.
+    assert median_interval([9.0, 1.0, 8.0, 2.0, 7.0, 3.0, 6.0, 4.0, 5.0]) == (2.0, 8.0)
+    assert median_interval(list(range(6))) == (0, 5)  # 6 values: min and max cover 1 - 2/64 of it
+    assert median_interval(list(range(5))) is None  # 5: even min..max covers only 1 - 2/32 < 95%
+    assert median_interval(list(range(60))) == (21, 38)  # the 22nd and 39th of 60, as the tables give
+    measured = paired_overhead([1.1] * 6, [1.0] * 6)
+    assert measured.low_pct == measured.high_pct == pytest.approx(10.0) and measured.half_width == 0.0
+    assert paired_overhead([1.1] * 5, [1.0] * 5).half_width is None
+
+
+def test_pairs_go_on_until_the_interval_is_narrow_enough_or_the_cap(monkeypatch):
+    def runs(seconds):
+        return lambda: (lambda: seconds)
+
+    def fake_run_ns(device, fn):
+        return round(fn() * 1e9)
+
+    monkeypatch.setattr(measure_module, "run_ns", fake_run_ns)
+    cpu = torch.device("cpu")
+    # Every pair +10%: after 2 pairs the interval does not exist yet; at 6 it is [+10, +10].
+    schedule, base = interleaved_times(cpu, runs(1.1), runs(1.0), 2, max_repeats=20, enough=precise_enough(1.0))
+    assert len(schedule) == len(base) == 6
+    # Pairs that alternate +0% and +20% never pin the median within +-1 point: the cap ends them.
+    flip = iter([1.0, 1.0, 1.0, 1.0] + [1.0, 1.0, 1.0, 1.2] * 30)
+    schedule, base = interleaved_times(cpu, lambda: (lambda: next(flip)), lambda: (lambda: next(flip)), 2,
+                                       max_repeats=11, enough=precise_enough(1.0))
+    assert len(schedule) == 11
+    # Without a rule, exactly ``repeats`` pairs.
+    schedule, _ = interleaved_times(cpu, runs(1.1), runs(1.0), 3, max_repeats=20)
+    assert len(schedule) == 3
+
+
+def test_a_replay_times_on_the_graph_threads_with_the_thread_clock(mlp_files):
+    g, schedule, _ = mlp_files
+    assert measured_threads(g.metadata) is None  # FLOPs, workspaces none: nothing measured
+    before = torch.get_num_threads()
+    r = replay(g, schedule, "cpu", repeats=6, precision=0, threads=1)
+    assert r.threads == 1 and r.clock == "thread CPU time" and r.repeats == 6
+    assert r.to_json()["measured_overhead_low_pct"] <= r.to_json()["measured_overhead_pct"]
+    assert r.to_json()["measured_overhead_pct"] <= r.to_json()["measured_overhead_high_pct"]
+    assert torch.get_num_threads() == before  # left as it was
+    recorded = {"costs": {"measured_on": {"device": "cpu", "threads": 3}}}
+    assert measured_threads(recorded) == 3  # read off the costs' record
+    assert measured_threads({}) is None
+
+
 def test_the_baseline_peak_on_cuda_comes_from_the_allocator_statistics(monkeypatch):
     stats = {"allocated": 1000, "max": 0}
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
@@ -222,12 +276,12 @@ def test_the_measured_overhead_is_computed_from_the_timings_exactly(mlp_files, m
     g, schedule, _ = mlp_files
     clock = iter([9.0, 9.0, 2.0, 3.0, 4.0, 5.0, 2.0, 2.5])  # warm-ups, then (baseline, schedule) x 3
 
-    def fake_timed(device, fn):
+    def fake_run_ns(device, fn):
         fn()
-        return next(clock)
+        return round(next(clock) * 1e9)
 
-    monkeypatch.setattr(measure_module, "timed", fake_timed)
-    r = replay(g, schedule, "cpu", repeats=3)
+    monkeypatch.setattr(measure_module, "run_ns", fake_run_ns)
+    r = replay(g, schedule, "cpu", repeats=3, precision=0)
     assert r.baseline_step_times_s == [2.0, 4.0, 2.0] and r.step_times_s == [3.0, 5.0, 2.5]
     measured = r.measured_overhead
     assert (measured.median_pct, measured.min_pct, measured.max_pct) == (25.0, 25.0, 50.0)
@@ -244,11 +298,13 @@ def test_the_measured_overhead_is_computed_from_the_timings_exactly(mlp_files, m
 def test_cli_replay_json_measures_the_overhead_against_the_baseline(mlp_files):
     g, schedule, folder = mlp_files
     r = CliRunner().invoke(main, ["replay", str(folder / "g.json"), str(folder / "s.json"), "--json",
-                                  "--device", "cpu", "--repeats", "3"])
+                                  "--device", "cpu", "--repeats", "3", "--precision", "0"])
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     assert set(data) >= REPLAY_KEYS | OVERHEAD_KEYS
-    assert data["repeats"] == 3 and len(data["step_times_s"]) == len(data["baseline_step_times_s"]) == 3
+    assert data["repeats"] == data["pairs"] == 3
+    assert len(data["step_times_s"]) == len(data["baseline_step_times_s"]) == 3
+    assert data["measured_overhead_low_pct"] is None  # no 95% interval from 3 pairs
     assert all(t > 0 for t in data["step_times_s"] + data["baseline_step_times_s"])
     low, mid, high = (data[f"measured_overhead_{k}"] for k in ("min_pct", "pct", "max_pct"))
     assert low <= mid <= high and data["measured_overhead_spread"] == pytest.approx(high - low)
@@ -256,15 +312,23 @@ def test_cli_replay_json_measures_the_overhead_against_the_baseline(mlp_files):
     assert data["overhead_error_pts"] == pytest.approx(mid - data["modelled_overhead_pct"])
     assert data["baseline_measured_peak"] == data["baseline_simulated_peak"] == baseline(g).peak
     assert data["measured_peak"] < data["baseline_measured_peak"] and data["baseline_note"] == ""
-    r = CliRunner().invoke(main, ["replay", str(folder / "g.json"), str(folder / "s.json"), "--repeats", "2"])
+    r = CliRunner().invoke(main, ["replay", str(folder / "g.json"), str(folder / "s.json"), "--repeats", "2",
+                                  "--precision", "0"])
     assert r.exit_code == 0, r.output
     assert "median of 2; baseline" in r.output and "paired runs: min" in r.output and "baseline peak" in r.output
+    # By default pairs go on past --repeats until the interval is narrow enough, up to --max-pairs.
+    r = CliRunner().invoke(main, ["replay", str(folder / "g.json"), str(folder / "s.json"), "--json",
+                                  "--repeats", "6", "--max-pairs", "9"])
+    data = json.loads(r.stdout)
+    assert 6 <= data["pairs"] <= 9 and data["timing_clock"] == "thread CPU time" and data["threads"] == 1
+    low, mid, high = (data[f"measured_overhead_{k}"] for k in ("low_pct", "pct", "high_pct"))
+    assert low <= mid <= high
 
 
 def test_no_baseline_skips_it(mlp_files):
     _, _, folder = mlp_files
     r = CliRunner().invoke(main, ["replay", str(folder / "g.json"), str(folder / "s.json"), "--json",
-                                  "--device", "cpu", "--repeats", "2", "--no-baseline"])
+                                  "--device", "cpu", "--repeats", "2", "--no-baseline", "--precision", "0"])
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     assert len(data["step_times_s"]) == 2 and data["baseline_step_times_s"] == []

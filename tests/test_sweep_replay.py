@@ -64,7 +64,7 @@ def resume_with_replays(solved: Path, tmp_path: Path, **settings) -> tuple[Path,
     """A copy of the solved folder, resumed with ``replay:`` (one timed pair on the CPU unless told)."""
     shutil.copytree(solved, tmp_path / "copy")
     config = load_config(tmp_path / "copy" / "sweep.yaml")
-    config = replace(config, replay=ReplaySettings(**{"repeats": 1, "device": "cpu", **settings}))
+    config = replace(config, replay=ReplaySettings(**{"repeats": 1, "precision": 0, "device": "cpu", **settings}))
     return tmp_path / "copy" / "out", run_sweep(config, resume=True)
 
 
@@ -97,7 +97,8 @@ def test_a_sweep_replays_the_schedules_of_pytorch_graphs_only_and_resuming_does_
         raise AssertionError("a replay already recorded ran again")
 
     monkeypatch.setattr("remat_bench.app.sweep.replays.replay_row", must_not_run)
-    again = run_sweep(replace(load_config(out.parent / "sweep.yaml"), replay=ReplaySettings(repeats=1)), resume=True)
+    settings = ReplaySettings(repeats=1, precision=0)
+    again = run_sweep(replace(load_config(out.parent / "sweep.yaml"), replay=settings), resume=True)
     assert again.replayed == 0 and (out / JOURNAL).read_text().splitlines() == lines
     assert load_table(out)["replay_status"].count() == 2
 
@@ -108,8 +109,8 @@ def test_a_replay_that_fails_is_recorded_in_one_sentence_and_the_others_go_on(so
     table = load_table(out)
     greedy = table[(table["graph"] == "torch-mlp-b256") & (table["method"] == "greedy")].iloc[0]
     (out / greedy["schedule"]).write_text("{not json", encoding="utf-8")
-    outcome = run_sweep(replace(load_config(out.parent / "sweep.yaml"), replay=ReplaySettings(repeats=1, device="cpu")),
-                        resume=True)
+    settings = ReplaySettings(repeats=1, precision=0, device="cpu")
+    outcome = run_sweep(replace(load_config(out.parent / "sweep.yaml"), replay=settings), resume=True)
     assert outcome.replayed == 2 and outcome.replay_failures == 1
     table = load_table(out).set_index("method")
     failed = table.loc["greedy"][table.loc["greedy"]["graph"] == "torch-mlp-b256"].iloc[0]
@@ -129,11 +130,26 @@ def test_a_replay_past_its_time_limit_is_stopped_and_recorded(solved, tmp_path):
                         "under replay in the config"}
 
 
+def test_replays_record_the_interval_the_clock_and_where_the_time_goes(solved, tmp_path):
+    out, outcome = resume_with_replays(solved, tmp_path, repeats=6, steps=1)
+    assert outcome.replayed == 2 and outcome.replay_failures == 0
+    table = load_table(out)
+    done = table[table["replay_status"] == "measured"]
+    assert len(done) == 2 and (done["replay_pairs"] == 6).all() and (done["replay_threads"] == 1).all()
+    assert (done["timing_clock"] == "thread CPU time").all()
+    assert (done["measured_overhead_low_pct"] <= done["measured_overhead_pct"]).all()
+    assert (done["measured_overhead_pct"] <= done["measured_overhead_high_pct"]).all()
+    for text, modelled in zip(done["attribution"], done["modelled_overhead_pct"]):
+        a = json.loads(text)
+        assert a["passes"] == 1 and a["modelled_overhead_pct"] == pytest.approx(modelled)
+
+
 @pytest.mark.parametrize("body, message", [
     ("replay: {repeats: 0}", "'repeats' must be a whole number at least 1, not '0'"),
     ("replay: {device: tpu}", "replay device 'tpu' is not known; use cpu or cuda"),
     ("replay: {repeat: 3}", "unknown key 'repeat' in replay (did you mean 'repeats'?)"),
-    ("replay: 3", "'replay' must be true, false, or a mapping of repeats, device and time_limit"),
+    ("replay: 3", "'replay' must be true, false, or a mapping of repeats, precision, max_pairs, steps, device and "
+                  "time_limit"),
 ])
 def test_bad_replay_settings_are_one_sentence_naming_the_line(tmp_path, body, message):
     path = tmp_path / "sweep.yaml"
@@ -150,7 +166,9 @@ def test_replay_settings_and_the_command_line_flag(tmp_path):
     assert load_config(path).replay is None
     r = CliRunner().invoke(main, ["sweep", str(path), "--dry-run", "--replay"])
     assert r.exit_code == 0, r.output
-    assert "then the schedules of PyTorch graphs are replayed one at a time (5 timed pairs" in r.output
+    assert ("then the schedules of PyTorch graphs are replayed one at a time (6 to 40 timed pairs against the "
+            "baseline, until the measured overhead's 95% interval is within +-1 points, at most 600 s each)"
+            in " ".join(r.output.split()))
     path.write_text(path.read_text() + "replay: {repeats: 3, device: cpu, time_limit: 60}\n", encoding="utf-8")
     assert load_config(path).replay == ReplaySettings(repeats=3, device="cpu", time_limit=60.0)
     path.write_text(path.read_text().replace("replay: {repeats: 3, device: cpu, time_limit: 60}", "replay: true"))

@@ -58,6 +58,7 @@ class CostSource:
     when: str | None = None
     notes: tuple[str, ...] = ()
     device_profile: Mapping[str, Any] = field(default_factory=dict)
+    timed_in: str | None = None  # how each operator was timed: "in place, in whole steps" (None: alone, before)
 
     @property
     def timed(self) -> bool:
@@ -116,7 +117,10 @@ class CostSource:
         str
         """
         if self.durations == CALIBRATED:
-            runs = f"{self.repeats} run{'s' if self.repeats != 1 else ''}"
+            if self.timed_in:
+                runs = f"{self.repeats} pass{'es' if self.repeats != 1 else ''} of the step, {self.timed_in}"
+            else:
+                runs = f"{self.repeats} run{'s' if self.repeats != 1 else ''}"
             how = f"{self.statistic or 'timed'} of {runs}" if self.repeats else "timed"
             durations = f"durations calibrated ({how}, {self.duration_unit})"
         elif self.durations == "file":
@@ -170,6 +174,7 @@ def cost_source(graph: Any) -> CostSource:
             statistic=record.get("statistic") if isinstance(record.get("statistic"), str) else None,
             when=record.get("when") if isinstance(record.get("when"), str) else None,
             notes=tuple(str(n) for n in record.get("notes", ()) if isinstance(n, str)),
+            timed_in=record.get("timed") if isinstance(record.get("timed"), str) else None,
         )
     if imported and isinstance(torch_meta, dict):  # imported before cost records: FLOPs, or "profile" (ns)
         where = torch_meta.get("workspace")
@@ -240,3 +245,27 @@ def mixed_sources(sources: Mapping[str, CostSource | None]) -> str | None:
 
     return ("these graphs' durations come from different sources (" + "; ".join(
         shown(k, v) for k, v in groups.items()) + "), so their overheads are not measured alike")
+
+
+def measured_threads(metadata: Mapping[str, Any]) -> int | None:
+    """The CPU threads a graph's costs were measured with (its durations', else its workspaces'): a replay
+    runs with as many; None when nothing was measured on a CPU.
+
+    Parameters
+    ----------
+    metadata : Mapping
+        The graph's metadata.
+
+    Returns
+    -------
+    int or None
+    """
+    costs = metadata.get("costs")
+    torch_meta = metadata.get("torch")
+    for where in (costs.get("measured_on") if isinstance(costs, dict) else None,
+                  torch_meta.get("workspace") if isinstance(torch_meta, dict) else None):
+        if isinstance(where, dict) and str(where.get("device", "cpu")).startswith("cpu"):
+            threads = where.get("threads")
+            if isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1:
+                return threads
+    return None

@@ -83,6 +83,13 @@ def require_torch(what: str = "this command") -> None:
 
 
 # Environment variables by which a user asks torch for its own logs (torch._logging).
+# A replay's timed pairs (baseline, schedule), after a warm-up of each (`remat-bench replay`, sweeps' replay:):
+# at least DEFAULT_REPEATS (six is the fewest whose median has a 95% interval), then more until the measured
+# overhead's 95% interval is within +-DEFAULT_PRECISION points, or DEFAULT_MAX_PAIRS have run. Here, where the
+# command line reads them without importing torch.
+DEFAULT_REPEATS = 6
+DEFAULT_PRECISION = 1.0
+DEFAULT_MAX_PAIRS = 40
 TORCH_LOG_SWITCHES = ("TORCH_LOGS", "TORCH_TRACE", "TORCH_COMPILE_DEBUG", "TORCH_DTRACE")
 
 

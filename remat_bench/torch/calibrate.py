@@ -1,29 +1,36 @@
 """Operator costs measured on this machine: each operator timed and its scratch memory measured, cached
 by operator signature.
 
-A calibration runs the training step once in file order on real tensors (each
-value freed after its last reader, as the baseline schedule does). An operator
-whose duration is wanted runs again ``repeats`` times right where it stands,
-its first run having warmed it up (oneDNN builds its kernels then); its
-duration is the median of those runs, in nanoseconds (`remat_bench.torch.measure.time_ns`:
-CUDA events on CUDA, the wall clock on CPU). An operator whose workspace is
-wanted runs once more under the allocator's peak measurement
-(`remat_bench.torch.measure.measure_peak`): its workspace is that peak less
-its output's bytes.
+A calibration runs the training step in file order on real tensors (each
+value freed after its last reader, as the baseline schedule does), under
+`remat_bench.torch.measure.steady_timing` as a replay runs: on the CPU one
+thread by default and its CPU time as the clock, freed memory kept for reuse.
+The first pass warms up (oneDNN builds its kernels, the allocator's heap grows
+to the step's peak) and measures the workspaces asked for; then ``repeats``
+passes of the whole step time every operator whose duration is wanted right
+where it stands (`remat_bench.torch.measure.op_ns`: CUDA events on CUDA), with
+the tensors and caches a real step leaves it. A signature's duration is the
+median of all its samples, every node of it in every pass, in nanoseconds.
+Timing an operator alone, run after run on warm inputs, gave durations that
+neither a baseline step nor a schedule's recomputations show
+(docs/benchmarks.md, "Time you can trust").
+
+An operator's workspace is the allocator's peak while it runs once more
+(`remat_bench.torch.measure.measure_peak`) less its output's bytes.
 
 Both depend on the operator and what it is given, and on the machine:
 the signature of a node is its aten operator, the dtype, shape, strides and
 offset of every tensor it reads and writes, and its other arguments; the
 machine is the device (and GPU), processor, instruction set, thread count and
 torch version. A node whose signature was measured before on this machine is
-answered from the cache (`CostCache`), so identical operators of repeated
-layers are measured once, and a second import of a model runs nothing. A
-workspace is known without measuring for a gradient copy (a clone allocates
-its output only) and a buffer update (``copy_`` writes in place).
+answered from the cache (`CostCache`), so a second import of a model runs
+nothing. A workspace is known without measuring for a gradient copy (a clone
+allocates its output only) and a buffer update (``copy_`` writes in place).
 
 The cache's file is anyone's to edit, so what it says is checked before it is
 believed (`implausible`): an entry whose samples do not give its median, or
 whose durations no real run shows on this machine's clock, is measured again.
+A duration timed otherwise than in place (by an earlier version) is timed again.
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ from remat_bench.core.errors import OutputError
 from remat_bench.core.files import atomic_write_text, cache_dir
 from remat_bench.core.provenance import CostWarning
 from remat_bench.torch.executor import Executor, State
-from remat_bench.torch.measure import measure_peak, measured_where, time_ns
+from remat_bench.torch.measure import measure_peak, measured_where, op_ns, steady_timing, timing_threads
 from remat_bench.torch.program import GRADIENT, UPDATE, Program, ProgramNode
 
 # The environment variable naming the cost cache's file (``off`` for none).
@@ -62,10 +69,10 @@ MAX_ENTRIES = 50_000
 # to stay under it). An entry of 5 samples takes about 250 bytes, so MAX_ENTRIES of them fit several times
 # over; without a limit a file that never ends (a link to /dev/zero) is read until memory runs out.
 MAX_FILE_BYTES = 64 * 2**20
-# The least duration (ns) a real operator run shows on the wall clock, which `time_ns` uses off CUDA: the
-# run is a Python call into the executor that enters `torch.no_grad` and dispatches an aten operator,
-# microseconds on any processor of today. CUDA events time the kernels alone, and an operator that
-# launches none (a view) reads 0, which `time_ns` makes 1: there the floor is 1.
+# The least duration (ns) a real operator run shows on the clock `op_ns` reads off CUDA (the thread's CPU
+# time or the wall clock): the run is a Python call into the executor that enters `torch.no_grad` and
+# dispatches an aten operator, microseconds on any processor of today. CUDA events time the kernels
+# alone, and an operator that launches none (a view) reads 0, which `op_ns` makes 1: there the floor is 1.
 MIN_WALL_CLOCK_NS = 100
 MIN_CUDA_EVENTS_NS = 1
 # The most (ns) a cached duration may be: one run of one operator taking a quarter of an hour, which a
@@ -76,7 +83,10 @@ MAX_DURATION_NS = 10**12
 MAX_WORKSPACE_BYTES = 2**50
 NOT_REGULAR = "it is not a regular file (a folder, device or pipe)"
 STATISTIC = "median"
-WARMUP = 1  # the operator's own run in the pass, before its timed runs
+WARMUP = 1  # whole passes of the step before the timed ones
+# How a cached duration was timed: in place, in whole passes of the step. An entry without it was timed by an
+# earlier version (an operator run again and again on its own) and is timed again.
+IN_PLACE = "in place, in whole steps"
 
 Timer = Callable[[torch.device, Callable[[], None]], int]
 
@@ -311,7 +321,7 @@ def _cache_text(entries: dict[str, dict[str, Any]]) -> str:
 
 
 def duration_floor_ns(device: torch.device) -> int:
-    """The least duration `remat_bench.torch.measure.time_ns` gives for a real operator run on ``device``.
+    """The least duration `remat_bench.torch.measure.op_ns` gives for a real operator run on ``device``.
 
     Parameters
     ----------
@@ -333,8 +343,9 @@ def _count(value: Any) -> TypeGuard[int]:
 def implausible(entry: dict[str, Any], floor_ns: int) -> str | None:
     """Why a cache entry is not what a calibration writes (`_run`), or None when it could be.
 
-    A timed entry holds ``repeats`` samples, each a duration the clock can show (``floor_ns``
-    to `MAX_DURATION_NS`), and ``ns`` is their median as `_run` rounds it; a workspace is a
+    A timed entry holds ``repeats`` samples for each node of its signature (a multiple of ``repeats``),
+    each a duration the clock can show (``floor_ns`` to `MAX_DURATION_NS`), and ``ns`` is their median
+    as `_run` rounds it; a workspace is a
     byte count up to `MAX_WORKSPACE_BYTES`. Every real measurement passes.
 
     Parameters
@@ -360,8 +371,8 @@ def implausible(entry: dict[str, Any], floor_ns: int) -> str | None:
     ns, samples, runs = entry.get("ns"), entry.get("samples"), entry.get("repeats")
     if entry.get("statistic") != STATISTIC:
         return f"a duration that is not a {STATISTIC}"
-    if not _count(runs) or runs < 1 or not isinstance(samples, list) or len(samples) != runs:
-        return "samples that do not number the repeats"
+    if not _count(runs) or runs < 1 or not isinstance(samples, list) or not samples or len(samples) % runs:
+        return "samples that are not a multiple of the repeats"
     if not all(_count(t) and floor_ns <= t <= MAX_DURATION_NS for t in samples):
         return f"a duration outside the {floor_ns:,} to {MAX_DURATION_NS:,} ns a real run shows on its clock"
     if not _count(ns) or ns != max(1, round(statistics.median(samples))):
@@ -504,8 +515,8 @@ def _in_file_order(program: Program, state: State) -> Iterator[tuple[int, Execut
 
 
 def _usable_ns(entry: dict[str, Any] | None, repeats: int) -> int | None:
-    """An entry's duration when it was timed with at least ``repeats`` runs."""
-    if not entry:
+    """An entry's duration when it was timed in place (`IN_PLACE`) in at least ``repeats`` passes."""
+    if not entry or entry.get("timed") != IN_PLACE:
         return None
     ns, runs = entry.get("ns"), entry.get("repeats")
     if isinstance(ns, int) and not isinstance(ns, bool) and ns >= 1 and isinstance(runs, int) and runs >= repeats:
@@ -522,7 +533,8 @@ def _usable_workspace(entry: dict[str, Any] | None) -> int | None:
 
 def calibrate(program: Program, device: torch.device, *, durations: bool = True, workspace: bool = True,
               repeats: int = 5, cache: CostCache | None = None, may_run: bool = True,
-              timer: Timer | None = None, deadline: float | None = None) -> Calibration | None:
+              timer: Timer | None = None, deadline: float | None = None,
+              threads: int | None = None) -> Calibration | None:
     """Each node's duration and workspace on ``device``: from the cache where it knows them, else measured.
 
     Parameters
@@ -536,16 +548,20 @@ def calibrate(program: Program, device: torch.device, *, durations: bool = True,
     workspace : bool
         Whether workspaces are wanted (bytes beyond the node's output).
     repeats : int
-        Timed runs of each operator after its warm-up; an entry of the cache timed with fewer is timed again.
+        Timed passes of the step after its warm-up pass, every operator timed in place in each; an entry of
+        the cache timed in fewer is timed again.
     cache : CostCache or None
         Where measured costs are looked up and added (None: in memory, for this call only).
     may_run : bool
         Whether the step may run here; when it may not and the cache does not know every cost asked, the
         answer is None (nothing is run).
     timer : callable or None
-        ``timer(device, fn)``: nanoseconds ``fn`` takes (None: `remat_bench.torch.measure.time_ns`).
+        ``timer(device, fn)``: nanoseconds ``fn`` takes (None: `remat_bench.torch.measure.op_ns`).
     deadline : float or None
         Wall-clock time (``time.time()``) by which measuring stops (None: none).
+    threads : int or None
+        CPU threads for the operators (None: `remat_bench.torch.measure.CPU_TIMING_THREADS`); ignored on
+        CUDA. The machine key records them: a replay runs with the same.
 
     Returns
     -------
@@ -561,13 +577,20 @@ def calibrate(program: Program, device: torch.device, *, durations: bool = True,
         that a calibration given the time again goes on from there.
     """
     cache = cache if cache is not None else CostCache(None)
+    with steady_timing(device, timing_threads(device, threads)):
+        return _calibrate(program, device, durations, workspace, repeats, cache, may_run, timer or op_ns, deadline)
+
+
+def _calibrate(program: Program, device: torch.device, durations: bool, workspace: bool, repeats: int,
+               cache: CostCache, may_run: bool, timer: Timer, deadline: float | None) -> Calibration | None:
+    """`calibrate` under the timing settings: what the cache knows, then one run for the rest."""
     machine = machine_key(device)
     nodes = program.nodes
     keys = [None if (sig := op_signature(nd)) is None else signature_key(sig, machine) for nd in nodes]
     out = Calibration(durations=[1] * len(nodes) if durations else None,
                       workspace=[0] * len(nodes) if workspace else None, machine=machine, repeats=repeats)
-    time_now: set[int] = set()  # nodes whose signature is timed in this pass (its first node)
-    measure_now: set[int] = set()
+    time_now: set[str] = set()  # signatures timed in this run (every node of them, in place)
+    measure_now: set[int] = set()  # nodes whose workspace is measured (the first of their signature)
     first: dict[str, int] = {}
     cache.drop_implausible((k for k in keys if k is not None), duration_floor_ns(device))
     for v, (node, key) in enumerate(zip(nodes, keys)):
@@ -577,8 +600,8 @@ def calibrate(program: Program, device: torch.device, *, durations: bool = True,
         cached_ns, cached_ws = _usable_ns(entry, repeats), _usable_workspace(entry)
         leader = first.setdefault(key, v) == v
         known = workspace_known_zero(node)
-        if durations and cached_ns is None and leader:
-            time_now.add(v)
+        if durations and cached_ns is None:
+            time_now.add(key)
         if workspace and not known and cached_ws is None and leader:
             measure_now.add(v)
         out.known_zero += bool(workspace and known)
@@ -588,11 +611,11 @@ def calibrate(program: Program, device: torch.device, *, durations: bool = True,
         return None
     if time_now or measure_now:
         try:
-            _run(program, device, keys, time_now, measure_now, repeats, cache, timer or time_ns, deadline)
+            _run(program, device, keys, time_now, measure_now, repeats, cache, timer, deadline)
         finally:
             cache.save()
         out.timed, out.measured, out.ran = len(time_now), len(measure_now), True
-    # Every node takes the costs of its signature: cached before, or measured now on its first node.
+    # Every node takes the costs of its signature: cached before, or measured now.
     for v, key in enumerate(keys):
         entry = cache.get(key) if key is not None else None
         if out.durations is not None and key is not None:
@@ -602,29 +625,42 @@ def calibrate(program: Program, device: torch.device, *, durations: bool = True,
     return out
 
 
-def _run(program: Program, device: torch.device, keys: list[str | None], time_now: set[int],
+def _run(program: Program, device: torch.device, keys: list[str | None], time_now: set[str],
          measure_now: set[int], repeats: int, cache: CostCache, timer: Timer, deadline: float | None) -> None:
-    """The calibration pass: the step in file order, timing ``time_now`` and measuring ``measure_now``."""
+    """The calibration: a warm-up pass of the step in file order measuring ``measure_now``'s workspaces, then
+    ``repeats`` passes timing every node of the signatures ``time_now`` in place."""
     nodes = program.nodes
     state = State.create(program.spec, device)
-    for v, ex in _in_file_order(program, state):
+
+    def in_time() -> None:
         if deadline is not None and time.time() > deadline:
             raise OutOfTime
+
+    for v, ex in _in_file_order(program, state):
+        in_time()
         ex.compute(v)  # the pass's run: it makes v's value for its readers, and warms v up
-        key = keys[v]
-        if key is None:
-            continue
-        if v in time_now:
-            samples = []
-            for _ in range(repeats):
-                ex.free(v)
-                samples.append(int(timer(device, partial(ex.compute, v))))
-            cache.put(key, op=_op_text(nodes[v]), ns=max(1, round(statistics.median(samples))), samples=samples,
-                      repeats=repeats, statistic=STATISTIC)
         if v in measure_now:
             ex.free(v)
             peak = measure_peak(device, partial(ex.compute, v))
+            key = keys[v]
+            assert key is not None  # measure_now holds nodes with a signature
             cache.put(key, op=_op_text(nodes[v]), workspace=max(0, int(peak) - int(nodes[v].memory)))
+    if not time_now:
+        return
+    samples: dict[str, list[int]] = {key: [] for key in time_now}
+    for _ in range(repeats):
+        for v, ex in _in_file_order(program, state):
+            in_time()
+            key = keys[v]
+            if key in samples:
+                samples[key].append(int(timer(device, partial(ex.compute, v))))
+            else:
+                ex.compute(v)
+    for v, key in enumerate(keys):
+        if key is not None and samples.get(key):
+            taken = samples.pop(key)
+            cache.put(key, op=_op_text(nodes[v]), ns=max(1, round(statistics.median(taken))), samples=taken,
+                      repeats=repeats, statistic=STATISTIC, timed=IN_PLACE)
 
 
 def _op_text(node: ProgramNode) -> str:

@@ -79,7 +79,7 @@ from remat_bench.core.errors import GraphError, RematBenchError
 from remat_bench.core.graph import Graph, Node
 from remat_bench.core.provenance import CALIBRATED, COSTS_KEY, COUNTED, MEASURED, NONE, UNMEASURED, CostWarning
 from remat_bench.torch.build import first_line
-from remat_bench.torch.calibrate import STATISTIC, WARMUP, Calibration, CostCache, OutOfTime, calibrate
+from remat_bench.torch.calibrate import IN_PLACE, STATISTIC, WARMUP, Calibration, CostCache, OutOfTime, calibrate
 from remat_bench.torch.executor import ExecutionError
 from remat_bench.torch.measure import free_memory_bytes, measured_where
 from remat_bench.torch.program import GRADIENT, OP, Program, ProgramNode, build_program
@@ -252,7 +252,7 @@ def _graph_with_costs(program: Program, device: str | None, durations: str, work
                              "with --workspace auto (workspaces 0, said in the graph), with more time, or on a "
                              "machine with more memory")
     timed = measured is not None and measured.durations is not None
-    estimated = roofline_durations(program, profile) if profile is not None else None
+    estimated = roofline_durations(program, profile, flops) if profile is not None else None
     graph = program_graph(program,
                           estimated if estimated is not None else
                           measured.durations if timed else flops,  # type: ignore[union-attr, arg-type]
@@ -300,7 +300,7 @@ def cost_record(durations: str, workspace: str, measured: Calibration | None, re
     measured : Calibration or None
         What was measured (None: nothing, as asked or because the step could not run here).
     repeats : int
-        Timed runs per operator.
+        Timed passes of the step, every operator timed in place in each.
     notes : Sequence of str
         Sentences about costs not measured as asked.
 
@@ -309,8 +309,9 @@ def cost_record(durations: str, workspace: str, measured: Calibration | None, re
     dict
         ``durations``, ``duration_unit``, ``workspace``, ``requested``, ``measured_on`` (device, machine,
         processor, CPU capability, threads, GPU, torch version; None when nothing was measured), ``repeats``,
-        ``warmup`` and ``statistic`` (calibrated only), ``counts`` (signatures timed and measured now,
-        nodes answered from the cache, workspaces known to be 0), ``when`` (UTC) and ``notes``.
+        ``warmup``, ``statistic`` and ``timed`` (calibrated only: `remat_bench.torch.calibrate.IN_PLACE`),
+        ``counts`` (signatures timed and measured now, nodes answered from the cache, workspaces known to be
+        0), ``when`` (UTC) and ``notes``.
     """
     timed = measured is not None and measured.durations is not None
     if measured is not None and measured.workspace is not None:
@@ -323,7 +324,7 @@ def cost_record(durations: str, workspace: str, measured: Calibration | None, re
         "measured_on": dict(measured.machine) if measured is not None else None,
     }
     if timed:
-        record.update(repeats=repeats, warmup=WARMUP, statistic=STATISTIC)
+        record.update(repeats=repeats, warmup=WARMUP, statistic=STATISTIC, timed=IN_PLACE)
     if measured is not None:
         record["counts"] = {"timed": measured.timed, "measured": measured.measured,
                             "from_cache": measured.from_cache, "known_zero": measured.known_zero}

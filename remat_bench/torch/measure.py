@@ -1,6 +1,16 @@
-"""Measuring on real tensors: the peak of the allocator while a function runs, its wall time, the
+"""Measuring on real tensors: the peak of the allocator while a function runs, its time, the
 memory a device has free (and whether a run fits in it), where a measurement was taken (processor,
-thread count, device), and two runs timed in turns and their paired overhead.
+thread count, device), and two runs timed in turns with their paired overhead and its 95% interval.
+
+Time on a shared machine. Calibration (`remat_bench.torch.calibrate`), replay and
+`train` time alike, under `steady_timing`: on the CPU a fixed number of
+threads (`CPU_TIMING_THREADS` unless a graph was calibrated with another), the
+clock the calling thread's CPU time when that number is 1 (a run the scheduler
+sets aside for another process does not count the time it waited; with more
+threads, the wall clock), freed memory kept by the C allocator for reuse
+(`keep_freed_memory`), and Python's garbage collector held off while a run is
+timed. On CUDA, CUDA events or the wall clock from an idle device to an idle
+device, as before.
 
 The importer measures operators' scratch memory and times them with it
 (`remat_bench.torch.calibrate`), and replay the peak of a whole schedule; both
@@ -10,6 +20,10 @@ must measure alike for a graph's workspaces to predict a replay's peak.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import gc
+import math
 import os
 import statistics
 import time
@@ -82,6 +96,156 @@ def time_ns(device: torch.device, fn: Callable[[], None]) -> int:
     begin = time.perf_counter_ns()
     fn()
     return max(1, time.perf_counter_ns() - begin)
+
+
+# Threads torch runs CPU operators on while timing, unless a graph was calibrated with another number: one
+# thread is the count a shared machine cannot spoil (with two, every parallel region waits for the slower
+# thread, and a thread the scheduler sets aside stalls the step), and its time is the thread's CPU time.
+CPU_TIMING_THREADS = 1
+# The C allocator's thresholds while timing (glibc's mallopt): blocks up to MMAP_THRESHOLD bytes come from the
+# heap rather than their own mapping, and the heap is never given back to the system. Otherwise a freed block
+# of more than 128 KiB is unmapped and the next one mapped afresh, and every page of it faults on first write:
+# on a virtual machine that is about 2 us a page, a third of a small model's CPU step, and its noisiest part
+# (docs/benchmarks.md, "Time you can trust"). PyTorch's CUDA caching allocator keeps freed blocks the same way.
+MMAP_THRESHOLD = 32 * 2**20  # glibc's largest allowed value on 64-bit (HEAP_MAX_SIZE / 2)
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3  # mallopt's parameter numbers (malloc.h)
+_kept: bool | None = None
+
+
+def keep_freed_memory() -> bool:
+    """Have the C allocator keep freed memory for reuse, once per process (glibc's mallopt; elsewhere nothing).
+
+    Returns
+    -------
+    bool
+        Whether the allocator was set (False off glibc: macOS, musl, Windows), as `timing_settings` records it.
+    """
+    global _kept
+    if _kept is None:
+        _kept = False
+        name = ctypes.util.find_library("c")
+        try:
+            libc = ctypes.CDLL(name) if name else None
+            mallopt = getattr(libc, "mallopt", None) if libc is not None else None
+            # gnu_get_libc_version exists on glibc only: musl's mallopt accepts the calls and ignores them.
+            if mallopt is not None and hasattr(libc, "gnu_get_libc_version"):
+                _kept = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
+                             and mallopt(_M_TOP_PAD, 64 * 2**20))
+        except OSError:
+            _kept = False
+    return _kept
+
+
+def timing_threads(device: torch.device, calibrated: int | None = None) -> int | None:
+    """The thread count CPU operators are timed with: ``calibrated`` (a graph's) or `CPU_TIMING_THREADS`.
+
+    Parameters
+    ----------
+    device : torch.device
+        The device; on CUDA the host threads are left as they are (None).
+    calibrated : int or None
+        The threads a graph's costs were measured with (`graph_threads`), None when it records none.
+
+    Returns
+    -------
+    int or None
+        Threads to set, None on CUDA.
+    """
+    if device.type == "cuda":
+        return None
+    return calibrated if calibrated is not None and calibrated >= 1 else CPU_TIMING_THREADS
+
+
+def clock_name(device: torch.device) -> str:
+    """The clock `run_ns` reads on ``device`` with the threads now set: what the measurements say they used.
+
+    Parameters
+    ----------
+    device : torch.device
+        The device.
+
+    Returns
+    -------
+    str
+        ``"CUDA events"``, ``"thread CPU time"`` (CPU, one thread) or ``"wall clock"``.
+    """
+    if device.type == "cuda":
+        return "wall clock, idle device to idle device"
+    return "thread CPU time" if torch.get_num_threads() == 1 else "wall clock"
+
+
+def run_ns(device: torch.device, fn: Callable[[], None]) -> int:
+    """Nanoseconds a whole run of ``fn`` takes by `clock_name`'s clock (on CUDA: from an idle device to an idle
+    device).
+
+    Parameters
+    ----------
+    device : torch.device
+        Where ``fn`` runs its kernels.
+    fn : callable
+        The work, called once without arguments.
+
+    Returns
+    -------
+    int
+        Nanoseconds, at least 1.
+    """
+    if device.type == "cuda":
+        return max(1, round(timed(device, fn) * 1e9))
+    clock = time.thread_time_ns if torch.get_num_threads() == 1 else time.perf_counter_ns
+    begin = clock()
+    fn()
+    return max(1, clock() - begin)
+
+
+def op_ns(device: torch.device, fn: Callable[[], None]) -> int:
+    """Nanoseconds one operator takes in place: CUDA events on CUDA (`time_ns`), else `run_ns`'s clock.
+
+    Parameters
+    ----------
+    device : torch.device
+        Where ``fn`` runs its kernels.
+    fn : callable
+        The work, called once without arguments.
+
+    Returns
+    -------
+    int
+        Nanoseconds, at least 1.
+    """
+    return time_ns(device, fn) if device.type == "cuda" else run_ns(device, fn)
+
+
+@contextlib.contextmanager
+def steady_timing(device: torch.device, threads: int | None) -> Iterator[dict[str, Any]]:
+    """Time the same way everywhere: ``threads`` CPU threads, freed memory kept, no garbage collection inside.
+
+    Parameters
+    ----------
+    device : torch.device
+        The device timed on.
+    threads : int or None
+        CPU threads for torch's operators (`timing_threads`); None leaves them as they are.
+
+    Yields
+    ------
+    dict
+        The settings, as results record them: ``threads``, ``clock`` (`clock_name`), ``freed_memory_kept``.
+    """
+    before = torch.get_num_threads()
+    collecting = gc.isenabled()
+    if threads is not None and threads != before:
+        torch.set_num_threads(threads)
+    try:
+        gc.collect()
+        gc.disable()  # a collection inside a timed run costs milliseconds to whichever run it falls in
+        yield {"threads": torch.get_num_threads(), "clock": clock_name(device),
+               "freed_memory_kept": keep_freed_memory()}
+    finally:
+        if collecting:
+            gc.enable()
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 def free_memory_bytes(device: torch.device) -> int | None:
@@ -251,6 +415,10 @@ def no_room(device: torch.device, need: int) -> str:
     return ""
 
 
+# The confidence of a measured overhead's interval.
+CONFIDENCE = 0.95
+
+
 @dataclass(frozen=True)
 class PairedOverhead:
     """A schedule's measured overhead over the baseline, from pairs of runs timed one after the other."""
@@ -259,20 +427,65 @@ class PairedOverhead:
     min_pct: float
     max_pct: float
     pairs: int
+    low_pct: float | None = None  # the 95% interval of the median (`median_interval`); None under 6 pairs
+    high_pct: float | None = None
 
     @property
     def spread(self) -> float:
         """The range of the paired overheads, max - min, in percentage points."""
         return self.max_pct - self.min_pct
 
+    @property
+    def half_width(self) -> float | None:
+        """Half the width of the 95% interval, in points; None without one."""
+        if self.low_pct is None or self.high_pct is None:
+            return None
+        return (self.high_pct - self.low_pct) / 2
+
+
+def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float] | None:
+    """A distribution-free interval for the median of the population ``values`` were drawn from.
+
+    The order statistics ``x_(k)`` and ``x_(n+1-k)`` of n values bracket the
+    median with probability ``1 - 2 P(B <= k - 1)``, B binomial (n, 1/2),
+    whatever the distribution (the sign-test interval); k is the largest with
+    that probability at least ``confidence``. It asks nothing of the noise's
+    shape, which on a shared machine has long tails.
+
+    Parameters
+    ----------
+    values : Sequence of float
+        Independent draws (one per timed pair).
+    confidence : float
+        In (0, 1).
+
+    Returns
+    -------
+    tuple of (float, float) or None
+        (low, high); None when there are too few values for that confidence (under 6 for 95%).
+    """
+    n = len(values)
+    alpha = (1.0 - confidence) / 2
+    # The largest k with P(B <= k) <= alpha, from the exact binomial sums (integers: no rounding).
+    k, below = -1, 0
+    while k + 1 < n and (below + math.comb(n, k + 1)) <= alpha * 2**n:
+        k += 1
+        below += math.comb(n, k)
+    # the interval is [x_(k+1), x_(n-k)] (1-based)
+    if k < 0:
+        return None
+    ordered = sorted(values)
+    return ordered[k], ordered[n - 1 - k]
+
 
 def paired_overhead(schedule_s: Sequence[float], baseline_s: Sequence[float]) -> PairedOverhead:
-    """The median and range of the paired overheads ``100 * (schedule_s[i] / baseline_s[i] - 1)``.
+    """The median and range of the paired overheads ``100 * (schedule_s[i] / baseline_s[i] - 1)``, with the
+    median's 95% interval.
 
     Each pair ran back to back (`interleaved_times`), so a slow spell of the
     machine inflates both of its times and largely cancels in their ratio; the
     median of the ratios resists the pair a burst of noise hit anyway, and
-    their range, min to max, says how far the pairs disagree.
+    `median_interval` says how well the pairs pin it down.
 
     Parameters
     ----------
@@ -295,21 +508,50 @@ def paired_overhead(schedule_s: Sequence[float], baseline_s: Sequence[float]) ->
         raise ValueError(f"paired timings need as many baseline times as schedule times, at least one: "
                          f"got {len(schedule_s)} and {len(baseline_s)}")
     paired = [overhead_pct(s, b) for s, b in zip(schedule_s, baseline_s)]
-    return PairedOverhead(statistics.median(paired), min(paired), max(paired), len(paired))
+    interval = median_interval(paired) if all(math.isfinite(p) for p in paired) else None
+    return PairedOverhead(statistics.median(paired), min(paired), max(paired), len(paired),
+                          *(interval if interval is not None else (None, None)))
+
+
+def precise_enough(precision_pts: float) -> Callable[[list[float], list[float]], bool]:
+    """A stopping rule for `interleaved_times`: the 95% interval of the paired overhead is within
+    +-``precision_pts`` points.
+
+    Parameters
+    ----------
+    precision_pts : float
+        Half the interval's width, in percentage points, at which timing stops.
+
+    Returns
+    -------
+    callable
+        ``enough(schedule_s, baseline_s)``.
+    """
+    def enough(schedule_s: list[float], baseline_s: list[float]) -> bool:
+        if len(schedule_s) != len(baseline_s) or not schedule_s:
+            return False
+        half = paired_overhead(schedule_s, baseline_s).half_width
+        return half is not None and half <= precision_pts
+
+    return enough
 
 
 def interleaved_times(device: torch.device, run_schedule: Callable[[], Callable[[], None]],
                       run_baseline: Callable[[], Callable[[], None]] | None,
-                      repeats: int, on_pair: Callable[[int, float], None] | None = None
+                      repeats: int, on_pair: Callable[[int, float], None] | None = None, *,
+                      max_repeats: int | None = None,
+                      enough: Callable[[list[float], list[float]], bool] | None = None,
                       ) -> tuple[list[float], list[float]]:
-    """Time the schedule and the baseline in turns: a warm-up of each, then ``repeats`` pairs.
+    """Time the schedule and the baseline in turns: a warm-up of each, then ``repeats`` pairs or more.
 
     The order is baseline, schedule, baseline, schedule, ...: the two see the
     same state of the machine (caches, clock, other load) as nearly as one
     process can give them. Each run is prepared (``run_schedule()`` gives the
-    function to time) before its clock starts, and timed by
-    `remat_bench.torch.measure.timed`: on CUDA from an idle device to an idle
-    device.
+    function to time) before its clock starts, and timed by `run_ns` (the
+    thread's CPU time on a one-thread CPU, else the wall clock; on CUDA from an
+    idle device to an idle device); the garbage collector runs between runs,
+    never inside one. After ``repeats`` pairs, pairs go on while ``enough``
+    says no, up to ``max_repeats``.
 
     Parameters
     ----------
@@ -320,9 +562,13 @@ def interleaved_times(device: torch.device, run_schedule: Callable[[], Callable[
     run_baseline : callable or None
         The same for the baseline; None times the schedule alone.
     repeats : int
-        Pairs timed, at least 1.
+        Pairs timed at least, at least 1.
     on_pair : callable or None
         Told ``(pairs done, seconds the last pair took)`` after each pair.
+    max_repeats : int or None
+        Pairs timed at most (None: ``repeats``).
+    enough : callable or None
+        ``enough(schedule_s, baseline_s)``: whether the pairs so far suffice (`precise_enough`).
 
     Returns
     -------
@@ -331,12 +577,19 @@ def interleaved_times(device: torch.device, run_schedule: Callable[[], Callable[
     """
     runs = [fn for fn in (run_baseline, run_schedule) if fn is not None]
     for prepare in runs:  # warm-up: allocator pools, kernel choices, caches
-        timed(device, prepare())
+        run_ns(device, prepare())
     times: list[list[float]] = [[] for _ in runs]
-    for done in range(1, repeats + 1):
+    # Alone, the schedule has no overhead to pin down: exactly ``repeats`` runs.
+    most = max(repeats, max_repeats or repeats) if run_baseline is not None else repeats
+    done = 0
+    while done < most:
         for i, prepare in enumerate(runs):
             run = prepare()
-            times[i].append(timed(device, run))
+            gc.collect()
+            times[i].append(run_ns(device, run) / 1e9)
+        done += 1
         if on_pair is not None:
             on_pair(done, sum(t[-1] for t in times))
+        if done >= repeats and (enough is None or enough(times[-1], times[0] if run_baseline is not None else [])):
+            break
     return (times[-1], times[0] if run_baseline is not None else [])

@@ -37,15 +37,21 @@ during the schedule, above what was allocated when it started:
 
 Time. The schedule is timed against the baseline (every node once in file
 order, `remat_bench.core.baseline.baseline_schedule`: the reference of
-``overhead_pct``) in the same process, on the same parameters and batch:
-after one unprofiled warm-up run of each, ``repeats`` pairs run interleaved,
-baseline then schedule (`remat_bench.torch.measure.interleaved_times`), so
-that machine noise falls on both alike; on CUDA each run is timed from an idle
-device to an idle device (`remat_bench.torch.measure.timed`). The measured
-overhead is the median of the paired overheads
-``100 * (t_schedule_i / t_baseline_i - 1)``, its spread their range, min to
-max (`remat_bench.torch.measure.paired_overhead`); the modelled overhead is
-the simulated duration over the baseline's simulated duration, less 1. The
+``overhead_pct``) in the same process, on the same parameters and batch,
+under `remat_bench.torch.measure.steady_timing` as the graph's durations were
+calibrated: on the CPU the threads the graph was measured with (one by
+default), the thread's CPU time as the clock with one thread, freed memory
+kept for reuse, no garbage collection inside a timed run. After one
+unprofiled warm-up run of each, pairs run interleaved, baseline then schedule
+(`remat_bench.torch.measure.interleaved_times`), so that machine noise falls
+on both alike: ``repeats`` pairs at least, then more until the 95% interval
+of the measured overhead is within +-``precision`` points or ``max_pairs``
+have run; on CUDA each run is timed from an idle device to an idle device.
+The measured overhead is the median of the paired overheads
+``100 * (t_schedule_i / t_baseline_i - 1)``, with its distribution-free 95%
+interval and the pairs' range, min to max
+(`remat_bench.torch.measure.paired_overhead`); the modelled overhead is the
+simulated duration over the baseline's simulated duration, less 1. The
 baseline's peak is measured too, beside its simulated one.
 
 Budget. The schedule file's budget (in the graph's memory units) is reported
@@ -72,8 +78,10 @@ from remat_bench.core.errors import RematBenchError, ScheduleError
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.graph_io import load_graph
 from remat_bench.core.json_files import parse_json, read_text
+from remat_bench.core.provenance import measured_threads
 from remat_bench.core.schedule import COMPUTE, Schedule, schedule_from_dict
 from remat_bench.core.simulate import Simulation, overhead_pct, simulate
+from remat_bench.torch import DEFAULT_MAX_PAIRS, DEFAULT_PRECISION, DEFAULT_REPEATS
 from remat_bench.torch.build import first_line
 from remat_bench.torch.executor import ExecutionError, Executor, State, reference_step
 from remat_bench.torch.importer import program_for_graph, spec_of
@@ -84,13 +92,14 @@ from remat_bench.torch.measure import (
     measured_where,
     no_room,
     paired_overhead,
+    precise_enough,
+    steady_timing,
     sync,
+    timing_threads,
 )
 
 RTOL = 1e-5
 ATOL = 1e-6
-# Timed pairs (baseline, schedule) of a replay, after a warm-up of each: `remat-bench replay --repeats`.
-DEFAULT_REPEATS = 5
 
 
 class ReplayError(RematBenchError):
@@ -130,6 +139,10 @@ class ReplayResult:
     baseline_simulated_peak: Number | None = None
     baseline_measured_peak: int | None = None  # None when the baseline did not run
     baseline_note: str = ""  # why the baseline did not run, when it did not
+    clock: str = ""  # what the step times were read off (`remat_bench.torch.measure.clock_name`)
+    threads: int | None = None  # CPU threads the operators ran on (None: left as they were, on CUDA)
+    timing: dict[str, Any] = field(default_factory=dict)  # `steady_timing`'s settings, as they were
+    attribution: dict[str, Any] | None = None  # every step timed in place (`replay(step_passes=...)`), as to_json gives
 
     @property
     def repeats(self) -> int:
@@ -224,6 +237,13 @@ class ReplayResult:
             "measured_overhead_min_pct": None if measured is None else measured.min_pct,
             "measured_overhead_max_pct": None if measured is None else measured.max_pct,
             "measured_overhead_spread": None if measured is None else measured.spread,
+            "measured_overhead_low_pct": None if measured is None else measured.low_pct,
+            "measured_overhead_high_pct": None if measured is None else measured.high_pct,
+            "pairs": 0 if measured is None else measured.pairs,
+            "timing_clock": self.clock,
+            "threads": self.threads,
+            "timing": dict(self.timing),
+            "attribution": self.attribution,
             "modelled_overhead_pct": self.modelled_overhead_pct,
             "overhead_error_pts": self.overhead_error_pts,
             "baseline_measured_peak": self.baseline_measured_peak,
@@ -296,7 +316,7 @@ def load_schedule_for(graph: Graph, path: str | Path, use: str = "replay") -> Sc
 
 
 def replay_files(graph_path: str | Path, schedule_path: str | Path, device: str | None = None, *,
-                 repeats: int = DEFAULT_REPEATS, with_baseline: bool = True) -> ReplayResult:
+                 repeats: int = DEFAULT_REPEATS, with_baseline: bool = True, **timing: Any) -> ReplayResult:
     """Load a graph and a schedule file (refusing one written for another graph) and replay it.
 
     Parameters
@@ -327,12 +347,13 @@ def replay_files(graph_path: str | Path, schedule_path: str | Path, device: str 
     """
     graph = load_graph(graph_path)
     return replay(graph, load_schedule_for(graph, schedule_path), device, repeats=repeats,
-                  with_baseline=with_baseline)
+                  with_baseline=with_baseline, **timing)
 
 
 def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_run: bool = True, *,
            repeats: int = DEFAULT_REPEATS, with_baseline: bool = True,
-           on_event: Callable[[dict[str, Any]], None] | None = None) -> ReplayResult:
+           on_event: Callable[[dict[str, Any]], None] | None = None, max_pairs: int = DEFAULT_MAX_PAIRS,
+           precision: float = DEFAULT_PRECISION, threads: int | None = None, step_passes: int = 0) -> ReplayResult:
     """Execute ``schedule`` on ``graph`` with real tensors; measure the peak and check the outputs.
 
     First a profiled run of the schedule measures its peak, and its loss and
@@ -361,12 +382,23 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
     timing_run : bool
         Whether to time the schedule (and run the baseline) after its profiled run.
     repeats : int
-        Timed runs of the schedule, each paired with one of the baseline; at least 1.
+        Timed runs of the schedule at least, each paired with one of the baseline; at least 1.
     with_baseline : bool
         Run the baseline beside the schedule: its peak, and the pairs that give the measured overhead.
     on_event : callable or None
         Told ``{"kind": "measured"}`` once the peak is measured, then ``{"kind": "pair", "pair": i, "of":
-        repeats, "time_s": s}`` after each timed pair.
+        max_pairs, "time_s": s}`` after each timed pair.
+    max_pairs : int
+        Timed pairs at most: past ``repeats``, pairs go on until the measured overhead's 95% interval is
+        within +-``precision`` points.
+    precision : float
+        That half-width, in points; 0 times exactly ``repeats`` pairs.
+    threads : int or None
+        CPU threads for the operators (None: those the graph's costs were measured with, else
+        `remat_bench.torch.measure.CPU_TIMING_THREADS`); ignored on CUDA.
+    step_passes : int
+        Passes of `remat_bench.torch.attribution.attribute` after the pairs: every step of the schedule and of
+        the baseline timed in place, beside its modelled duration (0: none; an imported graph's only).
 
     Returns
     -------
@@ -405,8 +437,10 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
         if short:
             raise ReplayError(f"replaying '{graph.name}' needs {short} at the schedule's simulated peak; replay it "
                               "on a larger machine")
+    most = max(repeats, max_pairs) if precision > 0 else repeats
     run = _model_run(graph, dev) if spec is not None else _synthetic_run(graph, dev, sim.peak)
-    with run as (prepare, fixed_bytes, finish):
+    with steady_timing(dev, timing_threads(dev, threads or measured_threads(graph.metadata))) as settings, \
+            run as (prepare, fixed_bytes, finish):
         profiled = prepare(steps, True)
         start = time.perf_counter()
         delta = measure_peak(dev, profiled)
@@ -416,11 +450,25 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
             base_steps = _measure_baseline(graph, dev, prepare, base_steps, base.peak, measured)
         tell({"kind": "measured"})
         if timing_run:
-            measured.times = interleaved_times(dev, lambda: prepare(steps, False),
-                                               None if base_steps is None else (lambda: prepare(base_steps, False)),
-                                               repeats, lambda done, took: tell({"kind": "pair", "pair": done,
-                                                                                 "of": repeats, "time_s": took}))
-    return _result(graph, schedule, dev, spec is not None, sim, base, measured)
+            measured.times = interleaved_times(
+                dev, lambda: prepare(steps, False),
+                None if base_steps is None else (lambda: prepare(base_steps, False)), repeats,
+                lambda done, took: tell({"kind": "pair", "pair": done, "of": most, "time_s": took}),
+                max_repeats=most, enough=precise_enough(precision) if precision > 0 else None)
+    result = _result(graph, schedule, dev, spec is not None, sim, base, measured)
+    result.clock, result.threads, result.timing = settings["clock"], settings["threads"], dict(settings)
+    if dev.type == "cuda":
+        result.threads = None
+    if step_passes and spec is not None and timing_run:
+        from remat_bench.torch.attribution import attribute
+
+        try:
+            found = attribute(graph, schedule, dev, passes=step_passes, threads=threads,
+                              on_pass=lambda done: tell({"kind": "steps", "pass": done, "of": step_passes}))
+        except ExecutionError as exc:
+            raise ReplayError(f"replaying '{graph.name}': {exc}") from None
+        result.attribution = found.to_json()
+    return result
 
 
 Step = tuple[int, int, int]  # (COMPUTE or FREE, node index, implementation position)

@@ -115,7 +115,7 @@ def node_dtype(node: ProgramNode) -> str:
     return name
 
 
-def roofline_durations(program: Program, profile: DeviceProfile) -> list[int]:
+def roofline_durations(program: Program, profile: DeviceProfile, flops: list[int]) -> list[int]:
     """Each node's roofline time on ``profile``'s device, ns; 0 for a node that runs nothing.
 
     Parameters
@@ -124,16 +124,16 @@ def roofline_durations(program: Program, profile: DeviceProfile) -> list[int]:
         The traced training step.
     profile : DeviceProfile
         The device.
+    flops : list of int
+        Each node's FLOPs, in node order (`remat_bench.torch.importer.node_flops`).
 
     Returns
     -------
     list of int
         One per node, in node order.
     """
-    from remat_bench.torch.importer import node_flops  # the importer imports this module
-
-    return [roofline_ns(node_flops(node), node_bytes(node), node_dtype(node), profile) if node.fx is not None else 0
-            for node in program.nodes]
+    return [roofline_ns(count, node_bytes(node), node_dtype(node), profile) if node.fx is not None else 0
+            for node, count in zip(program.nodes, flops)]
 
 
 def profile_asked(device_profile: DeviceProfile | str | Path | None, durations: str) -> DeviceProfile | None:

@@ -74,9 +74,14 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
             from remat_bench.app.sweep.replays import NO_TORCH_GRAPH, torch_graphs
 
             if torch_graphs(cfg):
-                out.print(f"then the schedules of PyTorch graphs are replayed one at a time ({cfg.replay.repeats} "
-                          f"timed pairs against the baseline, at most {cfg.replay.time_limit:g} s each)",
-                          markup=False, highlight=False)
+                rp = cfg.replay
+                pairs = (f"{rp.repeats} to {rp.max_pairs} timed pairs against the baseline, until the measured "
+                         f"overhead's 95% interval is within +-{rp.precision:g} points"
+                         if rp.precision > 0 and rp.max_pairs > rp.repeats
+                         else f"{rp.repeats} timed pairs against the baseline")
+                steps = f", then every step timed in place ({rp.steps} passes)" if rp.steps else ""
+                out.print(f"then the schedules of PyTorch graphs are replayed one at a time ({pairs}{steps}, at "
+                          f"most {rp.time_limit:g} s each)", markup=False, highlight=False)
             else:
                 out.print(f"nothing will be replayed: {NO_TORCH_GRAPH}", markup=False, highlight=False)
         _, cut = parallelism(cfg, workers, executor, address)

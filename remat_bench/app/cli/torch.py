@@ -19,6 +19,7 @@ from remat_bench.app.cli.helpers import SECONDS, check_output, err, key_values, 
 from remat_bench.core.budget import format_amount
 from remat_bench.core.graph import Graph
 from remat_bench.core.provenance import CostWarning, cost_source
+from remat_bench.torch import DEFAULT_MAX_PAIRS, DEFAULT_PRECISION, DEFAULT_REPEATS
 from remat_bench.torch.isolated import RUN_TIME_LIMIT, RunStopped
 
 # The most timed pairs of a replay and steps of a training run: a larger count is a typing slip (a run stopped by
@@ -34,8 +35,9 @@ MAX_STEPS = 1_000_000
               help="Per-sample input shape, e.g. 3x32x32 (zoo models have a default).")
 @click.option("--durations", type=click.Choice(["calibrated", "flops", "profile"]), default="calibrated",
               show_default=True,
-              help="calibrated: each operator timed on this machine (median of --repeats runs, ns; cached by "
-                   "operator signature, so repeated layers and re-imports are timed once); flops: counted from "
+              help="calibrated: each operator timed on this machine, in place in whole passes of the step "
+                   "(median of --repeats passes, ns; one CPU thread, its CPU time; cached by operator "
+                   "signature, so re-imports time nothing); flops: counted from "
                    "the trace, no run; profile: the former name of calibrated. A step too large to run here "
                    "falls back to flops, with a warning.")
 @click.option("--workspace", type=click.Choice(["auto", "measure", "none"]), default="auto", show_default=True,
@@ -47,7 +49,8 @@ MAX_STEPS = 1_000_000
                    "l4: `graphs profiles` lists them) or a YAML file of your own. An estimate, not a measurement; "
                    "not with --durations.")
 @click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
-              help="Timed runs of each operator after a warm-up, for calibrated durations.")
+              help="Timed passes of the step after a warm-up pass, every operator timed in place in each, for "
+                   "calibrated durations.")
 @click.option("--task", type=click.Choice(["classify", "segment", "language", "regress"]),
               help="The loss: cross-entropy over (N, C), (N, C, ...) or next-token (N, T, V) logits, or "
                    "mean squared error (default: the zoo's; classify an (N, C) output, else regress).")
@@ -117,16 +120,27 @@ def import_torch(model: str, batch: int | None, input_shape: str | None, duratio
 @click.argument("graph")
 @click.argument("schedule", type=click.Path(path_type=Path))
 @click.option("--device", type=click.Choice(["cuda", "cpu"]), help="Default: cuda when present, else cpu.")
-@click.option("--repeats", type=click.IntRange(min=1, max=MAX_REPEATS), default=5, show_default=True,
-              help="Timed runs of the schedule, each paired with one of the baseline just before it.")
+@click.option("--repeats", type=click.IntRange(min=1, max=MAX_REPEATS), default=DEFAULT_REPEATS, show_default=True,
+              help="Timed runs of the schedule at least, each paired with one of the baseline just before it "
+                   "(6 or more give the measured overhead a 95% interval).")
+@click.option("--precision", type=click.FloatRange(min=0), default=DEFAULT_PRECISION, show_default=True,
+              help="Pairs go on past --repeats until the measured overhead's 95% interval is within +-this many "
+                   "points (0: exactly --repeats pairs).")
+@click.option("--max-pairs", type=click.IntRange(min=1, max=MAX_REPEATS), default=DEFAULT_MAX_PAIRS,
+              show_default=True, help="Timed pairs at most.")
+@click.option("--threads", type=click.IntRange(min=1, max=1024),
+              help="CPU threads for the operators (default: those the graph's costs were measured with, else 1).")
+@click.option("--steps", type=click.IntRange(min=0, max=1000), default=0, show_default=True,
+              help="Then time every step of the schedule and of the baseline in place, this many passes each, "
+                   "beside its modelled duration: where the error of the modelled overhead comes from.")
 @click.option("--no-baseline", is_flag=True,
               help="Do not run the baseline: no measured overhead, no baseline peak.")
 @click.option("--time-limit", "-t", type=SECONDS, default=RUN_TIME_LIMIT, show_default=True,
               help="Seconds for the whole replay (it runs in a child process, stopped then; one whose first "
                    "pairs say it would take longer is stopped at once).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def replay(graph: str, schedule: Path, device: str | None, repeats: int, no_baseline: bool, time_limit: float,
-           as_json: bool) -> None:
+def replay(graph: str, schedule: Path, device: str | None, repeats: int, precision: float, max_pairs: int,
+           threads: int | None, steps: int, no_baseline: bool, time_limit: float, as_json: bool) -> None:
     """Run SCHEDULE with real tensors through PyTorch and measure the real peak and overhead.
 
     For a graph imported with `graphs import-torch`, every step runs the
@@ -144,11 +158,13 @@ def replay(graph: str, schedule: Path, device: str | None, repeats: int, no_base
     g = load(graph)
     sched = load_schedule_for(g, schedule)  # refuses a schedule written for another graph
     dev = str(resolve_device(device))  # a device not here is refused before a child starts
-    progress = RunProgress(f"replaying {schedule.name} on {g.name} ({repeats} timed runs"
+    pairs = f"{repeats} to {max(repeats, max_pairs)}" if precision > 0 and max_pairs > repeats else f"{repeats}"
+    progress = RunProgress(f"replaying {schedule.name} on {g.name} ({pairs} timed runs"
                            f"{'' if no_baseline else ', each beside the baseline'})", as_json)
     with progress:
         result = replay_isolated(g, sched, repeats=repeats, time_limit=time_limit, on_event=progress,
-                                 device=dev, with_baseline=not no_baseline)
+                                 device=dev, with_baseline=not no_baseline, precision=precision,
+                                 max_pairs=max_pairs, threads=threads, step_passes=0 if no_baseline else steps)
     show(result.to_json(), as_json, lambda: _replayed(g, result))
     if result.within_budget is False and result.budget is not None:
         unit = g.units.get("memory", "")
@@ -178,7 +194,36 @@ def _replayed(g: Graph, r: Any) -> Table:
     rows.append(("measured by", r.measurement))
     if r.note:
         rows.append(("note", r.note))
+    if r.attribution:
+        rows += _attribution_rows(r.attribution)
     return key_values(rows)
+
+
+def _attribution_rows(a: dict[str, Any]) -> list[tuple[str, str]]:
+    """Where the time goes (`remat_bench.torch.attribution`), as `_replayed` shows it: the error's terms, the
+    time outside the steps, and the operator kinds and nodes whose recomputations account for most of it."""
+    def ms(ns: float) -> str:
+        return f"{ns / 1e6:.2f} ms"
+
+    s, b, rec = a["schedule"], a["baseline"], a["recomputations"]
+    rows = [("steps in place", f"{a['passes']} passes each: overhead measured {a['measured_overhead_pct']:+.2f}%, "
+                               f"modelled {a['modelled_overhead_pct']:+.2f}%; error {a['overhead_error_pts']:+.2f} "
+                               f"points = recomputations {a['recomputations_error_pts']:+.2f} + the rest "
+                               f"{a['rest_error_pts']:+.2f}"),
+            ("recomputations", f"{rec['count']}: measured {ms(rec['measured_ns'])}, modelled {ms(rec['modelled_ns'])}"),
+            ("schedule run", f"{ms(s['run_ns'])}: steps {ms(s['steps_ns'])}, outside them {ms(s['outside_ns'])}; "
+                             f"modelled {ms(s['modelled_ns'])}"),
+            ("baseline run", f"{ms(b['run_ns'])}: steps {ms(b['steps_ns'])}, outside them {ms(b['outside_ns'])}; "
+                             f"modelled {ms(b['modelled_ns'])}")]
+    for op in a["ops"][:5]:
+        rows.append(("  operator", f"{op['op']}: {op['recomputations']} recomputations, measured "
+                                   f"{ms(op['measured_ns'])}, modelled {ms(op['modelled_ns'])} "
+                                   f"({op['error_ns'] / 1e6:+.2f} ms)"))
+    for node in a["nodes"][:5]:
+        rows.append(("  node", f"{node['id']} ({node['op']}), computed {node['computations']} times: "
+                               f"recomputations measured {ms(node['recomputed_measured_ns'])}, modelled "
+                               f"{ms(node['recomputed_modelled_ns'])} ({node['error_ns'] / 1e6:+.2f} ms)"))
+    return rows
 
 
 def _timing_rows(r: Any, unit: str) -> list[tuple[str, str]]:
@@ -188,12 +233,16 @@ def _timing_rows(r: Any, unit: str) -> list[tuple[str, str]]:
         return [("wall time", f"{r.wall_time_s:.3f} s, profiled run  ({modelled})")]
     rows = []
     base = "" if r.baseline_step_time_s is None else f"; baseline {r.baseline_step_time_s:.3f} s"
-    rows.append(("step time", f"{r.step_time_s:.3f} s median of {r.repeats}{base}  ({modelled})"))
+    threads = "" if r.threads is None else f", {r.threads} thread{'s' if r.threads != 1 else ''}"
+    rows.append(("step time", f"{r.step_time_s:.3f} s median of {r.repeats}{base}  ({modelled}; "
+                              f"{r.clock or 'wall clock'}{threads})"))
     measured = r.measured_overhead
     if measured is not None:
-        rows.append(("overhead", f"measured {measured.median_pct:+.2f}% (paired runs: min {measured.min_pct:+.2f}%, "
-                                 f"max {measured.max_pct:+.2f}%), modelled {r.modelled_overhead_pct:+.2f}%; "
-                                 f"error {r.overhead_error_pts:+.2f} points"))
+        interval = ("no 95% interval under 6 pairs" if measured.low_pct is None else
+                    f"95% interval {measured.low_pct:+.2f}% to {measured.high_pct:+.2f}%")
+        rows.append(("overhead", f"measured {measured.median_pct:+.2f}% ({interval}; paired runs: min "
+                                 f"{measured.min_pct:+.2f}%, max {measured.max_pct:+.2f}%), modelled "
+                                 f"{r.modelled_overhead_pct:+.2f}%; error {r.overhead_error_pts:+.2f} points"))
     else:
         rows.append(("overhead", f"modelled {r.modelled_overhead_pct:+.2f}%; not measured: the baseline did not run "
                                  f"({escape(r.baseline_note)})"))

@@ -76,7 +76,7 @@ METHOD_KEYS = ("name", "params")
 EXECUTORS = ("local", "dask")
 DEFAULT_TIME_LIMIT = 300.0
 # Keys of ``replay:`` (`ReplaySettings`): how the schedules of PyTorch graphs are replayed after the runs.
-REPLAY_KEYS = ("repeats", "device", "time_limit")
+REPLAY_KEYS = ("repeats", "precision", "max_pairs", "steps", "device", "time_limit")
 REPLAY_DEVICES = ("cpu", "cuda")
 # Runs one sweep may have: the project aims at sweeps of thousands of runs, and this leaves two orders of
 # magnitude above that.
@@ -216,6 +216,14 @@ def _replay_settings(doc: Document, node: yaml.Node) -> ReplaySettings | None:
         if "repeats" in keys:
             settings = replace(settings, repeats=int(doc.number(keys["repeats"][1], "repeats", 1, integer=True,
                                                                 strict=False)))
+        if "precision" in keys:
+            settings = replace(settings, precision=doc.number(keys["precision"][1], "precision", 0, strict=False))
+        if "max_pairs" in keys:
+            settings = replace(settings, max_pairs=int(doc.number(keys["max_pairs"][1], "max_pairs", 1, integer=True,
+                                                                  strict=False)))
+        if "steps" in keys:
+            settings = replace(settings, steps=int(doc.number(keys["steps"][1], "steps", 0, integer=True,
+                                                              strict=False)))
         if "time_limit" in keys:
             settings = replace(settings, time_limit=doc.number(keys["time_limit"][1], "time_limit", 0))
         if "device" in keys:
@@ -224,7 +232,8 @@ def _replay_settings(doc: Document, node: yaml.Node) -> ReplaySettings | None:
                 raise doc.error(keys["device"][1], f"replay device {quote(device)} is not known; use cpu or cuda")
             settings = replace(settings, device=device)
     else:
-        raise doc.error(node, "'replay' must be true, false, or a mapping of repeats, device and time_limit")
+        raise doc.error(node, "'replay' must be true, false, or a mapping of repeats, precision, max_pairs, steps, "
+                              "device and time_limit")
     if settings is not None:
         from remat_bench.torch import torch_available
 

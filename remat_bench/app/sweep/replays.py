@@ -22,6 +22,7 @@ result; it is not tried again).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -39,7 +40,9 @@ FAILED = "failed"
 REPLAY_FIELDS = ("replay_status", "replay_message", "replay_device", "replay_repeats", "measured_peak",
                  "peak_error_pct", "measured_within_budget", "outputs_match", "step_time_s", "baseline_step_time_s",
                  "measured_overhead_pct", "measured_overhead_min_pct", "measured_overhead_max_pct",
-                 "measured_overhead_spread", "modelled_overhead_pct", "baseline_measured_peak")
+                 "measured_overhead_spread", "modelled_overhead_pct", "baseline_measured_peak",
+                 "measured_overhead_low_pct", "measured_overhead_high_pct", "replay_pairs", "timing_clock",
+                 "replay_threads", "attribution")
 
 
 def _inside(output: Path, text: str) -> Path:
@@ -179,7 +182,7 @@ def replay_row(row: dict[str, Any], output: Path, settings: ReplaySettings) -> d
     from remat_bench.toolkit.child import can_spawn, run_in_child
 
     args = (str(_inside(output, str(row["graph_path"]))), str(_inside(output, str(row["schedule"]))),
-            settings.device, settings.repeats)
+            settings.device, settings.repeats, settings.precision, settings.max_pairs, settings.steps)
     end = time.monotonic() + settings.time_limit
     outcome = run_in_child(replay_fields, args, lambda: time.monotonic() > end) if can_spawn() else None
     if outcome is None or outcome.termination is Termination.NOT_APPLICABLE:
@@ -206,10 +209,12 @@ def _failed(message: str) -> dict[str, Any]:
 # The fields of `ReplayResult.to_json` that are columns of the same name.
 _FROM_REPLAY = ("measured_peak", "peak_error_pct", "outputs_match", "step_time_s", "baseline_step_time_s",
                 "measured_overhead_pct", "measured_overhead_min_pct", "measured_overhead_max_pct",
-                "measured_overhead_spread", "modelled_overhead_pct", "baseline_measured_peak")
+                "measured_overhead_spread", "modelled_overhead_pct", "baseline_measured_peak",
+                "measured_overhead_low_pct", "measured_overhead_high_pct")
 
 
-def replay_fields(graph_path: str, schedule_path: str, device: str | None, repeats: int) -> dict[str, Any]:
+def replay_fields(graph_path: str, schedule_path: str, device: str | None, repeats: int,
+                  precision: float = 0.0, max_pairs: int = 1, steps: int = 0) -> dict[str, Any]:
     """Replay a schedule file here (`remat_bench.torch.replay.replay_files`, with the baseline); its columns.
 
     Runs in the child process `replay_row` starts. Never raises for what the replay meets: a failure is
@@ -224,7 +229,13 @@ def replay_fields(graph_path: str, schedule_path: str, device: str | None, repea
     device : str or None
         ``cpu``, ``cuda``, or None for CUDA when present.
     repeats : int
-        Timed pairs, baseline then schedule.
+        Timed pairs at least, baseline then schedule.
+    precision : float
+        Pairs go on until the measured overhead's 95% interval is within +-this many points (0: ``repeats``).
+    max_pairs : int
+        Timed pairs at most.
+    steps : int
+        Passes timing every step in place after the pairs (`remat_bench.torch.attribution`; 0: none).
 
     Returns
     -------
@@ -235,7 +246,8 @@ def replay_fields(graph_path: str, schedule_path: str, device: str | None, repea
     try:
         from remat_bench.torch.replay import replay_files
 
-        result = replay_files(graph_path, schedule_path, device, repeats=repeats)
+        result = replay_files(graph_path, schedule_path, device, repeats=repeats, precision=precision,
+                              max_pairs=max_pairs, step_passes=steps)
     except RematBenchError as exc:
         return _failed(str(exc))
     except MemoryError:
@@ -250,6 +262,10 @@ def replay_fields(graph_path: str, schedule_path: str, device: str | None, repea
         "replay_message": "; ".join(n for n in notes if n) or None,
         "replay_device": result.device,
         "replay_repeats": result.repeats,
+        "replay_pairs": printed["pairs"],
+        "timing_clock": result.clock or None,
+        "replay_threads": result.threads,
+        "attribution": None if result.attribution is None else json.dumps(result.attribution, sort_keys=True),
         "measured_within_budget": result.within_budget,
         **{name: printed[name] for name in _FROM_REPLAY},
     }

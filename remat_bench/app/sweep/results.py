@@ -96,6 +96,12 @@ COLUMNS: dict[str, str] = {
     "measured_overhead_spread": "Float64",  # max - min of the paired overheads, in points
     "modelled_overhead_pct": "Float64",
     "baseline_measured_peak": "Int64",
+    "measured_overhead_low_pct": "Float64",  # the 95% interval of the measured overhead (None under 6 pairs)
+    "measured_overhead_high_pct": "Float64",
+    "replay_pairs": "Int64",  # timed pairs (baseline, schedule) run
+    "timing_clock": "string",  # what the times were read off: thread CPU time, wall clock
+    "replay_threads": "Int64",  # CPU threads the operators ran on (empty on CUDA)
+    "attribution": "string",  # JSON: every step timed in place beside the model (replay: steps:), else empty
 }
 SUCCESS = (Status.OPTIMAL.value, Status.FEASIBLE.value)
 # Statuses that answer the question, schedule or not: a proof that nothing fits (`infeasible`, often

@@ -23,6 +23,7 @@ from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import format_amount, lowest_fraction, memory_floor, parse_budget
 from remat_bench.core.errors import BudgetError
 from remat_bench.core.graph import Graph
+from remat_bench.torch import DEFAULT_MAX_PAIRS, DEFAULT_PRECISION, DEFAULT_REPEATS
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,10 @@ class SweepConfig:
 class ReplaySettings:
     """How a sweep replays the schedules of its PyTorch graphs (``replay:``, `remat_bench.app.sweep.replays`)."""
 
-    repeats: int = 5  # timed pairs per schedule, as `remat-bench replay --repeats`
+    repeats: int = DEFAULT_REPEATS  # timed pairs per schedule at least, as `remat-bench replay --repeats`
+    precision: float = DEFAULT_PRECISION  # then more until the 95% interval is within +-this (points)
+    max_pairs: int = DEFAULT_MAX_PAIRS  # timed pairs at most
+    steps: int = 0  # passes timing every step in place (`remat-bench replay --steps`): the attribution column
     device: str | None = None  # None: CUDA when present, else the CPU
     time_limit: float = 600.0  # s per replay; a replay that takes longer is stopped and recorded as failed
 
