@@ -211,7 +211,7 @@ def test_steps_are_timed_and_peaks_measured_by_the_device_measures(monkeypatch):
 
     seen: list[tuple[str, str]] = []
 
-    def fake_time_ns(device, fn):
+    def fake_run_ns(device, fn):
         seen.append(("time", device.type))
         fn()
         return 2_000_000
@@ -221,7 +221,7 @@ def test_steps_are_timed_and_peaks_measured_by_the_device_measures(monkeypatch):
         fn()
         return 1000
 
-    monkeypatch.setattr(train_module, "time_ns", fake_time_ns)
+    monkeypatch.setattr(train_module, "run_ns", fake_run_ns)
     monkeypatch.setattr(train_module, "measure_peak", fake_peak)
     g, schedule = _solved("gpt")
     report = train(g, schedule, 4, configurations=("schedule",))

@@ -35,10 +35,12 @@ fixed memory, i.e. parameters, buffers and the batch, plus the most allocated
 at once during the step above what was allocated when it began; measured as
 `replay` measures: profiler memory events on the CPU, the allocator's peak
 statistics on CUDA, ``torch.cuda.max_memory_allocated``) and the median step
-time (`remat_bench.torch.measure.time_ns`: CUDA events around the step on
-CUDA, the wall clock on the CPU). The first step of every configuration is left out of the times (it
-compiles, or warms up the kernels); the peak is measured on the second step,
-which is left out of the times as well (the profiler slows it).
+time (`remat_bench.torch.measure.run_ns`, under `steady_timing` as a replay: on
+CUDA from an idle device to an idle device; on the CPU the threads the graph's
+costs were measured with, one by default, and that thread's CPU time). The
+first step of every configuration is left out of the times (it compiles, or
+warms up the kernels); the peak is measured on the second step, which is left
+out of the times as well (the profiler slows it).
 """
 
 from __future__ import annotations
@@ -57,11 +59,12 @@ import torch
 from remat_bench.core.baseline import baseline
 from remat_bench.core.errors import RematBenchError, ScheduleError
 from remat_bench.core.graph import Graph, Number
+from remat_bench.core.provenance import measured_threads
 from remat_bench.core.schedule import Schedule, load_schedule
 from remat_bench.core.simulate import Simulation, simulate
 from remat_bench.torch.executor import ExecutionError, Executor, State
 from remat_bench.torch.importer import program_for_graph, random_nodes, spec_of
-from remat_bench.torch.measure import measure_peak, no_room, time_ns
+from remat_bench.torch.measure import measure_peak, no_room, run_ns, steady_timing, timing_threads
 from remat_bench.torch.randomness import seeded_random_ops
 from remat_bench.torch.replay import ATOL, RTOL, compare, load_schedule_for
 from remat_bench.torch.spec import ModelSpec, build_step, make_batch
@@ -366,7 +369,7 @@ def _run(config: Configuration, step_fn: StepFn, module: TrainingStep, spec: Mod
         if k == 1:  # the profiled step: its peak; left out of the times
             config.measured_peak = fixed_bytes + measure_peak(device, run)
         else:
-            elapsed = time_ns(device, run) / 1e9
+            elapsed = run_ns(device, run) / 1e9
         loss = float(box[0])
         if not math.isfinite(loss):
             raise TrainError(f"training diverged: {config.name}'s loss is {loss} at step {k + 1} with the learning "
@@ -443,30 +446,31 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
     as_compiled_peak: int | None = None
     results: list[Configuration] = []
     chosen = ["schedule", *others]
-    for index, name in enumerate(chosen):
-        compiled = name != "eager" and not (name == "schedule" and mode == "exact")
-        if compiled:
-            # Each configuration compiles a new module: without a reset, dynamo counts their compilations
-            # against one recompile limit and, past it, runs eager PyTorch (`CompiledStep` refuses that).
-            torch._dynamo.reset()
-        module = build_step(spec).to(dev)
-        if not fixed_bytes:  # parameters, buffers and the batch, as the replay measures them
-            fixed_bytes = State(spec, dev, dict(module.named_parameters()), dict(module.named_buffers()),
-                                *batch_for_step(spec, 0, dev)).nbytes
-        config = Configuration(name if not (name == "schedule" and mode == "compiled") else "schedule-compiled")
-        step_fn: StepFn | None
-        if config.name == "schedule-compiled":
-            step_fn, as_compiled_peak = _compiled_schedule(setting, module, config)
-        else:
-            step_fn = _step(setting, name, module, config)
-        if step_fn is None:  # not run; its note says why
+    with steady_timing(dev, timing_threads(dev, measured_threads(graph.metadata))):
+        for index, name in enumerate(chosen):
+            compiled = name != "eager" and not (name == "schedule" and mode == "exact")
+            if compiled:
+                # Each configuration compiles a new module: without a reset, dynamo counts their compilations
+                # against one recompile limit and, past it, runs eager PyTorch (`CompiledStep` refuses that).
+                torch._dynamo.reset()
+            module = build_step(spec).to(dev)
+            if not fixed_bytes:  # parameters, buffers and the batch, as the replay measures them
+                fixed_bytes = State(spec, dev, dict(module.named_parameters()), dict(module.named_buffers()),
+                                    *batch_for_step(spec, 0, dev)).nbytes
+            config = Configuration(name if not (name == "schedule" and mode == "compiled") else "schedule-compiled")
+            step_fn: StepFn | None
+            if config.name == "schedule-compiled":
+                step_fn, as_compiled_peak = _compiled_schedule(setting, module, config)
+            else:
+                step_fn = _step(setting, name, module, config)
+            if step_fn is None:  # not run; its note says why
+                results.append(config)
+                continue
+            tell({"kind": "configuration", "configuration": config.name, "index": index + 1, "of": len(chosen)})
+            _run(config, step_fn, module, spec, steps, dev, lr, fixed_bytes, tell)
+            if compiled:
+                _record_partition(config, step_fn)
             results.append(config)
-            continue
-        tell({"kind": "configuration", "configuration": config.name, "index": index + 1, "of": len(chosen)})
-        _run(config, step_fn, module, spec, steps, dev, lr, fixed_bytes, tell)
-        if compiled:
-            _record_partition(config, step_fn)
-        results.append(config)
     report = TrainReport(graph.name, str(dev), steps, mode, _whole(schedule.budget), fraction,
                          int(sim.peak), fixed_bytes, results, as_compiled_peak)
     _compare_with_eager(report, setting.random)
