@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from remat_bench.app.report.attribution import attribution_section
 from remat_bench.app.report.prediction import prediction_section
 from remat_bench.app.report.sections import (
     SPEED_TARGET_PCT,
@@ -75,6 +76,7 @@ def write_report(results: str | Path, path: str | Path, title: str | None = None
     for heading, section in (("Best schedule, best bound and the gap", gap_section),
                              ("What you use today against the optimum", production_section),
                              ("Prediction against measurement", prediction_section),
+                             ("Where the time goes", attribution_section),
                              ("Input order or any order: is rematerialization needed?", finding_section)):
         text = section(frame)
         if text is not None:
