@@ -182,6 +182,10 @@ def test_a_replay_line_says_measured_against_modelled_or_why_it_failed():
            "measured_within_budget": True, "outputs_match": True}
     assert describe_replay(row) == ("greedy on torch-mlp-b256 at 0.9: overhead measured +3.10% (+1.00% to +5.25%), "
                                     "modelled +2.95%; peak +0.000% against the simulator")
+    with_interval = {**row, "measured_overhead_low_pct": 2.5, "measured_overhead_high_pct": 3.75, "replay_pairs": 12}
+    assert describe_replay(with_interval) == ("greedy on torch-mlp-b256 at 0.9: overhead measured +3.10% (95% "
+                                              "interval +2.50% to +3.75%, 12 pairs), modelled +2.95%; peak +0.000% "
+                                              "against the simulator")
     over = {**row, "peak_error_pct": 7.5, "measured_within_budget": False, "outputs_match": False}
     assert describe_replay(over).endswith("peak +7.500% against the simulator, above the budget; outputs differ "
                                           "from autograd")

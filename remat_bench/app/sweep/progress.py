@@ -91,8 +91,9 @@ def describe(row: dict[str, Any]) -> str:
 
 
 def describe_replay(row: dict[str, Any]) -> str:
-    """``greedy on torch-mlp-b64 at 0.8: overhead measured +3.10% (+1.02% to +5.20%), modelled +2.95%; peak
-    +0.000% against the simulator``; a failed replay with its reason.
+    """``greedy on torch-mlp-b64 at 0.8: overhead measured +3.10% (95% interval +1.02% to +5.20%, 12 pairs),
+    modelled +2.95%; peak +0.000% against the simulator``; a failed replay with its reason (the pairs' range
+    in place of the interval where there is none).
 
     Parameters
     ----------
@@ -109,8 +110,11 @@ def describe_replay(row: dict[str, Any]) -> str:
         return f"replay of {run} failed: {row.get('replay_message') or 'no reason given'}"
     parts = []
     if row.get("measured_overhead_pct") is not None:
-        parts.append(f"overhead measured {row['measured_overhead_pct']:+.2f}% "
-                     f"({row['measured_overhead_min_pct']:+.2f}% to {row['measured_overhead_max_pct']:+.2f}%), "
+        low, high = row.get("measured_overhead_low_pct"), row.get("measured_overhead_high_pct")
+        spread = (f"95% interval {low:+.2f}% to {high:+.2f}%, {row.get('replay_pairs')} pairs"
+                  if low is not None and high is not None and low == low else
+                  f"{row['measured_overhead_min_pct']:+.2f}% to {row['measured_overhead_max_pct']:+.2f}%")
+        parts.append(f"overhead measured {row['measured_overhead_pct']:+.2f}% ({spread}), "
                      f"modelled {row['modelled_overhead_pct']:+.2f}%")
     else:
         parts.append(f"overhead modelled {row['modelled_overhead_pct']:+.2f}%, not measured")
