@@ -239,9 +239,11 @@ def steady_timing(device: torch.device, threads: int | None) -> Iterator[dict[st
     try:
         gc.collect()
         gc.disable()  # a collection inside a timed run costs milliseconds to whichever run it falls in
+        gc.freeze()  # what lives now (models, graphs, traces) is never scanned again: collections between runs
         yield {"threads": torch.get_num_threads(), "clock": clock_name(device),
                "freed_memory_kept": keep_freed_memory()}
     finally:
+        gc.unfreeze()
         if collecting:
             gc.enable()
         if torch.get_num_threads() != before:
