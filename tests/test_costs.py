@@ -160,7 +160,8 @@ def test_a_corrupt_cache_on_the_command_line_is_one_warning_never_a_traceback(tm
                                   "--repeats", "1", "-o", str(tmp_path / "g.json")])
     assert r.exit_code == 0, r.output
     assert "Traceback" not in r.output and "warning: the operator cost cache" in r.output
-    assert "costs: durations calibrated (median of 1 run, ns); workspaces measured; on cpu" in r.output
+    assert ("costs: durations calibrated (median of 1 pass of the step, each operator in place, ns); workspaces "
+            "measured; on cpu") in r.output
 
 
 def test_the_costs_are_recorded_and_shown(tmp_path, monkeypatch):
@@ -177,7 +178,8 @@ def test_the_costs_are_recorded_and_shown(tmp_path, monkeypatch):
     shown = CliRunner().invoke(main, ["graphs", "show", str(path)])
     assert shown.exit_code == 0
     text = " ".join(shown.output.split())
-    assert "costs durations calibrated (median of 3 runs, ns); workspaces measured; on cpu" in text
+    assert ("costs durations calibrated (median of 3 passes of the step, each operator in place, ns); workspaces "
+            "measured; on cpu") in text
     assert f"{where['threads']} thread" in text and f"torch {torch.__version__}" in text
     data = json.loads(CliRunner().invoke(main, ["graphs", "show", str(path), "--json"]).stdout)
     assert data["costs"]["durations"] == "calibrated" and data["costs"]["warning"] is None
@@ -357,7 +359,8 @@ def test_mixed_cost_sources_are_said_in_one_sentence(tmp_path):
         "mlp-flops": "flops", "mlp-calibrated": "calibrated"}
     text = write_report(tmp_path / "out", tmp_path / "report.md").read_text()
     assert text.count("Note: these graphs' durations come from different sources") == 1
-    assert "Costs: durations calibrated (median of 1 run, ns); workspaces measured; on cpu" in text
+    assert ("Costs: durations calibrated (median of 1 pass of the step, each operator in place, ns); workspaces "
+            "measured; on cpu") in text
     assert "Costs: durations counted (flops, not timed); workspaces measured; on cpu" in text
 
 

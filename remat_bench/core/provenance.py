@@ -117,8 +117,8 @@ class CostSource:
         str
         """
         if self.durations == CALIBRATED:
-            if self.timed_in:
-                runs = f"{self.repeats} pass{'es' if self.repeats != 1 else ''} of the step, {self.timed_in}"
+            if self.timed_in:  # in place in whole passes of the step (`remat_bench.torch.calibrate.IN_PLACE`)
+                runs = f"{self.repeats} pass{'es' if self.repeats != 1 else ''} of the step, each operator in place"
             else:
                 runs = f"{self.repeats} run{'s' if self.repeats != 1 else ''}"
             how = f"{self.statistic or 'timed'} of {runs}" if self.repeats else "timed"
