@@ -23,7 +23,8 @@ def _attribution(error: float, recompute: float, ops: list[tuple[str, int, float
 
 def test_the_runs_furthest_off_come_first_with_their_split_and_the_operator_kinds_summed():
     frame = pd.DataFrame({
-        "graph": ["g", "g", "g"], "budget": ["0.5", "0.5", "0.7"], "method": ["a", "b", "a"],
+        "graph": ["g", "g", "g"], "budget": [50, 50, 70], "budget_text": ["0.5", "0.5", "0.7"],
+        "method": ["a", "b", "a"],
         "label": ["a", "b", "a"],
         "attribution": [_attribution(-2.0, -1.5, [("aten.add.Tensor", 4, 1e6, 3e6)]),
                         _attribution(+6.0, +5.0, [("aten.mm.default", 2, 9e6, 4e6), ("aten.add.Tensor", 1, 2e6, 1e6)]),
@@ -33,7 +34,7 @@ def test_the_runs_furthest_off_come_first_with_their_split_and_the_operator_kind
     lines = text.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("| g |"))
     # b's error (+6) is larger than a's (-2): b first; its outside-steps shares 5.0% (0.06 of 1.2) and 2.0%.
-    assert lines[first].split(" | ")[2:9] == ["b", "+10.00", "+16.00", "+6.00", "+5.00", "+1.00", "5.0%"]
+    assert lines[first].split(" | ")[1:9] == ["0.5", "b", "+10.00", "+16.00", "+6.00", "+5.00", "+1.00", "5.0%"]
     assert "aten.mm.default +5.00 ms, aten.add.Tensor +1.00 ms" in lines[first]
     # Summed: mm +5 ms (9 against 4, +125.0%); add 3 against 4 ms, -1 ms (5 recomputations): mm first.
     mm = next(line for line in lines if line.startswith("| aten.mm.default"))

@@ -59,7 +59,8 @@ def attribution_section(frame: pd.DataFrame) -> str | None:
     for row, a in found[:TOP]:
         s, b = a["schedule"], a["baseline"]
         worst = ", ".join(f"{op['op']} {op['error_ns'] / 1e6:+.2f} ms" for op in a["ops"][:2]) or "none"
-        rows.append([str(row["graph"]), str(row["budget"]), str(row.get("label", row["method"])),
+        budget = row["budget_text"] if "budget_text" in row and isinstance(row["budget_text"], str) else row["budget"]
+        rows.append([str(row["graph"]), str(budget), str(row.get("label", row["method"])),
                      f"{a['modelled_overhead_pct']:+.2f}", f"{a['measured_overhead_pct']:+.2f}",
                      f"{a['overhead_error_pts']:+.2f}", f"{a['recomputations_error_pts']:+.2f}",
                      f"{a['rest_error_pts']:+.2f}", _share(s), _share(b), worst])
