@@ -167,7 +167,7 @@ def test_replay_settings_and_the_command_line_flag(tmp_path):
     r = CliRunner().invoke(main, ["sweep", str(path), "--dry-run", "--replay"])
     assert r.exit_code == 0, r.output
     assert ("then the schedules of PyTorch graphs are replayed one at a time (6 to 40 timed pairs against the "
-            "baseline, until the measured overhead's 95% interval is within +-1 points, at most 600 s each)"
+            "baseline, until the measured overhead's 95% interval is within +-1 point, at most 600 s each)"
             in " ".join(r.output.split()))
     path.write_text(path.read_text() + "replay: {repeats: 3, device: cpu, time_limit: 60}\n", encoding="utf-8")
     assert load_config(path).replay == ReplaySettings(repeats=3, device="cpu", time_limit=60.0)

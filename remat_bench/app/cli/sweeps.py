@@ -75,11 +75,13 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
 
             if torch_graphs(cfg):
                 rp = cfg.replay
+                points = f"{rp.precision:g} point{'' if rp.precision == 1 else 's'}"
                 pairs = (f"{rp.repeats} to {rp.max_pairs} timed pairs against the baseline, until the measured "
-                         f"overhead's 95% interval is within +-{rp.precision:g} points"
+                         f"overhead's 95% interval is within +-{points}"
                          if rp.precision > 0 and rp.max_pairs > rp.repeats
                          else f"{rp.repeats} timed pairs against the baseline")
-                steps = f", then every step timed in place ({rp.steps} passes)" if rp.steps else ""
+                steps = (f", then every step timed in place ({rp.steps} pass{'' if rp.steps == 1 else 'es'})"
+                         if rp.steps else "")
                 out.print(f"then the schedules of PyTorch graphs are replayed one at a time ({pairs}{steps}, at "
                           f"most {rp.time_limit:g} s each)", markup=False, highlight=False)
             else:
