@@ -88,8 +88,9 @@ CONFIGS = {
     "config-python-tag.yaml": "line 5: the tag '!!python/object/apply:os.system' is not allowed; a config holds "
                               "plain values (text, numbers, lists and mappings)",
     "config-torch-os-system.yaml": "line 3: 'os:system' names the standard library (os), which is never called; a "
-                                   "model is a zoo name (mlp, vgg11, resnet18, resnet50, unet, gpt), an nn.Module "
-                                   "subclass, or a function in a file of your own (docs/sweeps.md, 'PyTorch models')",
+                                   "model is a zoo name (mlp, vgg11, resnet18, resnet50, unet, gpt, gru, dunet, moe, "
+                                   "convnext), an nn.Module subclass, or a function in a file of your own "
+                                   "(docs/sweeps.md, 'PyTorch models')",
     "config-name-path.yaml": "line 1: the sweep's name '../../../escaped' must be a plain name, not a path (no '/', "
                              "not '.' or '..'): it names the results folder results/<name>; choose another folder "
                              "with 'output' or --output",

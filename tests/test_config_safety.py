@@ -31,8 +31,8 @@ from remat_bench.torch.zoo import INSTALLED, USER, ModelSpecError, load_factory,
 from tests.helpers import SHIPPED
 
 CHAIN = SHIPPED / "chain-16-train.json"
-RULE = ("a model is a zoo name (mlp, vgg11, resnet18, resnet50, unet, gpt), an nn.Module subclass, or a function "
-        "in a file of your own (docs/sweeps.md, 'PyTorch models')")
+RULE = ("a model is a zoo name (mlp, vgg11, resnet18, resnet50, unet, gpt, gru, dunet, moe, convnext), an "
+        "nn.Module subclass, or a function in a file of your own (docs/sweeps.md, 'PyTorch models')")
 
 
 def sweep(*args: str) -> tuple[int, list[str]]:

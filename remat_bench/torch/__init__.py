@@ -1,7 +1,8 @@
 """PyTorch import and replay (docs/design.md section 9), in the optional ``torch`` extra.
 
 - `remat_bench.torch.zoo`: the built-in models (mlp, vgg11, resnet18,
-  resnet50, unet, gpt), defined here without torchvision;
+  resnet50, unet, gpt; and from `remat_bench.torch.families` gru, dunet,
+  moe, convnext), defined here without torchvision;
 - `remat_bench.torch.ecosystem`: torchvision, timm and transformers models by
   name (``torchvision:resnet50``, ``timm:vit_small_patch16_224``,
   ``hf:llama``), built with random weights (the optional ``models`` extra);

@@ -1,4 +1,4 @@
-"""The model zoo for ``remat-bench graphs import-torch``: six training tasks defined here.
+"""The model zoo for ``remat-bench graphs import-torch``: ten training tasks, six defined here.
 
 Each entry is a plain `torch.nn.Module` (no torchvision) with a default input
 shape and a task that fixes the loss and the labels:
@@ -11,11 +11,19 @@ shape and a task that fixes the loss and the labels:
 | ``resnet50`` | ResNet-50, bottleneck blocks [3, 4, 6, 3] | (3, 224, 224) | classify |
 | ``unet`` | U-Net (Ronneberger et al. 2015), depth 3, base width 32, batchnorm | (3, 128, 128) | segment |
 | ``gpt`` | GPT-style decoder: token, position embeddings; pre-norm causal attention, GELU MLP | (128,) ids | language |
+| ``gru`` | 2-layer GRU of ``nn.GRUCell`` unrolled over 32 steps, hidden 256 | (32, 64) | classify |
+| ``dunet`` | diffusion U-Net: GroupNorm, SiLU, attention at two resolutions, cat skips | (3, 32, 32) | regress |
+| ``moe`` | mixture-of-experts decoder, top-2 of 4 experts, dense dispatch | (128,) ids | language |
+| ``convnext`` | ConvNeXt-style: patchify stem, depthwise 7x7, channels-last LayerNorm | (3, 64, 64) | classify |
+
+The last four are the families the project was never tuned on, defined in
+`remat_bench.torch.families` (which says what makes each hard).
 
 Keyword arguments scale the models (``width`` for the convolutional ones,
 ``hidden``/``depth`` for the MLP, ``layers``/``width``/``heads``/``vocab`` for
-the GPT), so that tests and benchmarks can pick sizes where activations, not
-parameters, dominate memory at batch sizes a CPU can run.
+the GPT; the families' in their module), so that tests and benchmarks can pick
+sizes where activations, not parameters, dominate memory at batch sizes a CPU
+can run.
 
 Tasks (the loss is part of the traced training step):
 
@@ -47,6 +55,7 @@ from torch import nn
 
 from remat_bench.core.errors import RematBenchError
 from remat_bench.torch import quiet_torch_logs
+from remat_bench.torch.families import ConvNeXt, DiffusionUNet, MoEDecoder, UnrolledGRU
 
 quiet_torch_logs()
 
@@ -444,6 +453,15 @@ ZOO: dict[str, ZooModel] = {
         ZooModel("resnet50", resnet50, (3, 224, 224), "classify", "ResNet-50, bottleneck blocks [3, 4, 6, 3]"),
         ZooModel("unet", UNet, (3, 128, 128), "segment", "U-Net, depth 3, base width 32, batchnorm"),
         ZooModel("gpt", GPT, (128,), "language", "GPT-style decoder, 4 blocks of width 256, 4 heads"),
+        # Families the project was never tuned on (issue 46).
+        ZooModel("gru", UnrolledGRU, (32, 64), "classify",
+                 "2-layer GRU of GRUCells unrolled over 32 steps, hidden 256"),
+        ZooModel("dunet", DiffusionUNet, (3, 32, 32), "regress",
+                 "diffusion U-Net, GroupNorm and SiLU, attention at 16x16 and 8x8, concatenated skips"),
+        ZooModel("moe", MoEDecoder, (128,), "language",
+                 "mixture-of-experts decoder, 4 blocks of width 256, top-2 of 4 experts, dense dispatch"),
+        ZooModel("convnext", ConvNeXt, (3, 64, 64), "classify",
+                 "ConvNeXt-style CNN, depthwise 7x7, channels-last LayerNorm, stages [2, 2, 4, 2]"),
     )
 }
 

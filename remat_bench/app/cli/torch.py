@@ -70,8 +70,9 @@ def import_torch(model: str, batch: int | None, input_shape: str | None, duratio
                  output: Path) -> None:
     """Trace MODEL's training step into a graph: a zoo name, an ecosystem model or package.module:factory.
 
-    Zoo: mlp, vgg11, resnet18, resnet50, unet, gpt. A factory runs only when it
-    is an nn.Module subclass or a function in a file of your own (never the
+    Zoo: mlp, vgg11, resnet18, resnet50, unet, gpt, and families never tuned
+    on: gru, dunet, moe, convnext. A factory runs only when it is an
+    nn.Module subclass or a function in a file of your own (never the
     standard library). Tracing uses fake tensors, so any batch size traces
     without allocating it; the costs are then measured by running the step
     on real tensors here, when it fits in memory (--durations flops
