@@ -40,6 +40,7 @@ BUILTIN: dict[str, str] = {
     "knapsack": "remat_bench.methods.knapsack:Knapsack",
     "policy": "remat_bench.methods.policy:Policy",
     "torch-budget": "remat_bench.methods.torch_budget:TorchBudget",
+    "rotor": "remat_bench.methods.rotor:Rotor",
 }
 
 

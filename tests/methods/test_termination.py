@@ -25,6 +25,7 @@ LONG = {
     "checkmate": "proven", "moccasin": "proven", "monet": "proven", "auto": "proven",
     **dict.fromkeys(("greedy", "chen", "dtr", "kusumoto", "fenghuang", "twremat", "knapsack", "checkmate-lp"),
                     "converged"),
+    "rotor": "proven",  # its schedule meets the any-order bound: the pipeline proves it optimal
     **dict.fromkeys(NOT_APPLICABLE, "not_applicable"),
 }
 # At 0.05 s (the any-order bound takes its half second first): what each may say, by what it does.
@@ -33,6 +34,7 @@ SHORT = {
     "greedy": frozenset({"converged"}),  # one eviction pass, which polls no deadline at a budget
     **dict.fromkeys(("chen", "dtr", "kusumoto", "fenghuang", "twremat", "knapsack", "checkmate-lp"),
                     frozenset({"converged", "time_limit"})),
+    "rotor": frozenset({"proven", "converged", "time_limit"}),
     **dict.fromkeys(("reorder", "checkmate", "moccasin", "monet", "auto"), frozenset({"proven", "time_limit"})),
     **dict.fromkeys(NOT_APPLICABLE, frozenset({"not_applicable"})),
 }
