@@ -16,6 +16,7 @@ from remat_bench.generators import (
     ForwardOp,
     chain,
     densenet121,
+    estimated_size,
     generate,
     generated_size,
     random_layered,
@@ -348,6 +349,7 @@ SMALL = {
     "unet": {"batch": 1, "resolution": 32, "layers": 2},
     "densenet121": {"batch": 1, "resolution": 32},
     "transformer": {"batch": 1, "layers": 2, "width": 32, "seq": 8},
+    "recurrent": {"batch": 2, "layers": 2, "width": 8, "seq": 4},
 }
 
 
@@ -378,7 +380,7 @@ def test_generate_maps_cli_options():
     assert generate("transformer", width=1024, layers=1, seq=4, batch=1).metadata["heads"] == 16
     assert generate("transformer", width=1000, layers=1, seq=4, batch=1).metadata["heads"] == 10
     assert set(GENERATORS) == {"chain", "random-layered", "vgg16", "resnet50", "unet",
-                               "densenet121", "transformer"}
+                               "densenet121", "transformer", "recurrent"}
 
 
 def test_generate_refuses_options_a_kind_does_not_take():
@@ -453,3 +455,17 @@ def test_the_cli_refuses_a_graph_too_large_to_build_in_one_sentence(tmp_path):
         result = CliRunner().invoke(main, ["graphs", "generate", *args, "-o", str(tmp_path / "g.json")])
         assert (result.exit_code, result.output) == (2, f"error: {message}\n")
         assert not (tmp_path / "g.json").exists()
+
+
+@pytest.mark.parametrize("steps,layers", [(1, 1), (4, 1), (3, 2), (32, 2)])
+def test_the_recurrent_graph_has_one_slice_and_two_nodes_per_cell_at_each_step(steps, layers):
+    g = generate("recurrent", seq=steps, layers=layers, batch=2, width=8)
+    forward = [g.ids[v] for v in g.forward_indices]
+    assert len(forward) == steps * (1 + 2 * layers) + 2
+    assert (g.n, g.num_edges) == estimated_size("recurrent", steps=steps, layers=layers)
+    # Step t's cell of layer l reads its input and the layer's hidden state of step t - 1.
+    if steps > 1:
+        assert set(g.inputs[g.index["g0_1"]]) == {g.index["x1"], g.index["h0_0"]}
+        assert set(g.inputs[g.index[f"h{layers - 1}_1"]]) == {g.index[f"g{layers - 1}_1"], g.index[f"h{layers - 1}_0"]}
+    # Every step's input slice reads the one input: no forward node but x separates the steps alone.
+    assert [g.ids[c] for c in g.consumers[g.index["x"]]] == [f"x{t}" for t in range(steps)] + ["x_grad"]

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import parse_budget
 from remat_bench.core.cleanup import place_frees
 from remat_bench.core.control import Deadline
 from remat_bench.core.graph_io import load_graph
+from remat_bench.core.schedule import COMPUTE
 from remat_bench.core.simulate import simulate
 from remat_bench.toolkit.improve import drop_recomputations, drop_with_reorder, shave_peaks
+from remat_bench.toolkit.orders import sequence_memory
 from tests.bruteforce import any_order_optimum, staged_optimum
-from tests.helpers import needs_reordering, paper_graph
+from tests.helpers import dags, needs_reordering, paper_graph
 from tests.methods.test_checkmate import budgets, random_graph
 
 
@@ -106,3 +110,40 @@ def test_undoing_recomputations_reaches_the_brute_force_optimum_from_shaved_star
             at_optimum += after.duration == optimum
     # Every start within the budget, 16 of them above the optimum: each one brought down to it.
     assert (checked, improved, at_optimum) == (63, 16, 63)
+
+
+@st.composite
+def sequences(draw):
+    """A DAG with outputs and workspaces, and a compute sequence over it: the input order with
+    recomputations inserted (each after every input has been computed once)."""
+    g = draw(dags(min_nodes=1, max_nodes=9, workspace=True))
+    seq = list(range(g.n))
+    for _ in range(draw(st.integers(0, 6))):
+        v = draw(st.integers(0, g.n - 1))
+        seq.insert(draw(st.integers(seq.index(v) + 1, len(seq))), v)
+    return g, seq
+
+
+@given(sequences())
+@settings(max_examples=300, deadline=None)
+def test_the_sequence_memory_equals_the_simulator_at_every_computation(case):
+    g, seq = case
+    schedule = place_frees(g, np.asarray(seq), np.zeros(len(seq), dtype=np.int64), drop_unused=False)
+    s = simulate(g, schedule)
+    assert s.valid
+    memory, free_at = sequence_memory(g, seq)
+    assert memory.tolist() == s.step_memory[schedule.kinds == COMPUTE].tolist()
+    assert memory.max() == s.peak
+    assert free_at.tolist() == plain_free_at(g, seq)
+
+
+def plain_free_at(g, seq):
+    """Each copy's last position resident, walked step by step: the last reader of the latest copy."""
+    free, latest = list(range(len(seq))), {}
+    for j, v in enumerate(seq):
+        for u in g.op_inputs[g.op_start[v]]:
+            free[latest[u]] = j
+        latest[v] = j
+    for o in g.output_indices:
+        free[latest[o]] = len(seq) - 1
+    return free

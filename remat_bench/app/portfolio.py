@@ -14,8 +14,13 @@ each in its place in the run order; what they declare, and the hooks they overri
 1. **Fast members**, one after another: the heuristics (greedy, dtr, chen, fenghuang, twremat,
    knapsack's simulator-guided search, kusumoto, and reorder, the best order without
    recomputation, skipped when the any-order bound already proves that no order fits). Together
-   they take at most ``fast_share`` of the time; each gets an equal share of what is left of it
-   (at most its ``share``), so the ones that end in milliseconds hand their time on. A member
+   they take at most ``fast_share`` of the time (by default a share that grows with the graph:
+   `fast_share_of`); each gets its weighted share of what is left of it (`Membership.weight`; at
+   most its ``share``), so the ones that end in milliseconds hand their time on. Those the
+   shares cut short run again from the start (`Auto._run_again`), on a weighted share of a part of
+   the time left (``AGAIN_SHARE``; more, ``AGAIN_SHARE_NONE_FOUND``, while no member has found a
+   schedule; all of it where no exact member runs): the time a fast member needs grows with the
+   graph, and auto should not be behind a member run alone. A member
    with ``beside_s`` runs beside them from the start, in a child process, for the members' whole
    time when that is at least ``beside_s`` (`_Beside`: torch-budget, PyTorch's own partitioner, on
    a graph imported from a model it can trace).
@@ -37,7 +42,9 @@ each in its place in the run order; what they declare, and the hooks they overri
    least peak first for ``min``).
 
 ``stats["members"]`` holds each member's result (status, overhead and peak after clean-up,
-seconds, its own lower bound and the space that bound holds in, or its error);
+seconds, its own lower bound and the space that bound holds in, or its error; ``runs``: 2 for
+a fast member run again); ``stats["cut_short"]`` names the members whose time ran out (the
+answer's message says so too: more time could change it);
 ``stats["winner"]`` names the member whose schedule is the answer (and, when an exact member
 returned an offered schedule or the polish improved a member's, whose it was);
 ``stats["bounds"]`` lists every lower bound proved, each with where it holds. Only the
@@ -82,6 +89,12 @@ from remat_bench.toolkit.improve import drop_with_reorder
 
 # Why an exact member's child was stopped at auto's own time limit.
 TIME_OUT = "stopped: auto's time limit ran out"
+# The second round of the fast members (`Auto._run_again`): the share of what is left of the members' time it
+# may take when a member has found a schedule already, and when none has (the exact members then start from
+# nothing: a fast member's answer matters more); and the least time worth starting it with (s).
+AGAIN_SHARE = 0.3
+AGAIN_SHARE_NONE_FOUND = 0.6
+MIN_AGAIN_S = 0.5
 
 
 def _roster() -> list[tuple[str, Membership]]:
@@ -149,6 +162,7 @@ class Member:
     returned: str | None = None  # an exact member's: its own search, or whose offered schedule
     message: str = ""
     termination: Termination | None = None  # why its run stopped (None: not run)
+    runs: int | None = None  # 2: run again in the fast members' second round (`Auto._run_again`)
     schedule: Schedule | None = field(default=None, repr=False)
     # Its schedule meets the run's goal (`SolveContext.reached`): nothing is faster, or lower at ``min``.
     reached: bool = field(default=False, repr=False)
@@ -198,8 +212,9 @@ def _params() -> tuple[Param, ...]:
               check=_members),
         Param("jobs", int, 0, "exact members run side by side in child processes, each with every core (0: one "
               "per core, at most one per member; 1: one after another in this process)", minimum=0, maximum=64),
-        Param("fast_share", float, 0.2, "largest share of the time limit the fast members take together",
-              minimum=0.01, maximum=1),
+        Param("fast_share", float, 0.0, "largest share of the time limit the fast members take together in their "
+              "first round (0: by the graph's size, 0.2 up to 500 nodes, growing to 0.5 at 1,250 and above)",
+              minimum=0, maximum=1),
         Param("polish", float, 0.1, "share of the time limit kept for undoing recomputations of the best "
               "schedules and reordering to fit (0: none)", minimum=0, maximum=0.9),
         Param("model_memory", str, "2GiB", "largest solver model an exact member may build, by its estimate "
@@ -238,7 +253,10 @@ class Auto(Method):
         fast, exact = self._plan(graph, budget, chosen, members)
         in_turn = [m for m in fast if m.member is None or m.member.beside_s is None]
         beside = self._start_beside(graph, budget, [m for m in fast if m not in in_turn], clock.members, members)
-        self._run_fast(graph, budget, in_turn, clock.members, params["fast_share"] if exact else 1.0, members, hints)
+        fast_share = params["fast_share"] or fast_share_of(graph)
+        self._run_fast(graph, budget, in_turn, clock.members, fast_share if exact else 1.0, members, hints)
+        self._run_again(graph, budget, in_turn, clock.members, 1.0 if not exact else
+                        AGAIN_SHARE_NONE_FOUND if not hints else AGAIN_SHARE, members, hints)
         for started in beside:
             started.collect(members, hints)  # in time for the exact members when it has ended
         if exact and not any(m.schedule is not None for m in members):
@@ -302,7 +320,7 @@ class Auto(Method):
 
     def _run_fast(self, graph: Graph, budget: Number | None, methods: list[type[Method]], deadline: Deadline,
                   share: float, members: list[Member], hints: list[tuple[str, Schedule]]) -> None:
-        """Step 1: each fast member in this process, on an equal share of what is left of their time (at
+        """Step 1: each fast member in this process, on its weighted share of what is left of their time (at
         most its own ``share`` of it, `Membership.share`)."""
         remaining = deadline.remaining()
         stage = Deadline(None if remaining is None else share * remaining)
@@ -315,7 +333,8 @@ class Auto(Method):
                                       message=f"{reached}'s schedule is proven optimal"))
                 continue
             left = stage.remaining()
-            limit = None if left is None else max(0.05, left / (len(methods) - k))
+            weights = sum(_weight(m) for m in methods[k:])
+            limit = None if left is None else max(0.05, left * _weight(method) / weights)
             cap = None if method.member is None else method.member.share
             if cap is not None and limit is not None and remaining is not None:
                 limit = min(limit, cap * remaining)
@@ -324,6 +343,55 @@ class Auto(Method):
             members.append(member)
             if member.schedule is not None:
                 hints.append((method.name, member.schedule))
+
+    def _run_again(self, graph: Graph, budget: Number | None, methods: list[type[Method]], deadline: Deadline,
+                   share: float, members: list[Member], hints: list[tuple[str, Schedule]]) -> None:
+        """Step 1, second round: the fast members that the first round's shares cut short (their limit ran out,
+        or the round's time was gone before their turn) run again, each from the start, the heaviest first, on its
+        weighted share of ``share`` of what is left of the members' time. A member that needs more than its
+        share of the first round (a large graph: fenghuang's division tree, twremat's search of k, knapsack's
+        capacities) thus still runs to an answer before the exact members start, and auto's answer is never
+        behind what it reaches alone in the time the others leave. Its record is the better of its two runs
+        (``runs``: 2)."""
+        if self._reached(members) is not None:
+            return
+        wanted = {m.name for m in methods}
+        # A member with a share of its own (`Membership.share`: reorder's tenth) had it in the first round.
+        wanted = {name for name in wanted if getattr(get_method(name).member, "share", None) is None}
+        again = [k for k, m in enumerate(members) if m.role == Role.FAST.value and m.method in wanted
+                 and m.termination in (Termination.TIME_LIMIT, Termination.INTERRUPTED) and not interrupted()]
+        remaining = deadline.remaining()
+        if not again or (remaining is not None and remaining < MIN_AGAIN_S):
+            return
+        stage = Deadline(None if remaining is None else share * remaining)
+        by_name = {m.name: m for m in methods}
+        # The heaviest first, each on its weighted share (`Membership.weight`), as in the first round.
+        again.sort(key=lambda index: -_weight(by_name[members[index].method]))
+        for k, index in enumerate(again):
+            left = stage.remaining()
+            if (left is not None and left < MIN_AGAIN_S / 2) or deadline.expired() or interrupted():
+                break
+            if self._reached(members) is not None:
+                break
+            first = members[index]
+            method = by_name[first.method]
+            weights = sum(_weight(by_name[members[i].method]) for i in again[k:])
+            limit = None if left is None else left * _weight(method) / weights
+            own = method.member_params(graph, _any_order_peak(members))
+            second = self._evaluated(graph, budget, method, Role.FAST.value, own, limit)
+            second.runs, second.seconds = 2, round(first.seconds + second.seconds, 3)
+            if second.schedule is None and first.schedule is not None:
+                # The first run's schedule stands (a search cut short may still have found one).
+                first.runs, first.seconds = 2, second.seconds
+                first.message = f"{first.message}; run again for {limit or 0:.1f} s: {second.message}".strip("; ")
+                continue
+            if first.schedule is not None and second.duration is not None and first.duration is not None \
+                    and (second.duration, second.peak or 0) >= (first.duration, first.peak or 0):
+                first.runs, first.seconds = 2, second.seconds
+                continue
+            members[index] = second
+            if second.schedule is not None:
+                hints[:] = [h for h in hints if h[0] != method.name] + [(method.name, second.schedule)]
 
     def _run_exact(self, graph: Graph, budget: Number | None, methods: list[type[Method]], deadline: Deadline,
                    jobs: int, members: list[Member], hints: list[tuple[str, Schedule]], here: bool = False,
@@ -450,8 +518,11 @@ class Auto(Method):
                                                     else (lambda m: (m.peak, m.duration)))
         winner = min(found, key=key) if found else None
         any_order = self._any_order(graph, budget)
+        cut = [m.method for m in members if m.termination in (Termination.TIME_LIMIT, Termination.INTERRUPTED)]
+        said = f"; cut short by their time: {', '.join(cut)}" if cut else ""
         stats: dict[str, Any] = {
             "members": [m.as_dict() for m in members],
+            "cut_short": cut,
             "winner": None if winner is None else (
                 winner.method if winner.returned in (None, "search") else f"{winner.method} ({winner.returned})"),
             "bounds": _bounds(members, any_order),
@@ -463,14 +534,14 @@ class Auto(Method):
                 stats=stats,
                 termination=Termination.PROVEN if proven else self._stopped(deadline, members),
                 message="no schedule fits the budget (the any-order bound)" if proven else
-                "no member found a schedule within the budget")
+                f"no member found a schedule within the budget{said}")
         bound = None if any_order is None else any_order.value
         optimal = budget is not None and bound is not None and winner.duration is not None and winner.duration <= bound
         # No lower bound of its own: the any-order bound is the run's (the pipeline reports it), and the
         # members' bounds, each valid in its own space, are in stats["bounds"].
         return MethodResult(
             SolutionStatus.OPTIMAL if optimal else SolutionStatus.FEASIBLE, winner.schedule, objective=winner.duration,
-            solve_time_s=deadline.elapsed(), stats=stats, message=f"the fastest schedule is {stats['winner']}'s",
+            solve_time_s=deadline.elapsed(), stats=stats, message=f"the fastest schedule is {stats['winner']}'s{said}",
             termination=Termination.PROVEN if optimal else self._stopped(deadline, members))
 
     @staticmethod
@@ -489,6 +560,27 @@ class Auto(Method):
         if known is not None:
             return known
         return self.context.bounds.get(graph, budget, effort=self.bound_effort_s)[0]
+
+
+def fast_share_of(graph: Graph) -> float:
+    """The fast members' share of the limit in their first round, by the graph's size: 0.2 up to 500 nodes,
+    n / 2,500 above, 0.5 at most. A fast member's time grows with the graph (on 1,000 nodes without a backward
+    pass, shaving alone needs about a tenth of a 10 s limit) while the exact members' models outgrow their limit.
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    float
+    """
+    return min(0.5, max(0.2, graph.n / 2500))
+
+
+def _weight(method: type[Method]) -> float:
+    """A fast member's weight in the first round's shares (`Membership.weight`; 1 for a method without a role)."""
+    return 1.0 if method.member is None else method.member.weight
 
 
 def _declared(method: type[Method], params: dict[str, Any]) -> dict[str, Any]:

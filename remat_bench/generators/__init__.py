@@ -18,6 +18,7 @@ from remat_bench.generators.architectures import densenet121, resnet50, transfor
 from remat_bench.generators.chain import chain
 from remat_bench.generators.implementations import add_implementations, first_implementations
 from remat_bench.generators.random_layered import WIDTH_PER_SQRT_N, random_layered
+from remat_bench.generators.recurrent import recurrent
 from remat_bench.generators.training import ForwardOp, training_graph
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "generate",
     "generated_size",
     "random_layered",
+    "recurrent",
     "resnet50",
     "training_graph",
     "transformer",
@@ -46,6 +48,7 @@ GENERATORS: dict[str, Callable[..., Graph]] = {
     "unet": unet,
     "densenet121": densenet121,
     "transformer": transformer,
+    "recurrent": recurrent,
 }
 
 # For each kind: CLI option -> the generator's argument. Options not listed are refused.
@@ -57,6 +60,7 @@ _OPTIONS: dict[str, dict[str, str]] = {
     "unet": {"batch": "batch", "resolution": "resolution", "layers": "depth"},
     "densenet121": {"batch": "batch", "resolution": "resolution"},
     "transformer": {"batch": "batch", "layers": "layers", "width": "width", "seq": "seq"},
+    "recurrent": {"batch": "batch", "layers": "layers", "width": "hidden", "seq": "steps"},
 }
 
 # Arguments the CLI must always supply because the generator has no default for them.
@@ -114,6 +118,10 @@ def estimated_size(kind: str, **kwargs: Any) -> tuple[int, int]:
     if kind == "transformer":
         nodes = 24 * kwargs.get("layers", 12) + 7
         return nodes, 3 * nodes
+    if kind == "recurrent":
+        steps, layers = kwargs.get("steps", 32), kwargs.get("layers", 2)
+        forward, forward_edges = steps * (1 + 2 * layers) + 2, steps + 2 * layers * (2 * steps - 1) + 1
+        return 2 * forward + 1, 3 * forward_edges + forward + 2  # the loss, and each gradient's reads
     if kind == "unet":
         nodes = 22 * kwargs.get("depth", 4) + 11
         return nodes, 3 * nodes

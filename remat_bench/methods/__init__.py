@@ -30,6 +30,7 @@ BUILTIN: dict[str, str] = {
     "greedy": "remat_bench.methods.greedy:Greedy",
     "dtr": "remat_bench.methods.dtr:DTR",
     "reorder": "remat_bench.methods.reorder:Reorder",
+    "shave": "remat_bench.methods.shave:Shave",
     "checkmate": "remat_bench.methods.checkmate:Checkmate",
     "checkmate-lp": "remat_bench.methods.checkmate_lp:CheckmateLP",
     "moccasin": "remat_bench.methods.moccasin:Moccasin",

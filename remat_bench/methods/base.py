@@ -262,16 +262,18 @@ class Membership:
     ``rank`` is its place among the members of its role, the lowest first: fast members that end
     in milliseconds run first, so that the time they leave passes on to the others. ``params`` are
     its parameters inside the portfolio beyond its defaults. ``share`` caps the share of the
-    members' time it may take (None: an equal share of what is left). ``beside_s``: it runs beside
-    the others from the start of the run, in a child process, when the members have at least that
-    many seconds (None: in its turn); ``beside_why`` completes the sentence that says so when they
-    have less ("... less than the 30 s " + ``beside_why``).
+    members' time it may take (None: its weighted share of what is left, ``weight`` against the weights
+    of the members still to run: a member whose schedule starts the exact members weighs more).
+    ``beside_s``: it runs beside the others from the start of the run, in a child process, when the
+    members have at least that many seconds (None: in its turn); ``beside_why`` completes the
+    sentence that says so when they have less ("... less than the 30 s " + ``beside_why``).
     """
 
     role: Role
     rank: int = 100
     params: Mapping[str, Any] = field(default_factory=dict)
     share: float | None = None
+    weight: float = 1.0
     beside_s: float | None = None
     beside_why: str = ""
 

@@ -874,7 +874,9 @@ class FengHuang(Method):
     search_space = "forward checkpoint plans of the division tree, lowered by the shared lowering"
     description = "Feng and Huang 2021: optimal checkpoints of the forward graph by its division tree"
     needs_backward = True
-    member = Membership(Role.FAST, rank=4)
+    # After the members that answer in a second: its division tree is built before the first answer, in one
+    # step that its time limit cannot interrupt (seconds on graphs of a few thousand nodes).
+    member = Membership(Role.FAST, rank=8)
     params = (
         Param("select", str, "simulated",
               "simulated: the per-max-term solution that best fits the budget when simulated; "

@@ -13,14 +13,15 @@ drop the simulator accepts, until a full pass changes nothing.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from remat_bench.core.cleanup import place_frees
 from remat_bench.core.control import Deadline
 from remat_bench.core.graph import Graph, Node, Number
-from remat_bench.core.schedule import Schedule
 from remat_bench.core.simulate import simulate
-from remat_bench.toolkit.orders import local_search
+from remat_bench.toolkit.orders import local_search, sequence_memory
 
 
 def drop_recomputations(graph: Graph, nodes: np.ndarray, budget: Number,
@@ -60,8 +61,8 @@ def drop_recomputations(graph: Graph, nodes: np.ndarray, budget: Number,
             if deadline is not None and deadline.expired():
                 return nodes[~dropped]
             dropped[p] = True
-            valid, peak, _ = _simulated(graph, nodes[~dropped], drop_unused=False)
-            if valid and peak <= budget:
+            # Valid whatever is dropped (a recomputation's readers read the copy before it): only the peak counts.
+            if sequence_memory(graph, nodes[~dropped])[0].max() <= budget:
                 changed = True
             else:
                 dropped[p] = False
@@ -161,22 +162,17 @@ def shave_peaks(graph: Graph, nodes: np.ndarray, budget: Number, deadline: Deadl
     consumers = graph.consumers
     inputs = graph.inputs
 
-    def score(order: list[int]) -> tuple[Number, int, np.ndarray, Schedule]:
-        arr = np.asarray(order, dtype=np.int64)
-        schedule = place_frees(graph, arr, np.zeros(len(arr), dtype=np.int64), drop_unused=False)
-        sim = simulate(graph, schedule)
-        at_peak = int(np.count_nonzero((schedule.kinds == 0) & (sim.step_memory == sim.peak)))
-        return sim.peak, at_peak, sim.step_memory, schedule
+    def score(order: list[int]) -> tuple[Number, int, np.ndarray, np.ndarray]:
+        memory, free_at = sequence_memory(graph, order)  # the simulator's step memory, without the schedule
+        peak = _number(memory.max())
+        return peak, int(np.count_nonzero(memory == peak)), memory, free_at
 
-    peak, count, step_memory, schedule = score(seq)
+    peak, count, memory, free_at = score(seq)
     while peak > budget and not (deadline is not None and deadline.expired()):
-        kinds, snodes = schedule.kinds, schedule.nodes
-        computes = np.flatnonzero(kinds == 0)
-        p = int(computes[np.argmax(step_memory[computes] == peak)])  # first compute step at the peak
-        position = int(np.count_nonzero(kinds[:p] == 0))  # its index in seq
+        position = int(np.argmax(memory == peak))  # the first computation at the peak
         resident = np.zeros(graph.n, dtype=bool)
-        for k, v in zip(kinds[:p].tolist(), snodes[:p].tolist()):
-            resident[v] = k == 0
+        alive = np.flatnonzero(free_at[:position] >= position)  # copies computed before it, not yet freed
+        resident[np.asarray(seq, dtype=np.int64)[alive]] = True
         busy = set(inputs[seq[position]]) | {seq[position]}
         candidates = [x for x in np.flatnonzero(resident).tolist() if x not in busy and mem[x] > 0]
         candidates.sort(key=lambda x: -float(mem[x]) / (dur[x] + 1e-9 * (1 + dur.max())))
@@ -200,9 +196,9 @@ def shave_peaks(graph: Graph, nodes: np.ndarray, budget: Number, deadline: Deadl
             if j > 0 and stages[j - 1] == s and seq[j - 1] == x:
                 continue
             trial = [*seq[:j], x, *seq[j:]]
-            t_peak, t_count, t_mem, t_schedule = score(trial)
+            t_peak, t_count, t_mem, t_free = score(trial)
             if (t_peak, t_count) < (peak, count):
-                seq, peak, count, step_memory, schedule = trial, t_peak, t_count, t_mem, t_schedule
+                seq, peak, count, memory, free_at = trial, t_peak, t_count, t_mem, t_free
                 improved = True
                 break
         if not improved:
@@ -373,3 +369,8 @@ def _recomputations(graph: Graph, seq: list[int]) -> list[tuple[int, int, int]]:
             out.append((v, k, p))
     out.sort(key=lambda t: (-float(graph.duration[t[0]]), t[2]))
     return out
+
+
+def _number(x: Any) -> Number:
+    """A numpy scalar as the Python number the simulator reports."""
+    return x.item() if isinstance(x, np.generic) else x

@@ -35,6 +35,61 @@ def order_peak(graph: Graph, order: list[int] | np.ndarray) -> Number:
     return simulate(graph, place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64))).peak
 
 
+def sequence_memory(graph: Graph, nodes: list[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Memory at each computation of a compute sequence whose frees are placed at last use, and when each copy is freed.
+
+    The sequence is scored as `remat_bench.core.cleanup.place_frees` (``drop_unused=False``) and the shared
+    simulator would score it, without building the schedule: a copy (the computation at position p) is resident
+    from p through the position of its last reader (each read is of the input's latest copy), through p alone
+    when nothing reads it, and to the end when it is an output's last copy; the memory at position j is the
+    fixed memory, the copies resident at j and the workspace of j's computation. Local searches that score
+    thousands of sequences call it (`remat_bench.toolkit.improve.shave_peaks`): it takes a fraction of the time
+    of building and simulating each schedule (equal to it step for step: tests/test_improve.py).
+
+    Parameters
+    ----------
+    graph : Graph
+    nodes : list of int or np.ndarray
+        Node indices, each computed with its first implementation; every input of a computation computed at
+        some earlier position.
+
+    Returns
+    -------
+    memory : np.ndarray
+        Per position, in the graph's memory units (the simulator's step memory at that compute step).
+    free_at : np.ndarray
+        int64, per position, the last position at which its copy is resident (len(nodes) - 1 for an output's
+        last copy).
+    """
+    seq = np.asarray(nodes, dtype=np.int64)
+    L = len(seq)
+    ops = graph.op_start[seq]
+    starts = graph.op_in_ptr[ops]
+    counts = graph.op_in_ptr[ops + 1] - starts
+    total = int(counts.sum())
+    free_at = np.arange(L, dtype=np.int64)
+    if total:
+        reader = np.repeat(np.arange(L, dtype=np.int64), counts)
+        offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        read = graph.op_in_idx[np.repeat(starts, counts) + offsets]
+        by_node = np.lexsort((np.arange(L), seq))  # positions by (node, position)
+        keys = seq[by_node] * (L + 1) + by_node
+        copy = by_node[np.searchsorted(keys, read * (L + 1) + reader) - 1]  # the latest copy before the read
+        np.maximum.at(free_at, copy, reader)
+    outputs = np.asarray(graph.output_indices, dtype=np.int64)
+    if len(outputs):
+        last = np.full(graph.n, -1, dtype=np.int64)
+        last[seq] = np.arange(L)  # the last assignment of a repeated index wins
+        held = last[outputs]
+        free_at[held[held >= 0]] = L - 1
+    mem = graph.memory[seq]
+    delta = np.zeros(L + 1, dtype=np.result_type(mem, np.int64))
+    np.add.at(delta, np.arange(L), mem)
+    np.add.at(delta, free_at + 1, -mem)
+    memory = np.cumsum(delta)[:L] + graph.op_workspace[ops] + graph.fixed_memory
+    return memory, free_at
+
+
 def list_schedule(graph: Graph, rng: np.random.Generator | None = None) -> list[int]:
     """A low-peak topological order by the memory-aware list scheduler.
 

@@ -23,8 +23,8 @@ LONG = {
     "none": "proven",  # the baseline is its one schedule: it does not fit, proven in its space
     "reorder": "proven",  # the any-order bound proves that no order fits
     "checkmate": "proven", "moccasin": "proven", "monet": "proven", "auto": "proven",
-    **dict.fromkeys(("greedy", "chen", "dtr", "kusumoto", "fenghuang", "twremat", "knapsack", "checkmate-lp"),
-                    "converged"),
+    **dict.fromkeys(("greedy", "chen", "dtr", "kusumoto", "fenghuang", "twremat", "knapsack", "checkmate-lp",
+                     "shave"), "converged"),
     "rotor": "proven",  # its schedule meets the any-order bound: the pipeline proves it optimal
     **dict.fromkeys(NOT_APPLICABLE, "not_applicable"),
 }
@@ -32,7 +32,7 @@ LONG = {
 SHORT = {
     "none": frozenset({"proven"}),
     "greedy": frozenset({"converged"}),  # one eviction pass, which polls no deadline at a budget
-    **dict.fromkeys(("chen", "dtr", "kusumoto", "fenghuang", "twremat", "knapsack", "checkmate-lp"),
+    **dict.fromkeys(("chen", "dtr", "kusumoto", "fenghuang", "twremat", "knapsack", "checkmate-lp", "shave"),
                     frozenset({"converged", "time_limit"})),
     "rotor": frozenset({"proven", "converged", "time_limit"}),
     **dict.fromkeys(("reorder", "checkmate", "moccasin", "monet", "auto"), frozenset({"proven", "time_limit"})),

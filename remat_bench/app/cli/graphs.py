@@ -261,16 +261,16 @@ def _profiles_table(rows: list[dict[str, Any]]) -> Table:
 @graphs.command("generate")
 @click.argument("kind")
 @click.option("--batch", type=int)
-@click.option("--layers", type=int, help="Chain/transformer layers; ResNet/U-Net depth.")
+@click.option("--layers", type=int, help="Chain/transformer/recurrent layers; ResNet/U-Net depth.")
 @click.option("--nodes", type=int, help="Nodes of a random layered graph.")
 @click.option("--seed", type=int)
 @click.option("--resolution", type=int, help="Input image side, in pixels.")
-@click.option("--width", type=int, help="Transformer width; random layered mean layer width.")
-@click.option("--seq", type=int, help="Transformer sequence length.")
+@click.option("--width", type=int, help="Transformer width; recurrent hidden units; random layered mean layer width.")
+@click.option("--seq", type=int, help="Transformer sequence length; recurrent time steps.")
 @click.option("--implementations", is_flag=True, help="Emit alternative operator implementations.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
 def graphs_generate(kind: str, output: Path, **options: Any) -> None:
-    """Generate a graph: chain, random-layered, vgg16, resnet50, unet, densenet121, transformer."""
+    """Generate a graph: chain, random-layered, vgg16, resnet50, unet, densenet121, transformer, recurrent."""
     from remat_bench.core.graph_io import save_graph
     from remat_bench.generators import generate
 
