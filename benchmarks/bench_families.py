@@ -12,9 +12,9 @@ imported here is skipped with one line saying why.
 
 For each graph and budget (0.7, 0.5, 0.4 of the baseline peak) the any-order bound is computed
 first (``BENCH_FAMILIES_BOUND_S`` seconds of effort, default 60; remembered beside the graphs),
-then each of auto's fast members (`remat_bench.app.portfolio._roster`, with the parameters auto
-gives it) runs alone with the limit, then ``auto`` with the same limit. One table per limit: the
-bound, auto's overhead and its gap to the bound in points, the best member alone, whether auto
+then each of auto's members (`remat_bench.app.portfolio._roster`: the fast ones with the parameters
+auto gives them, then the exact ones) runs alone with the limit, then ``auto`` with the same limit.
+One table per limit: the bound, auto's overhead and its gap to the bound in points, the best member alone, whether auto
 is at least as fast as it ("never behind"), the members that found no schedule alone, and the
 seconds. ``BENCH_FAMILIES_LIMITS`` gives the limits (seconds, default ``10,60``);
 ``BENCH_FAMILIES_ONLY`` the instances to run, by name separated by commas (``gru``, ``dunet``,
@@ -35,7 +35,6 @@ from remat_bench.app.pipeline import run
 from remat_bench.core.budget import parse_budget
 from remat_bench.core.graph import Graph
 from remat_bench.core.graph_io import load_graph
-from remat_bench.methods.base import Role
 from remat_bench.toolkit.bound_cache import BoundCache
 
 LIMITS = tuple(float(x) for x in os.environ.get("BENCH_FAMILIES_LIMITS", "10,60").split(",") if x.strip())
@@ -71,10 +70,11 @@ INSTANCES = (
 
 
 def fast_members() -> list[tuple[str, dict[str, object]]]:
-    """auto's fast members, in its run order, each with the parameters auto gives it."""
+    """auto's members, the fast ones then the exact ones, in its run order, each with the parameters auto
+    gives it (the exact ones with their defaults: alone, each has every core)."""
     from remat_bench.app.portfolio import _roster
 
-    return [(name, dict(member.params)) for name, member in _roster() if member.role is Role.FAST]
+    return [(name, dict(member.params)) for name, member in _roster()]
 
 
 def graph_of(instance: Instance) -> Graph | None:

@@ -89,3 +89,29 @@ def test_only_forward_nodes_are_placed():
     a, b = find_blocks(g), find_blocks(bare)
     assert (a.period, a.copies) == (b.period, b.copies)
     assert np.array_equal(a.position, b.position)
+
+
+def test_copies_timed_apart_are_still_one_block():
+    # A calibrated import times every node on its own: the copies of one layer differ in duration by noise.
+    g = chain_of_blocks(5)
+    nodes = [dataclasses.replace(node, duration=10 * node.duration + k % 4) for k, node in enumerate(g.nodes)]
+    assert find_blocks(Graph(nodes, name="timed")).copies == 5  # within 1.3x of each other
+    # Twice as long (weights are no nodes: a convolution reading twice the channels tells only by its time).
+    nodes = [dataclasses.replace(node, duration=2 * node.duration if node.id == "a2" else node.duration)
+             for node in g.nodes]
+    blocks = find_blocks(Graph(nodes, name="timed"))
+    # Copy 2 reads like neither neighbour: the runs of like copies are 0..1 and 3..4, the first kept.
+    assert (blocks.period, blocks.copies) == (3, 2)
+    assert [g.ids[v] for v in np.flatnonzero(blocks.block == 0)] == ["a0", "b0", "c0"]
+
+
+@pytest.mark.parametrize("steps,layers", [(6, 1), (8, 2)])
+def test_an_unrolled_recurrent_network_is_its_time_steps(steps, layers):
+    # Every step reads the one input and the step before's hidden states; the first step reads no hidden
+    # state (zero), so it is not a copy of the others.
+    from remat_bench.generators import generate
+
+    g = generate("recurrent", seq=steps, layers=layers, batch=2, width=8)
+    blocks = find_blocks(g)
+    assert (blocks.period, blocks.copies) == (1 + 2 * layers, steps - 1)
+    assert g.ids[int(np.flatnonzero(blocks.block == 0)[0])] == "x1"

@@ -234,6 +234,15 @@ class PairTableTimedOut(Exception):
     """The deadline passed while `pair_table` multiplied its matrices."""
 
 
+class DivisionTreeTimedOut(Exception):
+    """The deadline passed while `build_division_tree` divided a complicate segment."""
+
+
+# Pairs of a complicate segment whose clean parts are spread between two looks at the deadline: an unrolled
+# recurrent network's single segment has hundreds of thousands of them.
+PAIRS_BETWEEN_LOOKS = 512
+
+
 # Rows of a product computed between two looks at the deadline: an m x m product of float32 takes
 # seconds past a few thousand vertices and numpy cannot be interrupted inside one.
 PRODUCT_ROWS = 256
@@ -365,7 +374,8 @@ class DivisionTree:
         return max(depth)
 
 
-def build_division_tree(dag: ForwardDag, table: PairTable | None = None) -> DivisionTree:
+def build_division_tree(dag: ForwardDag, table: PairTable | None = None,
+                        deadline: Deadline | None = None) -> DivisionTree:
     """Divide the whole graph down to single edges (Algorithms 2-4), breadth first, no recursion.
 
     Parameters
@@ -373,11 +383,18 @@ def build_division_tree(dag: ForwardDag, table: PairTable | None = None) -> Divi
     dag : ForwardDag
     table : PairTable or None
         ``dag``'s `pair_table`, when the caller has it; None: computed here.
+    deadline : Deadline or None
+        Looked at while a complicate segment is divided; None: no limit.
 
     Returns
     -------
     DivisionTree
         Every segment after its parent; the leaves are single edges.
+
+    Raises
+    ------
+    DivisionTreeTimedOut
+        ``deadline`` passed before the tree was built.
     """
     table = pair_table(dag) if table is None else table
     memory = dag.memory
@@ -421,7 +438,7 @@ def build_division_tree(dag: ForwardDag, table: PairTable | None = None) -> Divi
                 else:  # Algorithm 4
                     seg.kind = SegmentKind.COMPLICATE
                     members = [make(k, t, interior, bool(dag.adjacency[k, t]))
-                               for k, t, interior in _complicate_division(dag, table, vs, src, dst)]
+                               for k, t, interior in _complicate_division(dag, table, vs, src, dst, deadline)]
         position[vs] = -1
         for member in members:
             seg.children.append(len(segments))
@@ -472,7 +489,7 @@ def _components(vs: np.ndarray, src: np.ndarray, dst: np.ndarray) -> list[np.nda
 
 
 def _complicate_division(dag: ForwardDag, table: PairTable, vs: np.ndarray, src: np.ndarray,
-                         dst: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
+                         dst: np.ndarray, deadline: Deadline | None = None) -> list[tuple[int, int, np.ndarray]]:
     """Definition 6: the independent segments inside a complicate segment that no other proper
     one contains, as (source, target, interior) with local vertices.
 
@@ -506,7 +523,9 @@ def _complicate_division(dag: ForwardDag, table: PairTable, vs: np.ndarray, src:
         for a, b in zip(src.tolist(), dst.tolist()):
             neighbours[a] |= 1 << b
             neighbours[b] |= 1 << a
-        for p in np.nonzero(some)[0].tolist():
+        for looked, p in enumerate(np.nonzero(some)[0].tolist()):
+            if deadline is not None and looked % PAIRS_BETWEEN_LOOKS == 0 and deadline.expired():
+                raise DivisionTreeTimedOut
             k, t = ks[p], ts[p]
             inside = strict[k] & strict[:, t]
             is_clean = inside & table.entry_ok[vs, vs[k]] & table.exit_ok[vs, vs[t]]
@@ -905,7 +924,14 @@ class FengHuang(Method):
                     f"{dag.m:,} x {dag.m:,} matrices), before any checkpoint set; give it more time"))
         phases["pair_table_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        tree = build_division_tree(dag, table)
+        try:
+            tree = build_division_tree(dag, table, deadline)
+        except DivisionTreeTimedOut:
+            return MethodResult(
+                SolutionStatus.NO_SOLUTION, solve_time_s=time.perf_counter() - start, termination=cut_short(),
+                stats={"vertices": dag.m}, message=(
+                    f"the time limit ran out while dividing the forward graph's {dag.m:,} vertices into "
+                    "independent segments, before any checkpoint set; give it more time"))
         solver = ACGSolver(tree)
         phases["division_tree_s"] = time.perf_counter() - t
         t = time.perf_counter()

@@ -5,7 +5,8 @@ bottlenecks within each stage. Planners that know it solve one block and apply t
 every copy (torchtitan's per-layer plans; Rockmate and HiRemate decompose by blocks). Here a block
 is found from the graph alone, so a generated graph or another tool's file gets it as well as an
 imported model: the forward nodes in file order are given a signature each (operator, memory,
-duration, workspace, how many inputs), the period whose repetition covers the most forward nodes
+workspace, how many inputs; the duration only within `DURATION_SPREAD`, as a calibrated import
+measures each node apart), the period whose repetition covers the most forward nodes
 is taken, and the copies are then checked node by node: the k-th node of a copy reads the k-th
 nodes of the copy before it shifted by one block, or the very same nodes (a value every block
 reads, such as rotary tables). Copies are kept only while that holds, so two blocks that merely
@@ -27,6 +28,10 @@ from remat_bench.core.graph import Graph
 # The fewest copies, and the fewest forward nodes per copy, that count as repeated blocks.
 MIN_COPIES = 2
 MIN_PERIOD = 2
+# The most two copies of one node may differ in duration: a calibrated import's timings of one operator on
+# equal shapes differ by noise (up to 1.4x on an unrolled GRU's steps), while the convolutions of a U-Net
+# stage that read different channel counts (weights are no nodes: only their durations tell) differ by 2x.
+DURATION_SPREAD = 1.5
 
 
 @dataclass(frozen=True)
@@ -116,10 +121,12 @@ def find_blocks(graph: Graph) -> Blocks | None:
 
 
 def _signatures(graph: Graph, forward: np.ndarray) -> np.ndarray:
-    """One integer per forward node: equal for nodes of the same operator, memory, duration, workspace
-    and number of inputs."""
-    keys = [(graph.nodes[v].op, graph.memory[v].item(), graph.duration[v].item(), graph.workspace[v].item(),
-             len(graph.inputs[v])) for v in forward.tolist()]
+    """One integer per forward node: equal for nodes of the same operator, memory, workspace and number of
+    inputs. Not the duration: an import calibrated on the machine times each node on its own, and the copies
+    of one layer (the 32 steps of an unrolled recurrent cell) can measure apart by the timer's noise; the
+    copies are checked node by node (`_checked`), durations within `DURATION_SPREAD` of each other."""
+    keys = [(graph.nodes[v].op, graph.memory[v].item(), graph.workspace[v].item(), len(graph.inputs[v]))
+            for v in forward.tolist()]
     index: dict[tuple[object, ...], int] = {}
     return np.asarray([index.setdefault(k, len(index)) for k in keys], dtype=np.int64)
 
@@ -178,9 +185,13 @@ def _checked(graph: Graph, forward: np.ndarray, where: np.ndarray, start: int, p
 
 def _reads_alike(graph: Graph, where: np.ndarray, a: int, b: int, period: int, start: int) -> bool:
     """Whether node ``a`` reads the inputs of node ``b`` (one block before it) shifted by one block, or the
-    same ones from before the first copy (a value every copy reads), input by input."""
+    same ones from before the first copy (a value every copy reads), input by input, and takes about as long
+    (`DURATION_SPREAD`)."""
     ins_a, ins_b = graph.inputs[a], graph.inputs[b]
     if len(ins_a) != len(ins_b):
+        return False
+    da, db = float(graph.duration[a]), float(graph.duration[b])
+    if max(da, db) > DURATION_SPREAD * min(da, db):
         return False
     for ua, ub in zip(ins_a, ins_b):
         if ua == ub and where[ub] < start:

@@ -351,3 +351,25 @@ def test_published_training_graphs(name):
         assert r.simulation.valid
         if r.status.found_schedule:
             assert r.budget is None or r.peak <= r.budget
+
+
+def test_the_division_tree_stops_at_the_deadline_and_the_method_says_where():
+    # An unrolled recurrent network's forward graph is one complicate segment (every step reads the input):
+    # its pairs are looked at in turns, the deadline between them.
+    import time
+
+    from remat_bench.core.control import Deadline
+    from remat_bench.generators import generate
+    from remat_bench.methods.fenghuang import DivisionTreeTimedOut, FengHuang, pair_table
+
+    g = generate("recurrent", seq=4, layers=2, batch=2, width=8)
+    dag = forward_dag(g, True)
+    passed = Deadline(0.0)
+    time.sleep(0.001)
+    with pytest.raises(DivisionTreeTimedOut):
+        build_division_tree(dag, pair_table(dag), passed)
+    assert len(build_division_tree(dag, pair_table(dag), Deadline(None)).segments) == 41
+    method = FengHuang()
+    r = method.solve(g, 10**9, 0.0, **method.parse_params({}))
+    assert r.status.value == "no_solution" and r.termination.value == "time_limit"
+    assert r.message.startswith("the time limit ran out while")
