@@ -355,9 +355,8 @@ class Auto(Method):
         (``runs``: 2)."""
         if self._reached(members) is not None:
             return
-        wanted = {m.name for m in methods}
         # A member with a share of its own (`Membership.share`: reorder's tenth) had it in the first round.
-        wanted = {name for name in wanted if getattr(get_method(name).member, "share", None) is None}
+        wanted = {m.name for m in methods if getattr(m.member, "share", None) is None}
         again = [k for k, m in enumerate(members) if m.role == Role.FAST.value and m.method in wanted
                  and m.termination in (Termination.TIME_LIMIT, Termination.INTERRUPTED) and not interrupted()]
         remaining = deadline.remaining()

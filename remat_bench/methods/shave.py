@@ -16,8 +16,8 @@ its schedule can be set beside the others' and offered by ``auto`` to every exac
    still fits the budget.
 
 Each sequence is scored by `remat_bench.toolkit.orders.sequence_memory`, the simulator's memory
-at each computation without building the schedule, so that a graph of a thousand nodes is shaved
-in about a second. Statuses: ``feasible`` when the peak reaches the budget, else ``no_solution``
+at each computation without building the schedule (docs/benchmarks.md, "auto on families it was
+never tuned on", gives the time it saves). Statuses: ``feasible`` when the peak reaches the budget, else ``no_solution``
 with the lowest peak shaving reached; never ``optimal`` (no bound of its own); no ``min``.
 """
 

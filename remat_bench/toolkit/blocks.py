@@ -29,8 +29,9 @@ from remat_bench.core.graph import Graph
 MIN_COPIES = 2
 MIN_PERIOD = 2
 # The most two copies of one node may differ in duration: a calibrated import's timings of one operator on
-# equal shapes differ by noise (up to 1.4x on an unrolled GRU's steps), while the convolutions of a U-Net
-# stage that read different channel counts (weights are no nodes: only their durations tell) differ by 2x.
+# equal shapes differ by noise (docs/benchmarks.md, "auto on families it was never tuned on"), while the
+# convolutions of a U-Net stage that read different channel counts (weights are no nodes: only their
+# durations tell) differ twofold.
 DURATION_SPREAD = 1.5
 
 

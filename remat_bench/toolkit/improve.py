@@ -13,8 +13,6 @@ drop the simulator accepts, until a full pass changes nothing.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from remat_bench.core.cleanup import place_frees
@@ -164,7 +162,7 @@ def shave_peaks(graph: Graph, nodes: np.ndarray, budget: Number, deadline: Deadl
 
     def score(order: list[int]) -> tuple[Number, int, np.ndarray, np.ndarray]:
         memory, free_at = sequence_memory(graph, order)  # the simulator's step memory, without the schedule
-        peak = _number(memory.max())
+        peak = memory.max().item()  # the Python number the simulator reports
         return peak, int(np.count_nonzero(memory == peak)), memory, free_at
 
     peak, count, memory, free_at = score(seq)
@@ -370,7 +368,3 @@ def _recomputations(graph: Graph, seq: list[int]) -> list[tuple[int, int, int]]:
     out.sort(key=lambda t: (-float(graph.duration[t[0]]), t[2]))
     return out
 
-
-def _number(x: Any) -> Number:
-    """A numpy scalar as the Python number the simulator reports."""
-    return x.item() if isinstance(x, np.generic) else x

@@ -179,7 +179,8 @@ def test_on_a_recurrent_graph_every_schedule_fits(budget):
 def test_through_the_evaluation_path_on_a_transformer():
     g = transformer(layers=3, width=32, seq=8, batch=2, heads=2, vocab=50)
     for budget in ("0.9", "0.75", "min"):
-        r = run(g, "rotor", budget, time_limit=10)
+        # No limit and no bound: the any-order bound found in a share of a limit could call it optimal.
+        r = run(g, "rotor", budget, time_limit=None, bound=False)
         assert r.status.value == "feasible", r.message
         assert r.simulation.valid and (r.budget is None or r.peak <= r.budget)
 
