@@ -256,6 +256,37 @@ class DiffusionUNet(nn.Module):
 # ---------------------------------------------------------------------- mixture of experts
 
 
+class CausalSelfAttention(nn.Module):
+    """Causal multi-head self-attention: the zoo GPT's (`remat_bench.torch.zoo`), and the MoE decoder's."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        if width % heads:
+            raise ValueError(f"width {width} is not a multiple of heads {heads}")
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Causal multi-head self-attention over a sequence.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Activations (N, T, width).
+
+        Returns
+        -------
+        torch.Tensor
+            Activations (N, T, width).
+        """
+        n, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (z.view(n, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        h = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(h.transpose(1, 2).reshape(n, t, c))
+
+
 class SwiGLUExpert(nn.Module):
     """One expert: a SwiGLU feed-forward, ``w2(silu(w1 x) * w3 x)`` (Shazeer 2020), as Mixtral's."""
 
@@ -326,9 +357,6 @@ class MoEBlock(nn.Module):
     def __init__(self, width: int, heads: int, experts: int, top: int, ffn: int) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(width)
-        # The zoo GPT's attention; imported here, when a block is built, since the zoo imports this module.
-        from remat_bench.torch.zoo import CausalSelfAttention
-
         self.attn = CausalSelfAttention(width, heads)
         self.ln2 = nn.LayerNorm(width)
         self.moe = DenseMoE(width, experts, top, ffn)

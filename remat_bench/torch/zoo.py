@@ -55,7 +55,7 @@ from torch import nn
 
 from remat_bench.core.errors import RematBenchError
 from remat_bench.torch import quiet_torch_logs
-from remat_bench.torch.families import ConvNeXt, DiffusionUNet, MoEDecoder, UnrolledGRU
+from remat_bench.torch.families import CausalSelfAttention, ConvNeXt, DiffusionUNet, MoEDecoder, UnrolledGRU
 
 quiet_torch_logs()
 
@@ -344,35 +344,6 @@ class UNet(nn.Module):
         for up, merge, skip in zip(self.up, self.merge, reversed(skips)):
             h = merge(torch.cat([up(h), skip], dim=1))
         return self.head(h)
-
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self, width: int, heads: int) -> None:
-        super().__init__()
-        if width % heads:
-            raise ValueError(f"width {width} is not a multiple of heads {heads}")
-        self.heads = heads
-        self.qkv = nn.Linear(width, 3 * width)
-        self.proj = nn.Linear(width, width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Causal multi-head self-attention over a sequence.
-
-        Parameters
-        ----------
-        x : torch.Tensor
-            Activations (N, T, width).
-
-        Returns
-        -------
-        torch.Tensor
-            Activations (N, T, width).
-        """
-        n, t, c = x.shape
-        q, k, v = self.qkv(x).split(c, dim=2)
-        q, k, v = (z.view(n, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        h = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(h.transpose(1, 2).reshape(n, t, c))
 
 
 class GPTBlock(nn.Module):
