@@ -201,6 +201,13 @@ def clean_up_simulated(graph: Graph, schedule: Schedule, before: Simulation | No
         before = simulate(graph, schedule)
     if not before.valid:
         raise ValueError(f"cannot clean up an invalid schedule: {before.violation}")
+    if schedule.moves:
+        # A schedule that offloads chose where each copy starts and when each value leaves the device;
+        # re-placing its frees would undo those choices. It is scored as its method wrote it.
+        same = CleanUp(computes_before=before.computes, computes_after=before.computes, dropped=0,
+                       duration_before=before.duration, duration_after=before.duration,
+                       peak_before=before.peak, peak_after=before.peak)
+        return schedule.with_meta(cleanup=same.as_dict()), same, before
     computes = schedule.kinds == COMPUTE
     steps = place_frees(graph, schedule.nodes[computes], schedule.impls[computes])
     after = simulate(graph, steps)

@@ -65,6 +65,48 @@ class Node:
     metadata: dict[str, Any] | None = field(default=None, compare=False)
 
 
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One direction of the host link: ``bandwidth`` memory units per duration unit, and a fixed ``latency``.
+
+    A copy of a value of ``m`` units takes ``latency + m / bandwidth`` (docs/design.md section 3, "Offload").
+    """
+
+    bandwidth: float
+    latency: float = 0.0
+
+    def copy_time(self, memory: Number) -> float:
+        """The time one copy of ``memory`` units takes over this direction."""
+        return self.latency + memory / self.bandwidth
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """The device's host link, one `Link` per direction, and where its figures come from."""
+
+    device_to_host: Link
+    host_to_device: Link
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the graph file's ``transfer`` field writes it."""
+        out: dict[str, Any] = {
+            "device_to_host": {"bandwidth": _as_number(self.device_to_host.bandwidth),
+                               "latency": _as_number(self.device_to_host.latency)},
+            "host_to_device": {"bandwidth": _as_number(self.host_to_device.bandwidth),
+                               "latency": _as_number(self.host_to_device.latency)},
+        }
+        if self.source:
+            out["source"] = self.source
+        return out
+
+    def scaled(self, factor: float) -> Transfer:
+        """Both directions' bandwidth times ``factor`` (latencies kept): a sweep's "8x lower / higher"."""
+        return Transfer(Link(self.device_to_host.bandwidth * factor, self.device_to_host.latency),
+                        Link(self.host_to_device.bandwidth * factor, self.host_to_device.latency),
+                        f"{self.source} x{factor:g}" if self.source else f"x{factor:g}")
+
+
 # The largest total of memory or of duration a graph may have (see Graph._check_totals).
 MAX_TOTAL = 2**53
 
@@ -100,8 +142,10 @@ class Graph:
         units: dict[str, str] | None = None,
         metadata: dict[str, Any] | None = None,
         source: str = "graph",
+        transfer: Transfer | None = None,
     ) -> None:
         self.nodes: tuple[Node, ...] = tuple(nodes)
+        self.transfer = transfer
         self.name = name
         self.fixed_memory: Number = _as_number(fixed_memory)
         self.units = dict(units or {"memory": "bytes", "duration": "flops"})
@@ -432,7 +476,22 @@ class Graph:
             raise ValueError("order must list every node index once")
         return Graph([self.nodes[v] for v in order], name=self.name, outputs=self.outputs,
                      fixed_memory=self.fixed_memory, units=self.units, metadata=self.metadata,
-                     source=self.source)
+                     source=self.source, transfer=self.transfer)
+
+    def with_transfer(self, transfer: Transfer | None) -> Graph:
+        """The same graph with another host link (None: none, so that nothing can be offloaded).
+
+        Parameters
+        ----------
+        transfer : Transfer or None
+
+        Returns
+        -------
+        Graph
+            With this graph's nodes, name, outputs, fixed memory, units, metadata and source.
+        """
+        return Graph(self.nodes, name=self.name, outputs=self.outputs, fixed_memory=self.fixed_memory,
+                     units=self.units, metadata=self.metadata, source=self.source, transfer=transfer)
 
     # ------------------------------------------------------------------ serialisation
 
@@ -481,6 +540,8 @@ class Graph:
             "outputs": self.outputs,
             "nodes": nodes,
         }
+        if self.transfer is not None:
+            out["transfer"] = self.transfer.to_dict()
         if self.metadata:
             out["metadata"] = self.metadata
         return out
@@ -495,6 +556,8 @@ class Graph:
         d = self.to_dict()
         d.pop("name", None)
         d.pop("metadata", None)
+        if "transfer" in d:
+            d["transfer"].pop("source", None)
         for node in d["nodes"]:
             node.pop("metadata", None)
         text = json.dumps(d, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

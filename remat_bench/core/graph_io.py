@@ -9,6 +9,7 @@ follow (docs/design.md section 2). `save_graph` writes one atomically.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from remat_bench.core import nodelink
 from remat_bench.core.errors import GraphError
 from remat_bench.core.files import atomic_write_text
-from remat_bench.core.graph import FORMAT, KINDS, VERSION, Graph, Implementation, Node
+from remat_bench.core.graph import FORMAT, KINDS, VERSION, Graph, Implementation, Link, Node, Transfer
 from remat_bench.core.json_files import describe_schema_error, json_type, parse_json, read_text, schema
 
 
@@ -150,10 +151,46 @@ def graph_from_dict(data: dict[str, Any], source: str = "graph", default_name: s
         units=data.get("units"),
         metadata=data.get("metadata"),
         source=source,
+        transfer=transfer_from_dict(data["transfer"], source) if "transfer" in data else None,
     )
 
 
-_TOP_KEYS = frozenset({"format", "version", "name", "units", "fixed_memory", "outputs", "metadata", "nodes"})
+def transfer_from_dict(data: dict[str, Any], source: str = "graph") -> Transfer:
+    """The graph file's ``transfer`` field (the schema has checked its shape).
+
+    Parameters
+    ----------
+    data : dict
+        ``device_to_host`` and ``host_to_device``, each a ``bandwidth`` (> 0) and a ``latency`` (>= 0, default 0),
+        and an optional ``source``.
+    source : str
+        What the document is called in an error.
+
+    Returns
+    -------
+    Transfer
+
+    Raises
+    ------
+    GraphError
+        A bandwidth that is not a positive, finite number, or a latency that is not a finite one >= 0.
+    """
+    links = []
+    for direction in ("device_to_host", "host_to_device"):
+        d = data[direction]
+        bandwidth, latency = d["bandwidth"], d.get("latency", 0)
+        if not (math.isfinite(bandwidth) and bandwidth > 0):
+            raise GraphError(f"{source}: transfer.{direction}.bandwidth is {bandwidth}; it must be a positive, finite "
+                             "number of memory units per duration unit")
+        if not (math.isfinite(latency) and latency >= 0):
+            raise GraphError(f"{source}: transfer.{direction}.latency is {latency}; it must be a finite number >= 0 "
+                             "in duration units")
+        links.append(Link(float(bandwidth), float(latency)))
+    return Transfer(links[0], links[1], str(data.get("source", "")))
+
+
+_TOP_KEYS = frozenset({"format", "version", "name", "units", "fixed_memory", "outputs", "metadata", "nodes",
+                       "transfer"})
 _NODE_KEYS = frozenset({"id", "op", "kind", "grad_of", "inputs", "memory", "duration", "workspace",
                         "implementations", "metadata"})
 _IMPL_KEYS = frozenset({"name", "duration", "workspace", "inputs"})
@@ -204,6 +241,8 @@ def fast_schema_ok(data: dict[str, Any]) -> bool:
         return False
     if "metadata" in data and type(data["metadata"]) is not dict:
         return False
+    if "transfer" in data and not _transfer_ok(data["transfer"]):
+        return False
     nodes = data.get("nodes")
     if type(nodes) is not list or not nodes:
         return False
@@ -239,6 +278,20 @@ def fast_schema_ok(data: dict[str, Any]) -> bool:
                     return False
                 if "inputs" in impl and not _strings_ok(impl["inputs"]):
                     return False
+    return True
+
+
+def _transfer_ok(transfer: Any) -> bool:
+    if type(transfer) is not dict or not transfer.keys() <= {"device_to_host", "host_to_device", "source"}:
+        return False
+    if "source" in transfer and type(transfer["source"]) is not str:
+        return False
+    for direction in ("device_to_host", "host_to_device"):
+        link = transfer.get(direction)
+        if type(link) is not dict or not link.keys() <= {"bandwidth", "latency"}:
+            return False
+        if not _amount_ok(link.get("bandwidth")) or ("latency" in link and not _amount_ok(link["latency"])):
+            return False
     return True
 
 

@@ -1,4 +1,4 @@
-"""Schedules: sequences of ``compute`` and ``free`` steps, and their JSON file format.
+"""Schedules: sequences of ``compute``, ``free``, ``offload`` and ``reload`` steps, and their JSON file format.
 
 In memory a schedule is three parallel integer arrays over the graph's node
 indices (step kind, node, implementation position), so that long schedules
@@ -24,19 +24,22 @@ from remat_bench.core.graph import Graph, Number
 from remat_bench.core.json_files import describe_schema_error, parse_json, read_text, schema
 
 FORMAT = "remat-bench-schedule"
-VERSION = 1
+VERSION = 2  # the newest; a schedule without offload or reload steps is written as version 1
 COMPUTE = 0
 FREE = 1
-_KIND_WORD = {COMPUTE: "compute", FREE: "free"}
+OFFLOAD = 2
+RELOAD = 3
+_KIND_WORD = {COMPUTE: "compute", FREE: "free", OFFLOAD: "offload", RELOAD: "reload"}
+_WORD_CODE = {word: code for code, word in _KIND_WORD.items()}
 
 
 @dataclass
 class Schedule:
     """A schedule over one graph's node indices.
 
-    ``kinds[s]`` is `COMPUTE` or `FREE`, ``nodes[s]`` the node index and
+    ``kinds[s]`` is `COMPUTE`, `FREE`, `OFFLOAD` or `RELOAD`, ``nodes[s]`` the node index and
     ``impls[s]`` the position of the implementation used (0 for the node's
-    first, and for every free step).
+    first, and for every step that is not a compute).
     """
 
     kinds: np.ndarray
@@ -58,9 +61,14 @@ class Schedule:
     def __len__(self) -> int:
         return len(self.kinds)
 
+    @property
+    def moves(self) -> bool:
+        """Whether the schedule has offload or reload steps (a version 2 schedule)."""
+        return bool((self.kinds >= OFFLOAD).any())
+
     @classmethod
     def from_steps(cls, steps: Iterable[tuple], **meta: Any) -> Schedule:
-        """From ``("compute", v[, impl])`` and ``("free", v)`` tuples over node indices.
+        """From ``("compute", v[, impl])``, ``("free", v)``, ``("offload", v)`` and ``("reload", v)`` tuples.
 
         Parameters
         ----------
@@ -75,7 +83,7 @@ class Schedule:
         """
         kinds, nodes, impls = [], [], []
         for step in steps:
-            kinds.append(COMPUTE if step[0] == "compute" else FREE)
+            kinds.append(_WORD_CODE[step[0]])
             nodes.append(step[1])
             impls.append(step[2] if len(step) > 2 else 0)
         return cls(np.array(kinds, dtype=np.int8), np.array(nodes, dtype=np.int64),
@@ -108,7 +116,7 @@ class Schedule:
         ------
         tuple of str
             ``("compute", id)``, ``("compute", id, implementation)`` for a node that declares
-            implementations, or ``("free", id)``.
+            implementations, ``("free", id)``, ``("offload", id)`` or ``("reload", id)``.
         """
         for kind, v, k in zip(self.kinds.tolist(), self.nodes.tolist(), self.impls.tolist()):
             if kind == COMPUTE and graph.nodes[v].implementations:
@@ -170,6 +178,30 @@ class ScheduleBuilder:
         self._nodes.append(v)
         self._impls.append(0)
 
+    def offload(self, v: int) -> None:
+        """Append an offload step: v's copy to host memory starts; its device memory is released when it ends.
+
+        Parameters
+        ----------
+        v : int
+            A node index.
+        """
+        self._kinds.append(OFFLOAD)
+        self._nodes.append(v)
+        self._impls.append(0)
+
+    def reload(self, v: int) -> None:
+        """Append a reload step: v's copy back from host memory starts; its readers wait for it to end.
+
+        Parameters
+        ----------
+        v : int
+            A node index.
+        """
+        self._kinds.append(RELOAD)
+        self._nodes.append(v)
+        self._impls.append(0)
+
     def __len__(self) -> int:
         return len(self._kinds)
 
@@ -214,7 +246,7 @@ def schedule_to_dict(schedule: Schedule, graph: Graph) -> dict[str, Any]:
     """
     out: dict[str, Any] = {
         "format": FORMAT,
-        "version": VERSION,
+        "version": VERSION if schedule.moves else 1,
         "graph": {"name": graph.name, "sha256": graph.sha256},
         "method": schedule.method,
         "params": schedule.params,
@@ -284,14 +316,14 @@ Decoded = tuple[np.ndarray, np.ndarray, np.ndarray]  # kinds, node indices, impl
 def _decode_steps(steps: list[Any], graph: Graph) -> Decoded | None:
     """Steps -> arrays in bulk; None for anything unusual.
 
-    Handles the common file: every step a list ["compute" | "free", known node id], some
+    Handles the common file: every step a list [word, known node id] (a word of `_WORD_CODE`), some
     ["compute", id, implementation] with an implementation the node has. Anything else
     (a wrong type, an unknown id, a bad word) returns None, and the caller's step-by-step
     decoder finds and words the problem. Comprehensions and dict lookups, not a loop
     with per-step checks (docs/benchmarks.md, "Reading a schedule file").
     """
     n = len(steps)
-    word_code = {"compute": 0, "free": 1}
+    word_code = _WORD_CODE
     try:
         if any(type(step) is not list for step in steps):
             return None
@@ -303,11 +335,11 @@ def _decode_steps(steps: list[Any], graph: Graph) -> Decoded | None:
         nodes = np.fromiter((index[step[1]] for step in steps), dtype=np.int64, count=n)
     except (KeyError, TypeError):  # a bad word, an unknown or unhashable id
         return None
-    kinds = np.where(words == 0, COMPUTE, FREE).astype(np.int8)
+    kinds = words
     impls = np.zeros(n, dtype=np.int64)
     for s in np.flatnonzero(lengths == 3).tolist():
         name = steps[s][2]
-        k = graph.implementation_index(int(nodes[s]), name) if type(name) is str and words[s] == 0 else None
+        k = graph.implementation_index(int(nodes[s]), name) if type(name) is str and words[s] == COMPUTE else None
         if k is None:
             return None
         impls[s] = k
@@ -327,12 +359,12 @@ def _decode_steps_one_by_one(steps: list[Any], graph: Graph, source: str) -> Dec
             raise ScheduleError(
                 f"{source}: step {s} ({word} '{node_id}') names a node that is not in graph '{graph.name}'"
             )
-        kinds[s] = COMPUTE if word == "compute" else FREE
+        kinds[s] = _WORD_CODE[word]
         nodes[s] = v
         if len(step) > 2:
             if word != "compute":
                 raise ScheduleError(
-                    f"{source}: step {s} (free '{node_id}') names an implementation; only compute steps do")
+                    f"{source}: step {s} ({word} '{node_id}') names an implementation; only compute steps do")
             k = graph.implementation_index(v, step[2])
             if k is None:
                 names = ", ".join(graph.op_names[op] for op in graph.ops_of(v))
@@ -426,6 +458,10 @@ def schedule_from_dict(data: Any, graph: Graph, source: str = "schedule", force:
     if decoded is None:
         decoded = _decode_steps_one_by_one(data["steps"], graph, source)
     kinds, nodes, impls = decoded
+    if data.get("version") == 1 and bool((kinds >= OFFLOAD).any()):
+        s = int(np.flatnonzero(kinds >= OFFLOAD)[0])
+        raise ScheduleError(f"{source}: step {s} is an {_KIND_WORD[int(kinds[s])]} step, which a version 1 schedule "
+                            "cannot have; write version 2 (offload and reload steps came with it)")
     return Schedule(
         kinds, nodes, impls,
         method=data.get("method", ""),
