@@ -298,6 +298,11 @@ class Method:
     # What the portfolio (``auto``) runs it as, read from here rather than from lists of names; None: no
     # member (auto runs it only where its ``members`` parameter names it, as a fast member).
     member: ClassVar[Membership | None] = None
+    # Whether its schedules may copy values to host memory and back (offload and reload steps,
+    # docs/design.md section 3, "Offload"). Such a method runs only on a graph with a host link
+    # (``transfer``); its runs are not judged by the any-order bound (offloading can beat it) nor
+    # refused below the recompute-only memory floor, but by the offload floor.
+    offloads: ClassVar[bool] = False
 
     @classmethod
     def input_order(cls, params: dict[str, Any]) -> str | None:
