@@ -22,6 +22,7 @@ from remat_bench.core.device_profile import (
     shipped_profiles,
 )
 from remat_bench.core.errors import ConfigError, DeviceProfileError, GraphError
+from remat_bench.core.graph import Link, Transfer
 from remat_bench.core.graph_io import load_graph
 from remat_bench.core.provenance import cost_source, mixed_sources
 from remat_bench.torch.importer import import_model
@@ -273,3 +274,9 @@ def test_a_sweep_torch_entry_takes_a_device_profile(tmp_path):
         with pytest.raises(ConfigError, match=sentence) as caught:
             load_config(path)
         assert "line 2" in str(caught.value)
+
+
+def test_an_import_on_a_profile_records_its_host_link_in_bytes_per_ns(h100_mlp):
+    g, _ = h100_mlp
+    # H100 SXM's PCIe Gen5 x16: 64 GB/s each way = 64 bytes per ns; a copy's latency is the launch cost, 5 us.
+    assert g.transfer == Transfer(Link(64.0, 5000.0), Link(64.0, 5000.0), "device profile h100-sxm")

@@ -80,6 +80,15 @@ class RunResult:
     stats_bound: dict[str, Any] = field(default_factory=dict)
     any_order: Bound | None = None  # the any-order bound the run is judged by (stats_bound describes it)
     cleanup: dict[str, Any] | None = None
+    # For a schedule that copies values to the host and back (docs/design.md section 3, "Offload"): the most
+    # host memory held at once, the memory units copied each way, and the time compute waited for copies.
+    host_peak: Number | None = None
+    to_host: Number | None = None
+    to_device: Number | None = None
+    wait: Number | None = None
+    # For a method that may offload: the offload lower bound (`remat_bench.toolkit.offload_bound`), by
+    # which its gap and optimality are judged instead of the any-order bound, and why it holds.
+    lower_bound_offload: Number | None = None
     schedule: Schedule | None = None  # after the shared clean-up
     method_schedule: Schedule | None = None  # as the method returned it (a warm start for another method)
     simulation: Simulation | None = None
@@ -130,6 +139,11 @@ class RunResult:
             "objective": self.objective,
             "lower_bound": self.lower_bound,
             "lower_bound_any_order": self.lower_bound_any_order,
+            "lower_bound_offload": self.lower_bound_offload,
+            "host_peak": self.host_peak,
+            "to_host": self.to_host,
+            "to_device": self.to_device,
+            "wait": self.wait,
             "peak_lower_bound": self.peak_lower_bound,
             "peak_lower_bound_reason": self.peak_lower_bound_reason or None,
             "gap_pct": self.gap_pct,
@@ -274,6 +288,10 @@ def evaluate(graph: Graph, method: type[Method], budget: Budget, time_limit: flo
     if why is not None:
         return why
     recorder = _recorder(graph, method, budget, parsed, result, context.watch, began)
+    # Offloading can beat the any-order bound (a bound on schedules that only keep or recompute):
+    # a method that may offload is judged by the offload bound instead, after it ran (`_judge`).
+    if method.offloads:
+        bound = False
     if bound:
         time_limit = _any_order(graph, budget, time_limit, context.bounds, result)
         recorder.any_order(result.lower_bound_any_order)
@@ -534,8 +552,13 @@ def _refusal(graph: Graph, method: type[Method], budget: Budget, result: RunResu
     (`Method.skip`), or the budget is below the memory floor; None when it runs."""
     if budget.peak_bound is not None:
         result.peak_lower_bound, result.peak_lower_bound_reason = budget.peak_bound.amount, budget.peak_bound.reason
-    if budget.refusal is not None:
-        result.message, result.below_floor = budget.refusal, True
+    refusal = budget.refusal
+    if method.offloads and budget.amount is not None:
+        # The memory floor of budget.refusal holds for schedules that keep or recompute; offloading
+        # lowers it (a value held over a gap can wait on the host): the offload floor decides.
+        refusal = _below_offload_floor(graph, budget.amount)
+    if refusal is not None:
+        result.message, result.below_floor = refusal, True
         result.termination = Termination.PROVEN  # at once, by the memory floor
         result.status = Status.of(SolutionStatus.INFEASIBLE, result.termination)
         return result
@@ -545,6 +568,17 @@ def _refusal(graph: Graph, method: type[Method], budget: Budget, result: RunResu
         result.status = Status.of(SolutionStatus.NO_SOLUTION, result.termination)
         return result
     return None
+
+
+def _below_offload_floor(graph: Graph, amount: Number) -> str | None:
+    """Why no schedule that offloads fits ``amount`` (the offload floor is above it), or None."""
+    from remat_bench.toolkit.offload_bound import offload_floor
+
+    floor = offload_floor(graph)
+    if amount >= floor:
+        return None
+    return (f"the budget {amount} is below the offload floor {floor}: some computation needs its inputs, "
+            "its output and its workspace on the device at once, with everything else on the host")
 
 
 def applicable(graph: Graph, method: type[Method], budget: Number | None) -> str | None:
@@ -682,6 +716,9 @@ def _judge(graph: Graph, budget: Budget, answer: MethodResult, result: RunResult
                 "stats": {k: v for k, v in answer.stats.items() if k != "traceback"}})
     result.simulation, result.cleanup = sim, judged.cleanup
     result.peak, result.duration = sim.peak, sim.duration
+    if sim.offloads or sim.reloads:
+        result.host_peak, result.to_host, result.to_device, result.wait = (
+            sim.host_peak, sim.to_host, sim.to_device, sim.wait)
     result.overhead_pct = sim.overhead_pct(result.baseline_duration)
     result.schedule_steps = len(judged.schedule)
     verdict = None
@@ -693,7 +730,40 @@ def _judge(graph: Graph, budget: Budget, answer: MethodResult, result: RunResult
     if result.any_order is not None and not _hold_to_bound(graph, budget, result, bounds, effort,
                                                            found and verdict is None):
         verdict = Status.ERROR
+    if _offloads(result.method) and budget.amount is not None and not _hold_to_offload_bound(
+            graph, budget.amount, result, found and verdict is None):
+        verdict = Status.ERROR
     return verdict
+
+
+def _offloads(method: str) -> bool:
+    try:
+        return get_method(method).offloads
+    except Exception:  # a method that cannot be loaded here never ran
+        return False
+
+
+def _hold_to_offload_bound(graph: Graph, amount: Number, result: RunResult, found: bool) -> bool:
+    """Judge a run of a method that may offload by the offload bound: its gap, proven optimal where its
+    schedule within the budget meets the bound, and an error (False) where a schedule beats the bound."""
+    from remat_bench.toolkit.offload_bound import offload_bound
+
+    assert result.peak is not None and result.duration is not None
+    value, why = offload_bound(graph, amount)
+    result.lower_bound_offload = value
+    result.stats["bound_offload"] = {"value": value, "why": why}
+    if value is None:
+        return True
+    result.gap_pct = gap_pct(result.duration, value)
+    fits = result.peak <= amount
+    slack = 0 if isinstance(value, int) and isinstance(result.duration, int) else 1e-9 * max(1.0, abs(value))
+    if fits and result.duration < value - slack:
+        result.termination = Termination.ERROR
+        result.message = (f"the offload bound is wrong: a schedule within the budget takes {result.duration}, below "
+                          f"the bound {value} ({why}); this is a bug in remat-bench, please report it")
+        return False
+    result.proven_optimal = bool(fits and found and result.duration <= value + slack)
+    return True
 
 
 def _hold_to_bound(graph: Graph, budget: Budget, result: RunResult, bounds: BoundSource, effort: float,

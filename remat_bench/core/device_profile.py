@@ -40,6 +40,7 @@ import yaml
 
 from remat_bench.core.errors import DeviceProfileError, printable
 from remat_bench.core.files import read_regular
+from remat_bench.core.graph import Link, Transfer
 from remat_bench.core.json_files import describe_schema_error, schema
 
 # The most bytes of a user's profile file: a profile is a dozen lines.
@@ -116,6 +117,18 @@ class DeviceProfile:
             if name in self.peak_flops:
                 return self.peak_flops[name]
         return None
+
+    def transfer(self) -> Transfer:
+        """The host link as a graph records it, for durations in ns and memory in bytes: bytes per ns each
+        way, and ``launch_s`` (in ns) as each copy's latency (an asynchronous copy is launched like a kernel).
+
+        Returns
+        -------
+        Transfer
+        """
+        latency = self.launch_s * 1e9
+        return Transfer(Link(self.device_to_host / 1e9, latency), Link(self.host_to_device / 1e9, latency),
+                        f"device profile {self.name}")
 
     def as_dict(self) -> dict[str, Any]:
         """The profile as its file writes it (and a graph's cost record keeps it).

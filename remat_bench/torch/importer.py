@@ -27,6 +27,10 @@ and writes what the simulator needs:
   every other operator one per element touched (the larger of the elements
   read and written): elementwise and normalisation kernels are memory-bound,
   so their cost follows their size, and a recomputation is never free;
+- ``transfer`` (the host link, for offloading): with ``device_profile=``, the
+  profile's data-sheet figures (`DeviceProfile.transfer`); timed on CUDA,
+  pinned copies measured each way (`remat_bench.torch.measure.measure_link`);
+  otherwise none (``--link`` gives one to a run);
 - ``kind``: ``forward`` before the loss, ``backward`` from the loss on;
   ``grad_of``: for a backward operator, the forward node whose autograd
   function produced it (matched through autograd sequence numbers);
@@ -81,7 +85,7 @@ from remat_bench.core.provenance import CALIBRATED, COSTS_KEY, COUNTED, MEASURED
 from remat_bench.torch.build import first_line
 from remat_bench.torch.calibrate import IN_PLACE, STATISTIC, WARMUP, Calibration, CostCache, OutOfTime, calibrate
 from remat_bench.torch.executor import ExecutionError
-from remat_bench.torch.measure import free_memory_bytes, measured_where
+from remat_bench.torch.measure import free_memory_bytes, measure_link, measured_where
 from remat_bench.torch.program import GRADIENT, OP, Program, ProgramNode, build_program
 from remat_bench.torch.randomness import SEEDING
 from remat_bench.torch.roofline import profile_asked, roofline_durations, with_roofline
@@ -264,6 +268,9 @@ def _graph_with_costs(program: Program, device: str | None, durations: str, work
     graph.metadata[COSTS_KEY] = cost_record(durations, workspace, measured, repeats, notes)
     if profile is not None:
         graph.metadata[COSTS_KEY] = with_roofline(graph.metadata[COSTS_KEY], profile)
+        graph = graph.with_transfer(profile.transfer())  # its data sheet's host link, as its durations
+    elif timed and dev.type == "cuda":
+        graph = graph.with_transfer(measure_link(dev))  # the link the durations were timed beside
     return graph, notes
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from remat_bench.core.graph import Link, Transfer
 from remat_bench.core.simulate import overhead_pct
 
 
@@ -595,3 +596,60 @@ def interleaved_times(device: torch.device, run_schedule: Callable[[], Callable[
         if done >= repeats and (enough is None or enough(times[-1], times[0] if run_baseline is not None else [])):
             break
     return (times[-1], times[0] if run_baseline is not None else [])
+
+
+# The copies `measure_link` times: a large one for the bandwidth (torchtitan measures with 512 MB pinned
+# copies; 256 MiB reaches the link's rate on PCIe and NVLink-C2C alike) and a small one for the latency.
+LINK_BYTES = 256 * 2**20
+LINK_SMALL_BYTES = 4096
+LINK_REPEATS = 5
+
+
+def measure_link(device: torch.device, nbytes: int = LINK_BYTES, repeats: int = LINK_REPEATS) -> Transfer:
+    """The host link of a CUDA device, measured: pinned host memory copied each way on a side stream.
+
+    Each direction's latency is the median time of a `LINK_SMALL_BYTES` copy, and its bandwidth the bytes
+    of an ``nbytes`` copy over its median time less that latency; each direction is timed alone (a copy in
+    beside a copy out can be much slower on some links, which the simulator's independent engines do not
+    model).
+
+    Parameters
+    ----------
+    device : torch.device
+        A CUDA device.
+    nbytes : int
+        The large copy's size.
+    repeats : int
+        Copies timed each way (after one untimed).
+
+    Returns
+    -------
+    Transfer
+        In bytes per ns and ns, as a graph timed in ns records it.
+    """
+    stream = torch.cuda.Stream(device=device)
+
+    def copy_ns(src: torch.Tensor, dst: torch.Tensor) -> float:
+        times = []
+        for _ in range(repeats + 1):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            with torch.cuda.stream(stream):
+                start.record(stream)
+                dst.copy_(src, non_blocking=True)
+                end.record(stream)
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e6)
+        return statistics.median(times[1:])
+
+    links = []
+    for direction in ("device_to_host", "host_to_device"):
+        sizes = {}
+        for size in (LINK_SMALL_BYTES, nbytes):
+            host = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+            dev = torch.empty(size, dtype=torch.uint8, device=device)
+            sizes[size] = copy_ns(dev, host) if direction == "device_to_host" else copy_ns(host, dev)
+            del host, dev
+        latency = sizes[LINK_SMALL_BYTES]
+        links.append(Link(nbytes / max(sizes[nbytes] - latency, 1.0), latency))
+    name = torch.cuda.get_device_name(device)
+    return Transfer(links[0], links[1], f"measured on {name}: pinned copies of {nbytes} bytes, median of {repeats}")

@@ -35,6 +35,7 @@ from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import format_amount
 from remat_bench.core.errors import RematBenchError
 from remat_bench.core.graph import Graph
+from remat_bench.core.link import with_link
 from remat_bench.core.provenance import cost_source, unmeasured_memory_warning
 
 # ---------------------------------------------------------------------- solve
@@ -60,10 +61,14 @@ from remat_bench.core.provenance import cost_source, unmeasured_memory_warning
                    "any-order bound, or the method's own solver's bound in its space). Default: only a proof stops.")
 @click.option("--progress", "progress_lines", is_flag=True,
               help="Print a line to standard error for each improving schedule (for pipes and logs).")
+@click.option("--link", metavar="LINK", default=None,
+              help="The host link to plan offloading with, instead of the graph's own: a device profile "
+                   "(h100-pcie), x8 or /8 (the graph's link 8 times faster or slower), a bandwidth in the graph's "
+                   "units (64, or 64,32 for out,back), or none.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (a list with several methods).")
 def solve(graph: str, methods: tuple[str, ...], budget: str, time_limit: float, params: tuple[str, ...],
           output: Path | None, no_bound: bool, jobs: int, gap: float | None, progress_lines: bool,
-          as_json: bool) -> None:
+          link: str | None, as_json: bool) -> None:
     """Solve GRAPH with a method at a budget; score the schedule with the simulator.
 
     With several -m, each runs under the same budget and limit (one after another, or
@@ -80,7 +85,7 @@ def solve(graph: str, methods: tuple[str, ...], budget: str, time_limit: float, 
     from remat_bench.core.schedule import save_schedule
 
     graph_path = find_graph(graph)
-    g = load_graph(graph_path)
+    g = with_link(load_graph(graph_path), link)
     given = parse_params(params)
     if len(set(methods)) != len(methods):
         raise RematBenchError(f"--method names {', '.join(m for m in dict.fromkeys(methods) if methods.count(m) > 1)} "
@@ -183,8 +188,14 @@ def _result(g: Graph, r: Any, output: Path | None) -> Iterator[RenderableType]:
     if r.peak is not None:
         rows.append(("peak", format_amount(r.peak, unit) + of_baseline(r.peak, r.baseline_peak)))
         rows.append(("duration", f"{format_amount(r.duration)}  overhead {r.overhead_pct:+.3f}%"))
+    if r.host_peak is not None:
+        rows.append(("offloaded", f"{format_amount(r.to_host, unit)} to the host, {format_amount(r.to_device, unit)} "
+                                  f"back; host peak {format_amount(r.host_peak, unit)}; compute waited "
+                                  f"{format_amount(r.wait)}"))
     rows.append(("baseline", f"peak {format_amount(r.baseline_peak, unit)}, "
                              f"duration {format_amount(r.baseline_duration)}"))
+    if g.transfer is not None:
+        rows.append(("host link", _link_text(g)))
     if r.peak_lower_bound is not None:
         above = "" if r.peak is None or not r.peak_lower_bound else \
             f"; the peak found is {100 * (r.peak / r.peak_lower_bound - 1):.1f}% above it"
@@ -201,7 +212,11 @@ def _result(g: Graph, r: Any, output: Path | None) -> Iterator[RenderableType]:
         if r.stats_bound.get("discarded"):
             how += f"; the cached bound was discarded: {r.stats_bound['discarded']}"
         rows.append(("bound, any order", f"{format_amount(r.lower_bound_any_order)}{gap}  ({escape(how)})"))
-    elif not r.stats_bound and not r.below_floor:
+    elif r.lower_bound_offload is not None:
+        gap = "" if r.gap_pct is None else f"; gap {gap_text(r.gap_pct)}"
+        why = (r.stats.get("bound_offload") or {}).get("why", "")
+        rows.append(("bound, offload", f"{format_amount(r.lower_bound_offload)}{gap}  ({escape(why)})"))
+    elif not r.stats_bound and not r.below_floor and "bound_offload" not in r.stats:
         rows.append(("bound, any order", "not computed (--no-bound)"))
     rows.append(("solve time", f"{r.solve_time_s:.2f} s"))
     if r.schedule_steps is not None:
@@ -213,6 +228,16 @@ def _result(g: Graph, r: Any, output: Path | None) -> Iterator[RenderableType]:
     yield key_values(rows)
     if "members" in r.stats:
         yield _members(r)
+
+
+def _link_text(g: Graph) -> str:
+    """The graph's host link, one line: each direction's bandwidth and latency, and where they come from."""
+    t = g.transfer
+    assert t is not None
+    unit = f"{g.units.get('memory', 'units')}/{g.units.get('duration', 'unit')}"
+    text = (f"to the host {t.device_to_host.bandwidth:.4g} {unit} (latency {t.device_to_host.latency:.4g}), "
+            f"back {t.host_to_device.bandwidth:.4g} {unit} (latency {t.host_to_device.latency:.4g})")
+    return escape(text + (f"; {t.source}" if t.source else ""))
 
 
 def _members(r: Any) -> Table:
@@ -287,16 +312,18 @@ def _comparison(g: Graph, results: list[Any]) -> Iterator[RenderableType]:
 @click.argument("schedule", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--force", is_flag=True, help="Score a schedule written for a graph with another hash.")
+@click.option("--link", metavar="LINK", default=None,
+              help="The host link to score copies with, instead of the graph's own (as solve --link).")
 @click.option("--timeline", type=click.Path(path_type=Path), metavar="FILE",
               help="Also draw memory at every step to FILE (.png or .svg).")
-def simulate(graph: str, schedule: Path, as_json: bool, force: bool, timeline: Path | None) -> None:
+def simulate(graph: str, schedule: Path, as_json: bool, force: bool, link: str | None, timeline: Path | None) -> None:
     """Score any SCHEDULE file on GRAPH: peak, duration, overhead, first violation."""
     from remat_bench.core.baseline import baseline
     from remat_bench.core.errors import ScheduleError
     from remat_bench.core.schedule import load_schedule
     from remat_bench.core.simulate import simulate as run_simulation
 
-    g = load(graph)
+    g = with_link(load(graph), link)
     sched = load_schedule(schedule, g, force=force)
     sim = run_simulation(g, sched)
     if not sim.valid:
@@ -312,6 +339,8 @@ def simulate(graph: str, schedule: Path, as_json: bool, force: bool, timeline: P
         "computes": sim.computes,
         "recomputations": sim.recomputations,
         "peak_step": sim.peak_step,
+        **({k: v for k, v in sim.summary().items() if k in ("host_peak", "to_host", "to_device", "wait", "offloads",
+                                                              "reloads")}),
     }
     if timeline is not None:
         from remat_bench.app.charts.common import save
@@ -327,6 +356,9 @@ def simulate(graph: str, schedule: Path, as_json: bool, force: bool, timeline: P
         ("peak", f"{format_amount(sim.peak, unit)}{of_baseline(sim.peak, base.peak)}, at step {sim.peak_step}"),
         ("duration", f"{format_amount(sim.duration)}  overhead {data['overhead_pct']:+.3f}%"),
         ("steps", f"{sim.num_steps} ({sim.computes} computes, {sim.recomputations} recomputations)"),
+        *([("offloaded", f"{sim.offloads} offloads ({format_amount(sim.to_host, unit)}), {sim.reloads} reloads "
+                         f"({format_amount(sim.to_device, unit)}); host peak {format_amount(sim.host_peak, unit)}; "
+                         f"compute waited {format_amount(sim.wait)}")] if sim.offloads or sim.reloads else []),
     ]))
 
 

@@ -53,6 +53,11 @@ COLUMNS: dict[str, str] = {
     "objective": "number",
     "lower_bound": "number",
     "lower_bound_any_order": "number",
+    "lower_bound_offload": "number",  # for methods that may offload: the bound their gap is taken to
+    "host_peak": "number",  # schedules that offload: host memory held at once, units moved, compute's wait
+    "to_host": "number",
+    "to_device": "number",
+    "wait": "number",
     "gap_pct": "Float64",
     "proven_optimal": "boolean",
     "status_holds_for": "string",  # every schedule, the method's space, or empty: where the status is proven
