@@ -290,7 +290,7 @@ def evaluate(graph: Graph, method: type[Method], budget: Budget, time_limit: flo
     recorder = _recorder(graph, method, budget, parsed, result, context.watch, began)
     # Offloading can beat the any-order bound (a bound on schedules that only keep or recompute):
     # a method that may offload is judged by the offload bound instead, after it ran (`_judge`).
-    if method.offloads:
+    if method.may_offload(graph):
         bound = False
     if bound:
         time_limit = _any_order(graph, budget, time_limit, context.bounds, result)
@@ -553,7 +553,7 @@ def _refusal(graph: Graph, method: type[Method], budget: Budget, result: RunResu
     if budget.peak_bound is not None:
         result.peak_lower_bound, result.peak_lower_bound_reason = budget.peak_bound.amount, budget.peak_bound.reason
     refusal = budget.refusal
-    if method.offloads and budget.amount is not None:
+    if method.may_offload(graph) and budget.amount is not None:
         # The memory floor of budget.refusal holds for schedules that keep or recompute; offloading
         # lowers it (a value held over a gap can wait on the host): the offload floor decides.
         refusal = _below_offload_floor(graph, budget.amount)
@@ -730,15 +730,15 @@ def _judge(graph: Graph, budget: Budget, answer: MethodResult, result: RunResult
     if result.any_order is not None and not _hold_to_bound(graph, budget, result, bounds, effort,
                                                            found and verdict is None):
         verdict = Status.ERROR
-    if _offloads(result.method) and budget.amount is not None and not _hold_to_offload_bound(
+    if _may_offload(result.method, graph) and budget.amount is not None and not _hold_to_offload_bound(
             graph, budget.amount, result, found and verdict is None):
         verdict = Status.ERROR
     return verdict
 
 
-def _offloads(method: str) -> bool:
+def _may_offload(method: str, graph: Graph) -> bool:
     try:
-        return get_method(method).offloads
+        return get_method(method).may_offload(graph)
     except Exception:  # a method that cannot be loaded here never ran
         return False
 

@@ -305,6 +305,21 @@ class Method:
     offloads: ClassVar[bool] = False
 
     @classmethod
+    def may_offload(cls, graph: Graph) -> bool:
+        """Whether its schedules on ``graph`` may copy values to the host and back (`offloads`; a portfolio
+        whose members may, where the graph has a host link).
+
+        Parameters
+        ----------
+        graph : Graph
+
+        Returns
+        -------
+        bool
+        """
+        return cls.offloads and graph.transfer is not None
+
+    @classmethod
     def input_order(cls, params: dict[str, Any]) -> str | None:
         """How this method's schedules stand to the graph's input order, for ``params``.
 
