@@ -280,15 +280,20 @@ def _comparison(g: Graph, results: list[Any]) -> Iterator[RenderableType]:
             "-" if r.overhead_pct is None or not fits else f"{r.overhead_pct:+.3f}%",
             "-" if r.peak is None else f"{100 * r.peak / r.baseline_peak:.1f}%" if r.baseline_peak else str(r.peak),
             f"{r.solve_time_s:.2f}", f"{r.bound_time_s:.2f}",
-            "-" if r.gap_pct is None or not fits else gap_text(r.gap_pct),
+            "-" if r.gap_pct is None or not fits else gap_text(r.gap_pct) + (
+                " +" if r.lower_bound_offload is not None else ""),
         )
     yield table
-    bound = first.lower_bound_any_order
+    bound = next((r.lower_bound_any_order for r in results if r.lower_bound_any_order is not None), None)
     notes = ["* fastest schedule found", "peak in % of the baseline peak",
              "proof: where optimal/infeasible is proven (all schedules: it meets the any-order bound)"]
     if bound is not None:
         notes.append(f"gap to the any-order bound {format_amount(bound)} (baseline duration "
                      f"{format_amount(first.baseline_duration)})")
+    offload_bound = next((r.lower_bound_offload for r in results if r.lower_bound_offload is not None), None)
+    if offload_bound is not None:
+        notes.append(f"+ gap to the offload bound {format_amount(offload_bound)} (methods that may offload: "
+                     "the any-order bound does not hold for them)")
     yield "; ".join(notes)
     yield f"costs: {escape(cost_source(g).describe())}"
     below = [r for r in results if r.below_floor]
