@@ -46,7 +46,7 @@ DEFAULT_PASSES = 5
 # Rows of nodes and of operator kinds `Attribution.to_json` keeps, by their share of the error.
 TOP = 12
 
-Step = tuple[int, int, int]  # (COMPUTE or FREE, node index, implementation position)
+Step = tuple[int, int, int]  # (COMPUTE or FREE, node index, implementation position): no copies (`attribute`)
 
 
 @dataclass
@@ -202,7 +202,7 @@ def attribute(graph: Graph, schedule: Schedule, device: torch.device, *, passes:
     Raises
     ------
     ValueError
-        A graph not imported from PyTorch, or ``passes`` below 1.
+        A graph not imported from PyTorch, ``passes`` below 1, or a schedule with offload or reload steps.
     ExecutionError
         An operator that fails on real tensors.
     """
@@ -210,6 +210,9 @@ def attribute(graph: Graph, schedule: Schedule, device: torch.device, *, passes:
         raise ValueError(f"graph '{graph.name}' was not imported from PyTorch: its steps have no operators to time")
     if passes < 1:
         raise ValueError(f"timing steps in place takes at least one pass, not {passes}")
+    if schedule.moves:
+        raise ValueError("timing steps in place covers computations only, and this schedule copies values to "
+                         "the host and back; replay it without timing its steps")
     program = program_for_graph(graph)
     runs = [RunTimes(_steps(baseline_schedule(graph))), RunTimes(_steps(schedule))]
     runs[0].modelled_ns = float(simulate(graph, baseline_schedule(graph)).duration)

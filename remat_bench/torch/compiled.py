@@ -235,7 +235,7 @@ def compiled_plan(graph: Graph, schedule: Schedule, simulation: Simulation | Non
     GraphError
         A graph not imported from PyTorch.
     ScheduleError
-        A schedule the simulator refuses, or one without a backward node.
+        A schedule the simulator refuses, one that moves values to the host, or one without a backward node.
     """
     if spec_of(graph) is None:
         raise GraphError(f"graph '{graph.name}' was not imported from PyTorch (no 'torch' model spec in its "
@@ -243,6 +243,9 @@ def compiled_plan(graph: Graph, schedule: Schedule, simulation: Simulation | Non
     sim = simulation if simulation is not None else simulate(graph, schedule)
     if not sim.valid:
         raise ScheduleError(f"graph '{graph.name}': the schedule is not valid ({sim.violation}), so it has no plan")
+    if schedule.moves:
+        raise ScheduleError(f"graph '{graph.name}': the schedule copies values to the host and back, which "
+                            "torch.compile's recompute decisions cannot say; train it in exact mode")
     phases = _phases(graph, schedule)
     random = random_nodes(graph)
     segments = tuple((v,) for v in graph.forward_indices)

@@ -18,7 +18,8 @@ import torch
 import torch.utils._pytree as pytree
 from torch import fx
 
-from remat_bench.core.schedule import COMPUTE
+from remat_bench.core.schedule import COMPUTE, FREE, OFFLOAD
+from remat_bench.torch.moves import Mover
 from remat_bench.torch.program import GRADIENT, OP, Program, distinct_storage_bytes, storage_bytes
 from remat_bench.torch.randomness import random_key, seeded_generators, seeded_random_ops
 from remat_bench.torch.spec import ModelSpec, build_step, make_batch
@@ -59,7 +60,16 @@ class State:
     @property
     def nbytes(self) -> int:
         """Bytes of every distinct storage the state holds: the fixed memory, measured."""
-        return distinct_storage_bytes([*self.parameters.values(), *self.buffers.values(), self.inputs, self.labels])
+        return distinct_storage_bytes(self.tensors())
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every tensor the state holds: parameters, buffers, the batch and its labels.
+
+        Returns
+        -------
+        list of torch.Tensor
+        """
+        return [*self.parameters.values(), *self.buffers.values(), self.inputs, self.labels]
 
 
 class ExecutionError(RuntimeError):
@@ -67,7 +77,8 @@ class ExecutionError(RuntimeError):
 
 
 class Executor:
-    """Runs program nodes one at a time on real tensors: ``compute(i)`` and ``free(i)``.
+    """Runs program nodes one at a time on real tensors: ``compute(i)`` and ``free(i)``; with a `Mover`,
+    the offload and reload steps of a schedule that moves values too.
 
     ``compute`` evaluates the node's operator on the values of its inputs
     (views and getitems are re-derived from their base values each time: they
@@ -78,12 +89,25 @@ class Executor:
     (`remat_bench.torch.randomness.random_key`), so that every computation of
     it, first or recomputed, draws what eager autograd under
     `remat_bench.torch.randomness.seeded_random_ops` draws.
+
+    Parameters
+    ----------
+    program : Program
+        The traced step.
+    state : State
+        Its parameters, buffers and batch.
+    step : int
+        The training step random operators draw for.
+    moves : Mover or None
+        The copies of one run of a schedule that moves values (`remat_bench.torch.moves`); None for one
+        that moves nothing.
     """
 
-    def __init__(self, program: Program, state: State, step: int = 0) -> None:
+    def __init__(self, program: Program, state: State, step: int = 0, moves: Mover | None = None) -> None:
         self.program = program
         self.state = state
         self.step = step
+        self.moves = moves
         self.values: dict[int, Any] = {}
         self._placeholders: dict[str, torch.Tensor] = {}
         for name, (kind, key) in program.placeholders.items():
@@ -211,7 +235,7 @@ class Executor:
         del self.values[i]
 
     def run(self, steps: Iterable[tuple[int, int]]) -> None:
-        """Perform a schedule's steps in order: ``(COMPUTE, i)`` computes node i, any other kind frees it.
+        """Perform a schedule's steps in order: compute, free, and with a `Mover` offload and reload.
 
         Parameters
         ----------
@@ -221,13 +245,32 @@ class Executor:
         Raises
         ------
         ExecutionError
-            An operator that fails on the device.
+            An operator that fails on the device, or a copy step without a `Mover` to copy with.
         """
-        for kind, i in steps:
+        moves = self.moves
+        if moves is None:
+            for s, (kind, i) in enumerate(steps):
+                if kind == COMPUTE:
+                    self.compute(i)
+                elif kind == FREE:
+                    self.free(i)
+                else:
+                    word = "offloads" if kind == OFFLOAD else "reloads"
+                    raise ExecutionError(f"step {s} {word} '{self.program.nodes[i].id}', but this run was given "
+                                         "no copy engines; run the schedule with its plan of copies")
+            return
+        for s, (kind, i) in enumerate(steps):
+            moves.before(s)
             if kind == COMPUTE:
+                moves.wait_for(self.program.nodes[i].inputs)
                 self.compute(i)
+            elif kind == FREE:
+                moves.free(s, i, self.values)
+            elif kind == OFFLOAD:
+                moves.offload(s, i, self.values)
             else:
-                self.free(i)
+                moves.reload(s, i, self.values)
+        moves.finish()
 
     def results(self) -> tuple[torch.Tensor, dict[str, torch.Tensor | None]]:
         """The loss and every parameter's gradient, read from the resident outputs.

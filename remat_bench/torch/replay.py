@@ -17,7 +17,15 @@
 - for any other graph, ``compute v`` allocates a uint8 tensor of v's memory
   (the graph's memory units read as bytes) and fills it with the largest byte
   of its inputs, a kernel that reads every input in full; a workspace is
-  allocated, touched and dropped around it.
+  allocated, touched and dropped around it;
+- a schedule that moves values (``offload v``, ``reload v``, docs/design.md
+  section 3) runs its copies beside the computations
+  (`remat_bench.torch.moves`): on CUDA on a device-to-host and a
+  host-to-device stream with pinned host buffers and events, on the CPU at
+  once into CPU tensors standing for host memory. A copy's device memory is
+  let go at the step the model ends the copy by, so that the device memory
+  follows the simulator's account step by step; the host bytes held are
+  counted beside the simulator's host peak.
 
 Measurement. The measured peak counts, on the footing of the simulator, the
 fixed memory (for an imported graph: the parameters, buffers and batch that
@@ -79,7 +87,7 @@ from remat_bench.core.graph import Graph, Number
 from remat_bench.core.graph_io import load_graph
 from remat_bench.core.json_files import parse_json, read_text
 from remat_bench.core.provenance import measured_threads
-from remat_bench.core.schedule import COMPUTE, Schedule, schedule_from_dict
+from remat_bench.core.schedule import COMPUTE, FREE, OFFLOAD, Schedule, schedule_from_dict
 from remat_bench.core.simulate import Simulation, overhead_pct, simulate
 from remat_bench.torch import DEFAULT_MAX_PAIRS, DEFAULT_PRECISION, DEFAULT_REPEATS
 from remat_bench.torch.build import first_line
@@ -97,6 +105,7 @@ from remat_bench.torch.measure import (
     sync,
     timing_threads,
 )
+from remat_bench.torch.moves import Copies, MovePlan, Mover, copies_for, move_plan
 
 RTOL = 1e-5
 ATOL = 1e-6
@@ -143,6 +152,12 @@ class ReplayResult:
     threads: int | None = None  # CPU threads the operators ran on (None: left as they were, on CUDA)
     timing: dict[str, Any] = field(default_factory=dict)  # `steady_timing`'s settings, as they were
     attribution: dict[str, Any] | None = None  # every step timed in place (`replay(step_passes=...)`), as to_json gives
+    # A schedule that moves values (None, 0 otherwise): the most host bytes its profiled run held at once
+    # (`remat_bench.torch.moves.Mover.host_peak`) beside the simulator's host peak, and its copies.
+    measured_host_peak: int | None = None
+    simulated_host_peak: Number | None = None
+    offloads: int = 0
+    reloads: int = 0
 
     @property
     def repeats(self) -> int:
@@ -204,7 +219,8 @@ class ReplayResult:
             The fields, ``peak_error_pct``, ``within_budget`` and the tolerance (None for a synthetic replay);
             the times against the baseline with the measured overhead (median of the paired overheads, with
             their range: ``measured_overhead_min_pct`` to ``measured_overhead_max_pct``, ``spread`` = max -
-            min in points; None where not timed); ``diffs`` and ``budget_note`` are left out.
+            min in points; None where not timed); for a schedule that moves values, its host peaks
+            (measured and simulated) and its copies; ``diffs`` and ``budget_note`` are left out.
         """
         measured = self.measured_overhead
         return {
@@ -252,6 +268,10 @@ class ReplayResult:
             "baseline_note": self.baseline_note,
             "step_times_s": list(self.step_times_s),
             "baseline_step_times_s": list(self.baseline_step_times_s),
+            "measured_host_peak": self.measured_host_peak,
+            "simulated_host_peak": self.simulated_host_peak,
+            "offloads": self.offloads,
+            "reloads": self.reloads,
         }
 
 
@@ -398,7 +418,8 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
         `remat_bench.torch.measure.CPU_TIMING_THREADS`); ignored on CUDA.
     step_passes : int
         Passes of `remat_bench.torch.attribution.attribute` after the pairs: every step of the schedule and of
-        the baseline timed in place, beside its modelled duration (0: none; an imported graph's only).
+        the baseline timed in place, beside its modelled duration (0: none; an imported graph's only, and a
+        schedule that moves nothing: for one that does, ``note`` says its steps were not timed).
 
     Returns
     -------
@@ -421,6 +442,7 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
     if not sim.valid:
         raise ScheduleError(f"refusing to replay a schedule that is not valid for graph '{graph.name}': "
                             f"{sim.violation}")
+    plan = move_plan(graph, schedule, sim) if schedule.moves else None
     dev = resolve_device(device)
     steps = _steps(schedule)
     base = baseline(graph)
@@ -441,7 +463,7 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
     run = _model_run(graph, dev) if spec is not None else _synthetic_run(graph, dev, sim.peak)
     with steady_timing(dev, timing_threads(dev, threads or measured_threads(graph.metadata))) as settings, \
             run as (prepare, fixed_bytes, finish):
-        profiled = prepare(steps, True)
+        profiled = prepare(steps, True, plan)
         start = time.perf_counter()
         delta = measure_peak(dev, profiled)
         wall = time.perf_counter() - start  # profiled: used only without timed runs
@@ -451,15 +473,17 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
         tell({"kind": "measured"})
         if timing_run:
             measured.times = interleaved_times(
-                dev, lambda: prepare(steps, False),
-                None if base_steps is None else (lambda: prepare(base_steps, False)), repeats,
+                dev, lambda: prepare(steps, False, plan),
+                None if base_steps is None else (lambda: prepare(base_steps, False, None)), repeats,
                 lambda done, took: tell({"kind": "pair", "pair": done, "of": most, "time_s": took}),
                 max_repeats=most, enough=precise_enough(precision) if precision > 0 else None)
     result = _result(graph, schedule, dev, spec is not None, sim, base, measured)
     result.clock, result.threads, result.timing = settings["clock"], settings["threads"], dict(settings)
     if dev.type == "cuda":
         result.threads = None
-    if step_passes and spec is not None and timing_run:
+    if step_passes and spec is not None and timing_run and plan is not None:
+        result.note = "; ".join(filter(None, [result.note, _UNTIMED_STEPS]))
+    elif step_passes and spec is not None and timing_run:
         from remat_bench.torch.attribution import attribute
 
         try:
@@ -471,10 +495,11 @@ def replay(graph: Graph, schedule: Schedule, device: str | None = None, timing_r
     return result
 
 
-Step = tuple[int, int, int]  # (COMPUTE or FREE, node index, implementation position)
-# prepare(steps, keep) builds what a run of ``steps`` needs and returns the run itself (timed apart from
-# its preparation); with ``keep`` the run's outputs stay alive until finish() compares them.
-Prepare = Callable[[list[Step], bool], Callable[[], None]]
+Step = tuple[int, int, int]  # (kind, node index, implementation position)
+# prepare(steps, keep, plan) builds what a run of ``steps`` needs (with ``plan``, the schedule's copies: their
+# host buffers) and returns the run itself (timed apart from its preparation); with ``keep`` the run's outputs
+# stay alive until finish() compares them, and its host peak is read.
+Prepare = Callable[[list[Step], bool, MovePlan | None], Callable[[], None]]
 
 
 def _steps(schedule: Schedule) -> list[Step]:
@@ -503,7 +528,7 @@ def _measure_baseline(graph: Graph, device: torch.device, prepare: Prepare, step
         measured.base_note = f"it needs {short}, beyond the fixed memory"
         return None
     try:
-        measured.base_delta = measure_peak(device, prepare(steps, False))
+        measured.base_delta = measure_peak(device, prepare(steps, False, None))
     except (ReplayError, torch.OutOfMemoryError) as exc:
         measured.base_note = f"it failed on {device}: {exc}"
         return None
@@ -517,6 +542,7 @@ def _result(graph: Graph, schedule: Schedule, device: torch.device, model: bool,
     step_times, base_times = measured.times
     measured_peak = measured.fixed_bytes + measured.delta
     check = measured.check
+    moves = sim.offloads + sim.reloads > 0
     result = ReplayResult(
         graph=graph.name,
         device=str(device),
@@ -536,7 +562,7 @@ def _result(graph: Graph, schedule: Schedule, device: torch.device, model: bool,
         max_rel_diff=check.get("max_rel"),
         diffs=check.get("diffs", {}),
         measurement=("torch.profiler memory events (CPU allocator)" if device.type == "cpu"
-                     else "torch.cuda.max_memory_allocated"),
+                     else "torch.cuda.max_memory_allocated") + (_COPIES_NOTE if moves else ""),
         note=scratch_note(graph, device, measured_peak, sim.peak) if model else "",
         budget=schedule.budget,
         step_times_s=step_times,
@@ -545,10 +571,22 @@ def _result(graph: Graph, schedule: Schedule, device: torch.device, model: bool,
         baseline_simulated_peak=base.peak,
         baseline_measured_peak=None if measured.base_delta is None else measured.fixed_bytes + measured.base_delta,
         baseline_note=measured.base_note,
+        measured_host_peak=check.get("host_peak") if moves else None,
+        simulated_host_peak=sim.host_peak if moves else None,
+        offloads=sim.offloads,
+        reloads=sim.reloads,
     )
     if result.within_budget is False:
         result.budget_note = over_budget_cause(graph, device, result)
     return result
+
+
+# Why a replay of a schedule that moves values has no attribution (`remat_bench.torch.attribution`).
+_UNTIMED_STEPS = ("its steps were not timed in place: that covers computations only, and this schedule copies "
+                  "values to the host and back")
+# How a replay of a schedule that moves values measures (`remat_bench.torch.moves`).
+_COPIES_NOTE = ("; host copies in buffers allocated before the run, device memory of a copy let go at the step "
+                "the model ends the copy by")
 
 
 def over_budget_cause(graph: Graph, device: torch.device, result: ReplayResult) -> str:
@@ -638,9 +676,11 @@ def _model_run(graph: Graph, device: torch.device) -> Iterator[tuple[Prepare, in
                           f"{device}: {type(exc).__name__}: {first_line(exc)}") from None
     state = State.create(program.spec, device)
     executors: list[Executor] = []
+    engines = _Engines(device)
 
-    def prepare(steps: list[Step], keep: bool) -> Callable[[], None]:
-        ex = Executor(program, state)
+    def prepare(steps: list[Step], keep: bool, plan: MovePlan | None) -> Callable[[], None]:
+        moves = None if plan is None else Mover(plan, engines.get(), device, state.tensors())
+        ex = Executor(program, state, moves=moves)
 
         def execute() -> None:
             try:
@@ -658,6 +698,9 @@ def _model_run(graph: Graph, device: torch.device) -> Iterator[tuple[Prepare, in
     def finish() -> dict[str, Any]:
         loss, grads = executors[0].results()
         result = compare({"loss": loss, **grads}, {"loss": ref_loss, **ref_grads})
+        moved = executors[0].moves
+        if moved is not None:
+            result["host_peak"] = moved.host_peak
         executors.clear()
         return result
 
@@ -709,6 +752,20 @@ def _as_bytes(amount: Number) -> int:
     return math.ceil(amount)
 
 
+class _Engines:
+    """The device's copy engines (`remat_bench.torch.moves.copies_for`), made when a run first copies and kept
+    with their host buffers for the replay's later runs."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._copies: Copies | None = None
+
+    def get(self) -> Copies:
+        if self._copies is None:
+            self._copies = copies_for(self.device)
+        return self._copies
+
+
 @contextlib.contextmanager
 def _synthetic_run(graph: Graph, device: torch.device,
                    simulated_peak: Number) -> Iterator[tuple[Prepare, int, Callable[[], dict]]]:
@@ -726,16 +783,36 @@ def _synthetic_run(graph: Graph, device: torch.device,
     # peak is the simulated one to the byte, and a schedule at its budget is within it.
     largest = torch.zeros((), dtype=torch.uint8, device=device)
 
-    def prepare(steps: list[Step], keep: bool) -> Callable[[], None]:
-        return lambda: execute(steps)  # nothing to keep: there is nothing to compare
+    engines = _Engines(device)
+    movers: list[Mover] = []
 
-    def execute(steps: list[Step]) -> None:
+    def prepare(steps: list[Step], keep: bool, plan: MovePlan | None) -> Callable[[], None]:
+        moves = None if plan is None else Mover(plan, engines.get(), device)
+        if keep and moves is not None:
+            movers.append(moves)  # its host peak is read by finish(); there is nothing else to compare
+        return lambda: execute(steps, moves)
+
+    def finish() -> dict[str, Any]:
+        return {"host_peak": movers.pop().host_peak} if movers else {}
+
+    def execute(steps: list[Step], moves: Mover | None) -> None:
         values: dict[int, torch.Tensor] = {}
-        for kind, v, k in steps:
+        for s, (kind, v, k) in enumerate(steps):
+            if moves is not None:
+                moves.before(s)
             if kind != COMPUTE:
-                del values[v]
+                if moves is None:
+                    del values[v]
+                elif kind == FREE:
+                    moves.free(s, v, values)
+                elif kind == OFFLOAD:
+                    moves.offload(s, v, values)
+                else:
+                    moves.reload(s, v, values)
                 continue
             op = op_start[v] + k
+            if moves is not None:
+                moves.wait_for(op_inputs[op])
             out = torch.empty(memory[v], dtype=torch.uint8, device=device)
             if workspace[op]:
                 scratch = torch.empty(workspace[op], dtype=torch.uint8, device=device)
@@ -748,10 +825,12 @@ def _synthetic_run(graph: Graph, device: torch.device,
                     torch.maximum(reduced, largest, out=reduced)
             out.fill_(reduced)
             values[v] = out
+        if moves is not None:
+            moves.finish()
         values.clear()
         sync(device)
 
     try:
-        yield prepare, int(fixed.numel()), lambda: {}  # nothing to check against
+        yield prepare, int(fixed.numel()), finish
     finally:
         del fixed

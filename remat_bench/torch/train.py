@@ -3,8 +3,10 @@
 `ScheduledStep` performs a training step exactly as a schedule says: every
 ``compute v`` runs node v's aten operator on the resident values of its inputs
 (`remat_bench.torch.executor.Executor`, the operators `replay` runs), every
-``free v`` drops the value, so the forward pass, the recomputations and the
-backward pass happen in the schedule's order and memory follows the
+``free v`` drops the value, and every ``offload v`` and ``reload v`` copies
+the value to host memory and back (`remat_bench.torch.moves`: side streams and
+pinned buffers on CUDA), so the forward pass, the recomputations, the copies
+and the backward pass happen in the schedule's order and memory follows the
 simulator's account. The parameters are the ``nn.Parameter`` objects of an
 ordinary module (`build_step`: the model and its loss): the gradients land in
 their ``.grad``, any ``torch.optim`` optimizer updates them in place, and the
@@ -65,6 +67,7 @@ from remat_bench.core.simulate import Simulation, simulate
 from remat_bench.torch.executor import ExecutionError, Executor, State
 from remat_bench.torch.importer import program_for_graph, random_nodes, spec_of
 from remat_bench.torch.measure import measure_peak, no_room, run_ns, steady_timing, timing_threads
+from remat_bench.torch.moves import Copies, Mover, copies_for, move_plan
 from remat_bench.torch.randomness import seeded_random_ops
 from remat_bench.torch.replay import ATOL, RTOL, compare, load_schedule_for
 from remat_bench.torch.spec import ModelSpec, build_step, make_batch
@@ -209,6 +212,8 @@ class ScheduledStep:
         self.module = module if module is not None else build_step(self.spec).to(self.device)
         self.steps = [(int(k), int(v)) for k, v in zip(schedule.kinds, schedule.nodes)]
         self.simulated_peak = sim.peak
+        self.plan = move_plan(graph, schedule, sim) if schedule.moves else None
+        self._copies: Copies | None = None  # the device's copy engines and host buffers, kept across steps
 
     def parameters(self) -> Any:
         """The module's parameters, for an optimizer.
@@ -244,7 +249,11 @@ class ScheduledStep:
         params = dict(self.module.named_parameters())
         state = State(self.spec, self.device, {k: p.detach() for k, p in params.items()},
                       dict(self.module.named_buffers()), inputs, labels)
-        ex = Executor(self.program, state, step=step)
+        moves = None
+        if self.plan is not None:
+            self._copies = self._copies or copies_for(self.device)
+            moves = Mover(self.plan, self._copies, self.device, state.tensors())
+        ex = Executor(self.program, state, step=step, moves=moves)
         try:
             ex.run(self.steps)
             loss, grads = ex.results()
@@ -427,8 +436,9 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
     ------
     TrainError
         Fewer than 2 steps, an unknown mode or configuration (or one named twice), a learning rate that is
-        not a positive number the parameters can hold, a schedule the simulator refuses, a run that would
-        not fit in the device's free memory, or a loss that is no longer finite (the training diverged).
+        not a positive number the parameters can hold, a schedule the simulator refuses (or, in compiled
+        mode, one that copies values to the host), a run that would not fit in the device's free memory, or
+        a loss that is no longer finite (the training diverged).
     """
     _check_options(steps, mode, configurations, lr)
     tell: Events = on_event if on_event is not None else (lambda event: None)
@@ -437,6 +447,9 @@ def train(graph: Graph, schedule: Schedule, steps: int = 20, *, mode: str = "exa
     spec = spec_of(graph)
     if spec is None:
         raise TrainError(f"graph '{graph.name}' was not imported from PyTorch: there is no model to train")
+    if mode == "compiled" and schedule.moves:
+        raise TrainError("the schedule copies values to the host and back, which torch.compile's recompute "
+                         "decisions cannot say; train it with --mode exact")
     base_peak = baseline(graph).peak
     others = [c for c in configurations if c != "schedule"]
     _check_room(graph, dev, sim.peak, base_peak, others)
