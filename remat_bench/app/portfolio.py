@@ -242,6 +242,14 @@ class Auto(Method):
     # 3 s took a 1 s solve past 3.4 s.
     bound_effort_s = 3.0
 
+    @classmethod
+    def may_offload(cls, graph: Graph) -> bool:
+        """On a graph with a host link, where a member may offload (`Method.offloads`), auto's schedules may
+        too: it is then judged by the offload bound, and aims at it, rather than at the any-order bound."""
+        if graph.transfer is None:
+            return False
+        return any(get_method(name).offloads for name, _ in _roster())
+
     def solve(self, graph: Graph, budget: Number | None, time_limit: float | None,
               **params: Any) -> MethodResult:
         clock = _Clock(time_limit, params["polish"])
@@ -450,7 +458,7 @@ class Auto(Method):
         (auto computes it when called without one; `SolveContext.reached`)."""
         goals = self.context
         if budget is not None and goals.duration_goal is None:
-            bound = self._any_order(graph, budget)
+            bound = self._bound(graph, budget)
             if bound is not None and bound.value is not None:
                 goals = dataclasses.replace(goals, duration_goal=bound.value)
         return goals
@@ -460,7 +468,11 @@ class Auto(Method):
         progress, to which the member's own points go under its name."""
         # Auto's own run's recorder (set by the evaluation path) takes its members' scored points.
         recorder = self.goals.progress if isinstance(self.goals.progress, ProgressRecorder) else None
-        return dataclasses.replace(self.goals, hints=list(hints or []), progress=None,
+        # A schedule that moves values is offered only to a member that may offload: the others read hints
+        # as sequences of computations and frees.
+        moves_ok = get_method(name).offloads if name in method_names() else False
+        hints = [h for h in hints or [] if moves_ok or not h[1].moves]
+        return dataclasses.replace(self.goals, hints=hints, progress=None,
                                    watch=None if recorder is None else Relabelled(recorder, name))
 
     def _evaluated(self, graph: Graph, budget: Number | None, method: type[Method], role: str,
@@ -516,7 +528,7 @@ class Auto(Method):
         key: Callable[[Member], tuple[Any, Any]] = ((lambda m: (m.duration, m.peak)) if budget is not None
                                                     else (lambda m: (m.peak, m.duration)))
         winner = min(found, key=key) if found else None
-        any_order = self._any_order(graph, budget)
+        any_order = self._bound(graph, budget)
         cut = [m.method for m in members if m.termination in (Termination.TIME_LIMIT, Termination.INTERRUPTED)]
         said = f"; cut short by their time: {', '.join(cut)}" if cut else ""
         stats: dict[str, Any] = {
@@ -532,7 +544,8 @@ class Auto(Method):
                 SolutionStatus.INFEASIBLE if proven else SolutionStatus.NO_SOLUTION, solve_time_s=deadline.elapsed(),
                 stats=stats,
                 termination=Termination.PROVEN if proven else self._stopped(deadline, members),
-                message="no schedule fits the budget (the any-order bound)" if proven else
+                message=f"no schedule fits the budget (the {getattr(any_order, 'source', 'any-order bound')})"
+                if proven else
                 f"no member found a schedule within the budget{said}")
         bound = None if any_order is None else any_order.value
         optimal = budget is not None and bound is not None and winner.duration is not None and winner.duration <= bound
@@ -550,6 +563,16 @@ class Auto(Method):
         cut = any(m.termination in (Termination.TIME_LIMIT, Termination.INTERRUPTED) for m in members)
         return cut_short() if interrupted() or deadline.expired() or cut else Termination.CONVERGED
 
+    def _bound(self, graph: Graph, budget: Number | None) -> Any:
+        """The bound auto aims at and is judged by: the any-order bound (`_any_order`), or where its schedules
+        may offload (`may_offload`), the offload bound (`remat_bench.toolkit.offload_bound`)."""
+        if budget is None or not self.may_offload(graph):
+            return self._any_order(graph, budget)
+        from remat_bench.toolkit.offload_bound import offload_bound
+
+        value, why = offload_bound(graph, budget)
+        return _OffloadBound(value, why)
+
     def _any_order(self, graph: Graph, budget: Number | None) -> Any:
         """The any-order bound the pipeline computed (from the cache), or one computed now with the effort a
         run gives it (`remat_bench.app.evaluate.bound_effort`: a tenth of auto's limit, 3 s at most)."""
@@ -559,6 +582,15 @@ class Auto(Method):
         if known is not None:
             return known
         return self.context.bounds.get(graph, budget, effort=self.bound_effort_s)[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class _OffloadBound:
+    """The offload bound as auto reads a bound: its value (None: no schedule fits, proven) and why it holds."""
+
+    value: Number | None
+    why: str
+    source: str = "offload bound"
 
 
 def fast_share_of(graph: Graph) -> float:
@@ -592,7 +624,8 @@ def _bounds(members: list[Member], any_order: Any) -> list[dict[str, Any]]:
     """Every lower bound on duration proved, each with where it holds."""
     out = []
     if any_order is not None and any_order.value is not None:
-        out.append({"source": "any-order bound", "value": any_order.value, "holds_for": "every schedule"})
+        out.append({"source": getattr(any_order, "source", "any-order bound"), "value": any_order.value,
+                    "holds_for": "every schedule"})
     for m in members:
         if m.lower_bound is not None:
             out.append({"source": m.method, "value": m.lower_bound, "holds_for": m.space})
