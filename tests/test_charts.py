@@ -649,3 +649,25 @@ def test_plot_draws_the_prediction_chart_of_replays(tmp_path, replays, results):
     assert non_blank(out) > 0.05 and "prediction of 8 runs" in r.output
     line = refusal(CliRunner().invoke(main, ["plot", str(results), "--kind", "prediction", "-o", str(out)]))
     assert "no run was replayed with its overhead measured" in line and "replay:" in line
+
+
+def test_a_timeline_of_a_schedule_that_moves_values_shows_its_streams_over_time(tmp_path):
+    from remat_bench.core.graph import Link, Transfer
+
+    g = make_graph({"a": [], "b": ["a"], "c": ["b"], "d": ["a", "c"]}, memory={"a": 100, "b": 50, "c": 10, "d": 10},
+                   duration={"a": 10, "b": 20, "c": 5, "d": 30}, outputs=["d"],
+                   transfer=Transfer(Link(10.0, 1.0), Link(5.0, 2.0)))
+    s = Schedule.from_steps([(word, g.index[v]) for word, v in (
+        ("compute", "a"), ("compute", "b"), ("offload", "a"), ("compute", "c"), ("free", "b"), ("reload", "a"),
+        ("compute", "d"), ("free", "a"), ("free", "c"))])
+    fig = timeline_figure(g, [("by hand", s)])
+    streams, memory = fig.axes
+    # tests/test_offload.py's times: computations a [0,10], b [10,30], c [30,35], d [63,93]; a's copy out
+    # [30,41] and back [41,63].
+    bars = [[tuple(p.get_extents().bounds[::2]) for p in c.get_paths()] for c in streams.collections]
+    assert bars == [[(0.0, 10.0), (10.0, 20.0), (30.0, 5.0), (63.0, 30.0)], [(30.0, 11.0)], [(41.0, 22.0)]]
+    assert [t.get_text() for t in streams.get_yticklabels()] == ["compute (4)", "device to host (1)",
+                                                                 "host to device (1)"]
+    assert "waits for copies 28" in streams.get_title() and "host peak 100" in streams.get_title()
+    assert memory.get_xlabel() == "step"
+    assert non_blank(save(fig, tmp_path / "timeline.png")) > 0.05

@@ -2,7 +2,9 @@
 (black, dashed: no method's colour) and the baseline peak.
 
 Schedules of different budgets each get their own budget line, and schedules of very different lengths
-are drawn against their progress.
+are drawn against their progress. A schedule that moves values to the host and back (docs/design.md
+section 3, "Offload") also gets a panel of its streams over time: the compute stream's computations and
+each copy engine's copies, as the simulator times them (`Simulation.step_start`, ``step_end``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from remat_bench.app.charts.common import (
 )
 from remat_bench.core.baseline import baseline
 from remat_bench.core.graph import Graph, Number
-from remat_bench.core.schedule import Schedule
+from remat_bench.core.schedule import COMPUTE, OFFLOAD, RELOAD, Schedule
 from remat_bench.core.simulate import Simulation, simulate
 
 if TYPE_CHECKING:
@@ -41,6 +43,12 @@ LINE_GAP_PT = 1.2
 # Timelines whose lengths differ more than this factor are drawn against each schedule's progress (% of its
 # steps): on a shared step axis the short one would be squeezed into a sliver.
 STEPS_RATIO = 2.0
+# The rows of a streams panel, top to bottom: the step kind each shows, its name, and the copy engines' colours
+# (the compute stream takes its schedule's).
+STREAMS = ((COMPUTE, "compute"), (OFFLOAD, "device to host"), (RELOAD, "host to device"))
+COPY_COLOURS = {OFFLOAD: "#17becf", RELOAD: "#bcbd22"}
+# Schedules up to this many steps draw a thin white edge between steps that follow one another at once.
+SEPARATED_STEPS = 300
 
 
 def timeline_figure(graph: Graph, schedules: Sequence[tuple[str, Schedule]], budget: Number | None = None,
@@ -63,6 +71,10 @@ def timeline_figure(graph: Graph, schedules: Sequence[tuple[str, Schedule]], bud
     colour of its own (files of one method) instead of its method's. Schedules
     whose lengths differ more than `STEPS_RATIO` times are drawn against their
     progress (% of their own steps), so that a short one spans the axis too.
+    Above the memory, each schedule that moves values to the host and back
+    gets a panel of its streams over time (`STREAMS`): its computations on
+    the compute stream and its copies on each copy engine, where the
+    simulator places them; a gap on the compute stream is a wait for a copy.
 
     Parameters
     ----------
@@ -105,9 +117,16 @@ def timeline_figure(graph: Graph, schedules: Sequence[tuple[str, Schedule]], bud
     scale, unit = _memory_scale(graph, top)
     lengths = [max(sim.num_steps, 1) for _, _, sim in sims]
     progress = max(lengths) > STEPS_RATIO * min(lengths)
-    fig = Figure(figsize=(9, 4.6), layout="constrained")
-    ax = fig.subplots()
+    moving = [i for i, (_, _, sim) in enumerate(sims) if sim.step_start is not None and sim.step_end is not None]
+    fig = Figure(figsize=(9, 4.6 + 1.5 * len(moving)), layout="constrained")
     colour = _timeline_colours([schedule.method or label for label, schedule, _ in sims], colour_each)
+    if moving:
+        panels = fig.subplots(len(moving) + 1, 1, height_ratios=[1.0] * len(moving) + [3.0])
+        for i, panel in zip(moving, panels):
+            _streams(panel, graph, *sims[i], colour[i])
+        ax = panels[-1]
+    else:
+        ax = fig.subplots()
     series, linestyle = _series(sims, scale, progress, colour_each)
     groups = identical_groups(series)
     handles: list[Any] = []
@@ -186,6 +205,29 @@ def timeline_of_files(graph: Graph, files: Sequence[tuple[Path, Schedule]]) -> F
     # Named by file, a colour and a budget line each: two files are often one method at two budgets.
     named = [(f"{path.name} ({s.method})" if s.method else path.name, s) for path, s in files]
     return timeline_figure(graph, named, budgets=[s.budget for _, s in files], colour_each=True)
+
+
+def _streams(ax: Axes, graph: Graph, label: str, schedule: Schedule, sim: Simulation, colour: str) -> None:
+    """One schedule's compute stream and copy engines over time (`STREAMS`), as the simulator times its steps."""
+    assert sim.step_start is not None and sim.step_end is not None  # a schedule that moves values has them
+    start, took = sim.step_start, sim.step_end - sim.step_start
+    counts = {COMPUTE: sim.computes, OFFLOAD: sim.offloads, RELOAD: sim.reloads}
+    edge = 0.5 if sim.num_steps <= SEPARATED_STEPS else 0.0  # steps back to back stay apart, while they show
+    for row, (kind, _) in enumerate(STREAMS):
+        pick = schedule.kinds == kind
+        ax.broken_barh(list(zip(start[pick].tolist(), took[pick].tolist())), (row - 0.38, 0.76),
+                       facecolors=COPY_COLOURS.get(kind, colour), edgecolor="white", linewidth=edge)
+    ax.set_yticks(range(len(STREAMS)), [f"{name} ({counts[kind]:,})" for kind, name in STREAMS], fontsize=8)
+    ax.set_ylim(len(STREAMS) - 0.5, -0.5)
+    ax.set_xlim(0, max(float(sim.duration), 1e-12))
+    unit = graph.units.get("duration", "")
+    ax.set_xlabel(f"time ({unit})" if unit else "time", fontsize=8)
+    ax.tick_params(axis="x", labelsize=8)
+    ax.grid(True, axis="x", alpha=0.3)
+    scale, memory_unit = _memory_scale(graph, sim.host_peak)
+    host = _amount(sim.host_peak / scale) + (f" {memory_unit}" if memory_unit else "")
+    ax.set_title(f"{label}: compute stream and copy engines (waits for copies {_amount(float(sim.wait))}"
+                 f"{' ' + unit if unit else ''}, host peak {host})", fontsize=9)
 
 
 def _reference_lines(ax: Axes, budget: Number | None, own: Sequence[Number | None], baseline_peak: Number,
