@@ -1,4 +1,4 @@
-"""The host link a run plans with: ``--link`` on the command line and ``link:`` in a sweep.
+"""The host link a run plans with: ``--link`` on the command line and ``links:`` in a sweep.
 
 A graph records its device's host link in its ``transfer`` field (docs/design.md sections 2 and 3,
 "Offload"). `parse_link` reads what a user gives instead: a device profile (its data-sheet figures,
@@ -26,7 +26,7 @@ def _number(text: str) -> float | None:
     return value if math.isfinite(value) and value > 0 else None
 
 
-def parse_link(text: str, graph: Graph) -> Transfer | None:
+def parse_link(text: str, graph: Graph, *, given: str = "--link") -> Transfer | None:
     """The host link ``text`` names, for ``graph``.
 
     Parameters
@@ -35,6 +35,9 @@ def parse_link(text: str, graph: Graph) -> Transfer | None:
         One of `FORMS`.
     graph : Graph
         The graph it is for: its own ``transfer`` (for a factor) and its units (for a device profile).
+    given : str
+        Where ``text`` was given, as errors and a bandwidth's ``source`` name it (``--link``; a sweep's
+        ``link``).
 
     Returns
     -------
@@ -52,26 +55,26 @@ def parse_link(text: str, graph: Graph) -> Transfer | None:
         return None
     if text[:1] in ("x", "*", "/") and (factor := _number(text[1:])) is not None:
         if graph.transfer is None:
-            raise GraphError(f"--link {text} scales the graph's own host link, and graph '{graph.name}' has none; "
+            raise GraphError(f"{given} {text} scales the graph's own host link, and graph '{graph.name}' has none; "
                              "give a device profile or a bandwidth instead")
         return graph.transfer.scaled(1 / factor if text[0] == "/" else factor)
     parts = text.split(",")
     if 1 <= len(parts) <= 2 and all(_number(p) is not None for p in parts):
         out, back = (float(parts[0]), float(parts[-1]))
-        return Transfer(Link(out), Link(back), f"--link {text}")
+        return Transfer(Link(out), Link(back), f"{given} {text}")
     if text and text[0].isdigit():
-        raise GraphError(f"--link {text}: a bandwidth is a positive, finite number; give {FORMS}")
+        raise GraphError(f"{given} {text}: a bandwidth is a positive, finite number; give {FORMS}")
     from remat_bench.core.device_profile import load_device_profile
 
     try:
         profile = load_device_profile(text)
     except DeviceProfileError as exc:
-        raise GraphError(f"--link {text} is none of {FORMS} ({exc})") from None
+        raise GraphError(f"{given} {text} is none of {FORMS} ({exc})") from None
     units = (graph.units.get("memory"), graph.units.get("duration"))
     if units != ("bytes", "ns"):
-        raise GraphError(f"--link {text}: a device profile's link is in bytes per ns, and graph '{graph.name}' "
+        raise GraphError(f"{given} {text}: a device profile's link is in bytes per ns, and graph '{graph.name}' "
                          f"counts memory in {units[0]} and duration in {units[1]}; give the bandwidth in its "
-                         "units instead (--link 64)")
+                         f"units instead ({given} 64)")
     return profile.transfer()
 
 

@@ -66,10 +66,15 @@ def sweep(config: Path, output: Path | None, workers: int | None, executor: str 
         pending, skipped = plan(cfg, resume)
         traced = (f"; {len(cfg.pending)} of the graphs are PyTorch models, traced (running their code) when the "
                   "sweep starts, and their budgets checked then" if cfg.pending else "")
-        out.print(f"{config}: ok; {cfg.planned_runs} runs ({len(cfg.graphs) + len(cfg.pending)} graphs, "
+        out.print(f"{config}: ok; {cfg.planned_runs} runs ({cfg.planned_graphs} graphs, "
                   f"{len(cfg.methods)} methods), {skipped} already in {cfg.output}, "
                   f"{len(pending) + cfg.planned_runs - len(cfg.runs)} to run; time limit {cfg.time_limit:g} s "
                   f"(+{cfg.grace:g} s grace) per run{traced}", markup=False, highlight=False)
+        if cfg.links:
+            from remat_bench.app.sweep.links import variants_note
+
+            out.print(variants_note([g.name for g in cfg.graphs], cfg.links, len(cfg.pending)), markup=False,
+                      highlight=False)
         if cfg.replay is not None:
             from remat_bench.app.sweep.replays import NO_TORCH_GRAPH, torch_graphs
 

@@ -25,12 +25,22 @@ limit, repeats and seeds, the executor and the output folder::
     budgets: [0.9, 0.8, 70%, min]
     seeds: [0, 1]                     # passed to methods that declare a `seed` parameter
     repeats: 1
+    links: [x8, /8]                   # each graph once per host link (optional; as --link takes them)
+
+``links:`` runs every graph (files, generated graphs, ``torch:`` graphs once
+traced) once per host link, as ``--link`` gives it: a device profile, ``x8`` or
+``/8`` (the graph's own link 8 times faster or slower), a bandwidth in the
+graph's units (``"10,5"``: device-to-host, host-to-device), or ``none``. Each is
+a graph of its own, named ``<graph>@<link>`` and written with the generated
+graphs (`remat_bench.app.sweep.links`); without ``links:`` each graph keeps
+the link it has.
 
 Everything is checked before any run starts, and each problem is one
 `ConfigError` sentence naming the file and the line: an unknown key, an unset
 environment variable, a missing graph file, an unknown graph name or a glob
 matching none, an unknown or unavailable method, an unknown or mistyped
-parameter, a budget that does not parse against one of the graphs. Line
+parameter, a budget that does not parse against one of the graphs, a link
+that does not apply to one of them (``torch:`` graphs: once traced). Line
 numbers come from the YAML node tree (`yaml.compose`), which keeps every
 node's position.
 
@@ -57,6 +67,7 @@ import yaml
 from remat_bench.app.evaluate import PIPELINE_PARAMS, parse_method_params
 from remat_bench.app.sweep.document import Document, quote
 from remat_bench.app.sweep.graph_entries import GraphEntry, build_graphs, check_generated_nodes, read_graph_entries
+from remat_bench.app.sweep.links import check_link_texts, with_links
 from remat_bench.app.sweep.runs import (
     PLACEHOLDER,
     GraphSource,
@@ -71,7 +82,7 @@ from remat_bench.core.budget import parse_size
 from remat_bench.core.errors import MethodError
 
 TOP_KEYS = ("name", "description", "output", "graphs", "methods", "budgets", "time_limit", "grace",
-            "memory_limit", "repeats", "seeds", "executor", "address", "workers", "replay")
+            "memory_limit", "repeats", "seeds", "executor", "address", "workers", "replay", "links")
 METHOD_KEYS = ("name", "params")
 EXECUTORS = ("local", "dask")
 DEFAULT_TIME_LIMIT = 300.0
@@ -140,8 +151,10 @@ def load_config(path: str | Path, *, output: str | Path | None = None,
     budget_nodes = doc.items(top["budgets"][1], "budgets")
     budgets = [_budget_text(doc, node) for node in budget_nodes]
     entries = read_graph_entries(doc, top["graphs"][1], env)
-    _check_size(doc, top, entries, budgets, grids, settings)
+    links, link_lines = _links(doc, top)
+    _check_size(doc, top, entries, budgets, grids, settings, len(links))
     loaded, pending = build_graphs(doc, entries, out_dir / "graphs")
+    loaded = with_links(doc.path, loaded, links, link_lines, out_dir / "graphs")
     graphs = with_floors(doc.path, loaded, [n.start_mark.line + 1 for n in budget_nodes], budgets)
 
     def expand(sources: list[GraphSource]) -> list[RunSpec]:
@@ -158,7 +171,26 @@ def load_config(path: str | Path, *, output: str | Path | None = None,
         budget_lines=[n.start_mark.line + 1 for n in budget_nodes], grids=grids,
         runs_per_graph=len(expand([PLACEHOLDER])),
         replay=_replay_settings(doc, top["replay"][1]) if "replay" in top else None,
+        links=links, link_lines=link_lines,
     )
+
+
+def _links(doc: Document, top: dict[str, tuple[yaml.Node, yaml.Node]]) -> tuple[list[str], list[int]]:
+    """``links:`` as written (none: no key, or no value), each item's line; texts no graph takes refused."""
+    if "links" not in top or doc.value(top["links"][1]) is None:
+        return [], []
+    links: list[str] = []
+    lines: list[int] = []
+    for node in doc.items(top["links"][1], "links"):
+        if not isinstance(node, yaml.ScalarNode) or node.value.strip() == "":
+            raise doc.error(node, "a link must be a single value such as x8, /8, h100-pcie, '64,32' or none")
+        text = node.value.strip()  # as written, as budgets are: it names the graph (<graph>@<link>)
+        if text in links:
+            raise doc.error(node, f"link {quote(text)} appears twice in 'links'")
+        links.append(text)
+        lines.append(node.start_mark.line + 1)
+    check_link_texts(doc.path, links, lines)
+    return links, lines
 
 
 @dataclass
@@ -266,10 +298,11 @@ def _output_folder(doc: Document, top: dict[str, tuple[yaml.Node, yaml.Node]], o
 
 
 def _check_size(doc: Document, top: dict[str, tuple[yaml.Node, yaml.Node]], entries: list[GraphEntry],
-                budgets: list[str], grids: list[MethodGrid], settings: _Settings) -> None:
+                budgets: list[str], grids: list[MethodGrid], settings: _Settings, links: int) -> None:
     """Refuse, before any graph is built or run listed, a sweep of more than `MAX_RUNS` runs, or generated
-    graphs of more than `MAX_SWEEP_NODES` nodes together (`check_generated_nodes`)."""
-    graphs = sum(entry.count for entry in entries)
+    graphs of more than `MAX_SWEEP_NODES` nodes together (`check_generated_nodes`); ``links`` graphs of
+    each entry's (one when 0)."""
+    graphs = sum(entry.count for entry in entries) * max(1, links)
     cells = sum(grid.count(settings.seeds) for grid in grids)
     factors = {"graphs": graphs, "budgets": len(set(budgets)), "methods": cells, "repeats": settings.repeats}
     runs = math.prod(factors.values())

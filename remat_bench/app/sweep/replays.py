@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from remat_bench.app.sweep.keys import row_key
-from remat_bench.app.sweep.runs import ReplaySettings, SweepConfig
+from remat_bench.app.sweep.runs import GraphSource, ReplaySettings, SweepConfig
 from remat_bench.app.sweep.worker import SWEEP_FAULT
 from remat_bench.core.errors import RematBenchError
 from remat_bench.core.outcome import Termination
@@ -152,8 +152,13 @@ def torch_graphs(config: SweepConfig) -> int:
     -------
     int
     """
-    files = sum(_imported_from_torch(source.path) for source in config.graphs if source.generated is None)
-    return len(config.pending) + files
+    def from_torch(source: GraphSource) -> bool:
+        if source.generated is None:
+            return _imported_from_torch(source.path)
+        meta = source.generated.metadata.get("torch")  # a graph file with a link of the config's (`links:`)
+        return isinstance(meta, dict) and "spec" in meta
+
+    return len(config.pending) * max(1, len(config.links)) + sum(map(from_torch, config.graphs))
 
 
 def replay_row(row: dict[str, Any], output: Path, settings: ReplaySettings) -> dict[str, Any]:

@@ -36,6 +36,7 @@ COLUMNS: dict[str, str] = {
     "graph": "string",
     "graph_sha256": "string",
     "graph_path": "string",
+    "link": "string",  # the graph's host link: its transfer's source (a sweep's `links:` item), else empty
     "nodes": "Int64",
     "edges": "Int64",
     "method": "string",

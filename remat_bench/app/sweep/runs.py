@@ -43,6 +43,7 @@ class GraphSource:
     baseline_peak: Any = field(default=None, compare=False)
     below_floor: tuple[str, ...] = field(default=(), compare=False)
     memory_unit: str = field(default="", compare=False)  # the graph's, for sizes in messages
+    link: str = field(default="", compare=False)  # the results table's `link` column (`link_text`)
 
     @classmethod
     def of(cls, graph: Graph, path: Path, line: int, generated: bool = False) -> GraphSource:
@@ -64,7 +65,25 @@ class GraphSource:
         GraphSource
         """
         return cls(name=graph.name, path=path, sha256=graph.sha256, nodes=graph.n, edges=graph.num_edges,
-                   line=line, generated=graph if generated else None)
+                   line=line, generated=graph if generated else None, link=link_text(graph))
+
+
+def link_text(graph: Graph) -> str:
+    """What the results table's ``link`` column says of a graph's host link: where its figures come from (the
+    transfer's ``source``), else its bandwidth each way (``10,5``); empty for a graph without one.
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    str
+    """
+    transfer = graph.transfer
+    if transfer is None:
+        return ""
+    return transfer.source or f"{transfer.device_to_host.bandwidth:g},{transfer.host_to_device.bandwidth:g}"
 
 
 @dataclass(frozen=True)
@@ -85,6 +104,7 @@ class RunSpec:
     time_limit: float
     grace: float
     memory_limit: int | None
+    link: str = ""  # the graph's host link, as the results table's `link` column says it (`link_text`)
 
     @property
     def key(self) -> tuple:
@@ -130,11 +150,20 @@ class SweepConfig:
     runs_per_graph: int = 0
     # Replay the schedules of graphs imported from PyTorch once the runs are done (``replay:``); None: do not.
     replay: ReplaySettings | None = None
+    # ``links:`` as written, and the config's line of each (`remat_bench.app.sweep.links`): every graph runs
+    # once per link; empty: each graph with the link it has.
+    links: list[str] = field(default_factory=list)
+    link_lines: list[int] = field(default_factory=list)
+
+    @property
+    def planned_graphs(self) -> int:
+        """Every graph of the sweep, those the ``torch:`` graphs still to be traced will make included."""
+        return len(self.graphs) + len(self.pending) * max(1, len(self.links))
 
     @property
     def planned_runs(self) -> int:
         """Every run of the sweep, those of the ``torch:`` graphs still to be traced included."""
-        return len(self.runs) + len(self.pending) * self.runs_per_graph
+        return len(self.runs) + len(self.pending) * max(1, len(self.links)) * self.runs_per_graph
 
 
 @dataclass(frozen=True)
@@ -320,5 +349,5 @@ def expand_runs(graphs: list[GraphSource], *, budgets: list[str], grids: list[Me
                             run_id=run_id(key), graph=source.name, graph_sha256=source.sha256,
                             graph_path=str(source.path), nodes=source.nodes, edges=source.edges,
                             method=grid.name, params=params, budget_text=budget, seed=seed, repeat=repeat,
-                            time_limit=time_limit, grace=grace, memory_limit=memory_limit))
+                            time_limit=time_limit, grace=grace, memory_limit=memory_limit, link=source.link))
     return list(runs.values())

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from remat_bench.app.sweep.document import error_at
+from remat_bench.app.sweep.links import with_links
 from remat_bench.app.sweep.runs import GraphSource, SweepConfig, expand_runs, with_floors
 from remat_bench.core.errors import RematBenchError
 from remat_bench.core.files import safe_name
@@ -25,8 +26,10 @@ def trace_torch_graphs(config: SweepConfig, note: Callable[[str], None] | None =
     """The config with its ``torch:`` graphs traced (`trace_model`) and their runs added.
 
     Runs the code of each model: a sweep calls it when it starts, never when a config is only read or
-    checked (``--dry-run``). Refuses, as a `ConfigError` naming the config's line, a model that cannot
-    be traced, and a budget that does not parse against a traced graph.
+    checked (``--dry-run``). With ``links:``, each traced graph becomes one graph per link
+    (`remat_bench.app.sweep.links.with_links`). Refuses, as a `ConfigError` naming the config's line, a model
+    that cannot be traced, a link that does not apply to a traced graph, and a budget that does not parse
+    against a traced graph.
 
     Parameters
     ----------
@@ -45,7 +48,8 @@ def trace_torch_graphs(config: SweepConfig, note: Callable[[str], None] | None =
     Raises
     ------
     ConfigError
-        A model that cannot be traced, or a budget that does not parse against its graph, naming the line.
+        A model that cannot be traced, a link that does not apply to its graph, or a budget that does not parse
+        against it, naming the line.
     """
     if not config.pending:
         return config
@@ -63,11 +67,12 @@ def trace_torch_graphs(config: SweepConfig, note: Callable[[str], None] | None =
         for w in caught:  # costs not measured as asked (the step does not fit here)
             if note is not None and issubclass(w.category, CostWarning):
                 note(f"warning: {w.message}")
-        if graph.sha256 in known:
-            continue
-        known.add(graph.sha256)
         path = config.output / "graphs" / f"{safe_name(graph.name)}-{graph.sha256[:8]}.json"
-        traced.append((GraphSource.of(graph, path, pending.line, generated=True), graph))
+        own = [(GraphSource.of(graph, path, pending.line, generated=True), graph)]
+        for source, built in with_links(config.path, own, config.links, config.link_lines, config.output / "graphs"):
+            if source.sha256 not in known:
+                known.add(source.sha256)
+                traced.append((source, built))
     added = with_floors(config.path, traced, config.budget_lines, config.budgets)
     runs = expand_runs(added, budgets=config.budgets, grids=config.grids, seeds=config.seeds,
                        repeats=config.repeats, time_limit=config.time_limit, grace=config.grace,
