@@ -245,7 +245,16 @@ class Auto(Method):
     @classmethod
     def may_offload(cls, graph: Graph) -> bool:
         """On a graph with a host link, where a member may offload (`Method.offloads`), auto's schedules may
-        too: it is then judged by the offload bound, and aims at it, rather than at the any-order bound."""
+        too: it is then judged by the offload bound, and aims at it, rather than at the any-order bound.
+
+        Parameters
+        ----------
+        graph : Graph
+
+        Returns
+        -------
+        bool
+        """
         if graph.transfer is None:
             return False
         return any(get_method(name).offloads for name, _ in _roster())

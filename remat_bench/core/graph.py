@@ -76,7 +76,18 @@ class Link:
     latency: float = 0.0
 
     def copy_time(self, memory: Number) -> float:
-        """The time one copy of ``memory`` units takes over this direction."""
+        """The time one copy of ``memory`` units takes over this direction.
+
+        Parameters
+        ----------
+        memory : Number
+            The copied value's size, in the graph's memory units.
+
+        Returns
+        -------
+        float
+            ``latency + memory / bandwidth``, in the graph's duration units.
+        """
         return self.latency + memory / self.bandwidth
 
 
@@ -89,7 +100,13 @@ class Transfer:
     source: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        """As the graph file's ``transfer`` field writes it."""
+        """As the graph file's ``transfer`` field writes it.
+
+        Returns
+        -------
+        dict
+            ``device_to_host`` and ``host_to_device`` (``bandwidth``, ``latency``), and ``source`` when there is one.
+        """
         out: dict[str, Any] = {
             "device_to_host": {"bandwidth": _as_number(self.device_to_host.bandwidth),
                                "latency": _as_number(self.device_to_host.latency)},
@@ -101,7 +118,18 @@ class Transfer:
         return out
 
     def scaled(self, factor: float) -> Transfer:
-        """Both directions' bandwidth times ``factor`` (latencies kept): a sweep's "8x lower / higher"."""
+        """Both directions' bandwidth times ``factor`` (latencies kept): a sweep's "8x lower / higher".
+
+        Parameters
+        ----------
+        factor : float
+            Positive.
+
+        Returns
+        -------
+        Transfer
+            Its source says the factor (``device profile h100-pcie x8``).
+        """
         return Transfer(Link(self.device_to_host.bandwidth * factor, self.device_to_host.latency),
                         Link(self.host_to_device.bandwidth * factor, self.host_to_device.latency),
                         f"{self.source} x{factor:g}" if self.source else f"x{factor:g}")
