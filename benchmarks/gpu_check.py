@@ -24,6 +24,14 @@ the device profile matching the GPU's name (`profile_for`; nothing timed).
 Both graphs have the same nodes, so each schedule is simulated on both: the
 calibrated prediction and the profile's, beside the measured overhead.
 
+Per model, one plan that moves values is replayed too: the baseline with
+every forward value the backward reads sent to the host between the passes
+(`remat_bench.torch.moves.save_on_cpu_plan`), over the graph's host link
+(measured with pinned copies on CUDA; on the CPU stand-in the roofline
+profile's data-sheet link): its copies on two side streams, its measured
+device peak against the simulated one, its gradients against autograd's,
+its host peaks and its measured overhead against the modelled one.
+
 Per model, method and budget the outputs hold the simulated peak, the
 measured peak (allocated, on the simulator's footing) and the CUDA caching
 allocator's reserved peak, the modelled overheads (calibrated and roofline),
@@ -69,7 +77,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from remat_bench.app.pipeline import run
-from remat_bench.core.baseline import baseline
+from remat_bench.core.baseline import baseline, baseline_schedule
 from remat_bench.core.errors import MethodError, RematBenchError
 from remat_bench.core.files import atomic_write_text
 from remat_bench.core.graph import Graph
@@ -78,6 +86,7 @@ from remat_bench.methods import BUILTIN, get_method
 from remat_bench.torch import replay as replay_module
 from remat_bench.torch import train as train_module
 from remat_bench.torch.importer import import_model, program_for_graph
+from remat_bench.torch.moves import save_on_cpu_plan
 from remat_bench.torch.program import Program
 from remat_bench.torch.replay import replay
 from remat_bench.torch.train import train
@@ -601,6 +610,45 @@ def replay_row(graph: Graph, schedule: Any, device: torch.device, profile_overhe
     return row
 
 
+# What an offload plan's replay adds to `REPLAY_FIELDS`.
+OFFLOAD_FIELDS = ("measured_host_peak", "simulated_host_peak", "offloads", "reloads")
+
+
+def offload_row(graph: Graph, roof: Graph, device: torch.device) -> dict[str, Any]:
+    """Replay the baseline with every saved forward value sent to the host between the passes
+    (`save_on_cpu_plan`), against the baseline: peaks, host peaks, outputs, overheads.
+
+    Parameters
+    ----------
+    graph, roof : Graph
+        The calibrated graph and the roofline one (`import_case`); the calibrated graph's own host link is
+        used, else the roofline's (its data sheet's, in the same units).
+    device : torch.device
+
+    Returns
+    -------
+    dict
+        `REPLAY_FIELDS`, `OFFLOAD_FIELDS`, ``link`` (the host link, as a graph file writes it), the simulated
+        ``wait`` and ``to_host`` (bytes), ``peak_error_bytes`` and ``reserved_peak`` (CUDA only); or only
+        ``note`` when neither graph has a link in the calibrated graph's units.
+    """
+    transfer = graph.transfer
+    if transfer is None and graph.units.get("duration") == roof.units.get("duration"):
+        transfer = roof.transfer
+    if transfer is None:
+        return {"note": "no host link in the graph's units to model the copies with"}
+    moving = graph.with_transfer(transfer)
+    plan = save_on_cpu_plan(moving, baseline_schedule(moving))
+    sim = simulate(moving, plan)
+    result, reserved = reserved_peak(device, lambda: replay(moving, plan, str(device), repeats=PAIRS, precision=0,
+                                                            max_pairs=PAIRS))
+    data = result.to_json()
+    row = {key: data.get(key) for key in (*REPLAY_FIELDS, *OFFLOAD_FIELDS)}
+    row.update(link=transfer.to_dict(), wait=sim.wait, to_host=sim.to_host,
+               peak_error_bytes=int(result.measured_peak - result.simulated_peak), reserved_peak=reserved)
+    return row
+
+
 def train_row(graph: Graph, schedule: Any, device: torch.device, steps: int,
               with_eager: bool) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """A few training steps with the schedule (exact mode), and with eager autograd when asked.
@@ -762,8 +810,8 @@ def check_model(case: Case, setting: Setting, deadline: float) -> dict[str, Any]
     Returns
     -------
     dict
-        The model's record: how it was imported, its baseline three ways, one row per method and budget, what
-        was skipped, and the error that stopped it, if any.
+        The model's record: how it was imported, its baseline three ways, one row per method and budget, the
+        offload plan's replay (`offload_row`), what was skipped, and the error that stopped it, if any.
     """
     record: dict[str, Any] = {"label": case.label, "model": case.model, "options": case.options,
                               "note": case.note, "runs": [], "skipped": []}
@@ -783,6 +831,15 @@ def check_model(case: Case, setting: Setting, deadline: float) -> dict[str, Any]
     record["runs"] = [row for row, _ in runs]
     with objects_frozen():
         eager = measure_all(graph, case.label, runs, setting, deadline, record["skipped"])
+        if deadline - time.monotonic() < 1.0:
+            record["skipped"].append(f"offload plan of {case.label}: out of time")
+        else:
+            setting.say(f"replay {case.label}'s offload plan")
+            try:
+                record["offload"] = offload_row(graph, roof, setting.device)
+            except Exception as exc:  # recorded, never lost
+                record["offload"] = {"error": _failure(exc)}
+            _settle(setting.device)
     replayed = [r["replay"]["baseline_step_time_s"] for r in record["runs"]
                 if r.get("replay") and r["replay"].get("baseline_step_time_s") is not None]
     record["baseline"].update(
@@ -842,6 +899,34 @@ def run_cells(row: dict[str, Any]) -> list[str]:
             _n(tr.get("reserved_peak")), _ms(tr.get("median_step_time_s")), note.replace("|", "/")]
 
 
+OFFLOAD_COLUMNS = ("offloads", "simulated peak", "measured peak", "measured - simulated", "reserved peak (replay)",
+                   "outputs match", "host peak (simulated)", "host peak (measured)", "modelled %",
+                   "measured % [95%]", "error pts", "note")
+
+
+def offload_cells(row: dict[str, Any]) -> list[str]:
+    """The offload plan's row of a model's section.
+
+    Parameters
+    ----------
+    row : dict
+        `offload_row`'s record (or an error).
+
+    Returns
+    -------
+    list of str
+        The cells of `OFFLOAD_COLUMNS`; ``-`` where nothing was measured.
+    """
+    match = row.get("outputs_match")
+    note = row.get("error") or row.get("note") or ""
+    return [_n(row.get("offloads")), _n(row.get("simulated_peak")), _n(row.get("measured_peak")),
+            _n(row.get("peak_error_bytes")), _n(row.get("reserved_peak")),
+            "-" if match is None else ("yes" if match else "NO"), _n(row.get("simulated_host_peak")),
+            _n(row.get("measured_host_peak")), _pct(row.get("modelled_overhead_pct")),
+            _interval(row) if "measured_overhead_pct" in row else "-", _pct(row.get("overhead_error_pts")),
+            note.replace("|", "/")]
+
+
 def _table(columns: tuple[str, ...] | list[str], rows: list[list[str]]) -> list[str]:
     """A Markdown table, and the blank line after it."""
     return ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns),
@@ -886,6 +971,14 @@ def model_markdown(record: dict[str, Any], profile: str) -> list[str]:
         ["eager training peak (bytes)", _n(eager.get("measured_peak"))],
     ])
     lines += _table(list(RUN_COLUMNS), [run_cells(row) for row in record["runs"]])
+    if "offload" in record:
+        link = record["offload"].get("link")
+        said = "" if link is None else (
+            f" over a link of {link['device_to_host']['bandwidth']:.3g} / {link['host_to_device']['bandwidth']:.3g} "
+            f"bytes per {unit} ({link.get('source', 'no source')})")
+        lines += [f"Offload plan (`save_on_cpu_plan`: every saved activation to the host between the passes){said}:",
+                  ""]
+        lines += _table(list(OFFLOAD_COLUMNS), [offload_cells(record["offload"])])
     lines += [f"- skipped: {what}" for what in record["skipped"]]
     return [*lines, ""] if record["skipped"] else lines
 

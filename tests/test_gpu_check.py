@@ -266,3 +266,19 @@ def test_an_interrupt_keeps_what_was_done(tmp_path: Path, monkeypatch: pytest.Mo
     report = json.loads((tmp_path / gpu_check.JSON_NAME).read_text())
     assert report["interrupted"] is True and [m["label"] for m in report["models"]] == ["resnet50"]
     assert "interrupted" in (tmp_path / gpu_check.MARKDOWN_NAME).read_text().splitlines()[2]
+
+
+def test_the_offload_plan_is_replayed_with_the_simulated_peaks_and_autograds_gradients(
+        checked: tuple[int, dict[str, Any], str]) -> None:
+    _, report, text = checked
+    for model in report["models"]:
+        row = model["offload"]
+        assert row["offloads"] == row["reloads"] > 0 and row["outputs_match"] is True
+        assert row["measured_host_peak"] == row["simulated_host_peak"] == row["to_host"] > 0
+        assert row["link"]["source"].startswith("device profile h100")  # the roofline profile's link, borrowed
+        assert row["pairs"] == gpu_check.PAIRS and row["reserved_peak"] is None
+        assert row["overhead_error_pts"] == pytest.approx(row["measured_overhead_pct"] - row["modelled_overhead_pct"])
+    resnet, llama = report["models"]
+    assert resnet["offload"]["peak_error_bytes"] == 0
+    assert abs(llama["offload"]["peak_error_bytes"]) <= 8  # the 4-byte constant of test_cpu_peaks_equal_...
+    assert text.count("Offload plan (`save_on_cpu_plan`") == 2
