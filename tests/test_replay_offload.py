@@ -12,15 +12,19 @@ from tests.needs_torch import torch  # first: torch, or a failure saying how to 
 
 import contextlib
 import functools
+import json
 import weakref
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from remat_bench.app.cli import main
 from remat_bench.core.baseline import baseline, baseline_schedule
 from remat_bench.core.errors import ScheduleError
 from remat_bench.core.graph import Link, Transfer
-from remat_bench.core.schedule import OFFLOAD, RELOAD, Schedule
+from remat_bench.core.graph_io import save_graph
+from remat_bench.core.schedule import OFFLOAD, RELOAD, Schedule, save_schedule
 from remat_bench.core.simulate import simulate
 from remat_bench.torch import replay as replay_module
 from remat_bench.torch.compiled import compiled_plan
@@ -165,6 +169,25 @@ def test_multi_output_values_and_dropout_masks_come_back_whole():
     result = replay(g, plan, "cpu", timing_run=False)
     assert result.outputs_match and result.max_abs_diff == 0.0
     assert result.measured_peak == result.simulated_peak
+
+
+def test_cli_replay_prints_the_copies_and_host_peaks(tmp_path):
+    g = with_link(mlp(), 100.0)
+    plan = save_on_cpu_plan(g, baseline_schedule(g))
+    sim = simulate(g, plan)
+    save_graph(g, tmp_path / "g.json")
+    save_schedule(plan, g, tmp_path / "s.json")
+    args = ["replay", str(tmp_path / "g.json"), str(tmp_path / "s.json"), "--device", "cpu", "--precision", "0",
+            "--repeats", "1"]
+    r = CliRunner().invoke(main, [*args, "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["measured_peak"] == data["simulated_peak"] == sim.peak and data["outputs_match"] is True
+    assert (data["measured_host_peak"], data["simulated_host_peak"]) == (sim.host_peak, sim.host_peak)
+    assert (data["offloads"], data["reloads"]) == (sim.offloads, sim.reloads)
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert f"{sim.offloads} offloads, {sim.reloads} reloads; host peak" in " ".join(r.output.split())
 
 
 # ---------------------------------------------------------------------- train, exact mode

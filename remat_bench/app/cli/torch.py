@@ -192,6 +192,10 @@ def _replayed(g: Graph, r: Any) -> Table:
                                                f"{r.max_rel_diff:.3g}; tolerance rtol 1e-5, atol 1e-6)"))
     rows += _timing_rows(r, unit)
     rows.append(("steps", f"{r.steps} ({r.computes} computes, {r.recomputations} recomputations)"))
+    if r.measured_host_peak is not None:
+        rows.append(("copies", f"{r.offloads} offloads, {r.reloads} reloads; host peak "
+                               f"{format_amount(r.measured_host_peak, unit)} held (simulated "
+                               f"{format_amount(r.simulated_host_peak, unit)})"))
     rows.append(("measured by", r.measurement))
     if r.note:
         rows.append(("note", r.note))
