@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remat_bench.core.baseline import baseline, baseline_schedule
+from remat_bench.core.budget import memory_floor
 from remat_bench.core.graph import Graph, Link, Node, Transfer
 from remat_bench.core.simulate import simulate
 from remat_bench.methods import get_method
@@ -155,13 +156,31 @@ def test_without_backward_nodes_every_held_value_is_offloaded():
             "free c", "reload a", "compute h", "free e", "compute d", "free a", "free h"]
 
 
-@settings(max_examples=60, deadline=None)
-@given(dags(min_nodes=2, max_nodes=8, training=True, workspace=True), st.data(),
-       st.sampled_from([FAST, SLOW, Transfer(Link(3.0, 1.0), Link(1.5, 2.0))]))
-def test_a_schedule_found_is_valid_and_within_the_budget(g, data, transfer):
-    g = g.with_transfer(transfer)
-    peak = baseline(g).peak
-    budget = data.draw(st.integers(max(1, peak // 3), max(1, peak)))
+@st.composite
+def training_chains(draw, max_depth: int = 6) -> Graph:
+    """A forward chain f0..f(k-1), a loss, and gradients g(k-1)..g0, each reading the gradient before it, the
+    forward value before f_i (f0 for g0) and perhaps one more forward value: every forward value is held
+    from the forward pass into the backward one, across gaps of several computations."""
+    k = draw(st.integers(2, max_depth))
+    size, time = st.integers(1, 10), st.integers(1, 10)
+    nodes = [Node(f"f{i}", (f"f{i - 1}",) if i else (), draw(size), draw(time)) for i in range(k)]
+    nodes.append(Node("loss", (f"f{k - 1}",), 1, draw(time), kind="backward"))
+    grad = "loss"
+    for i in reversed(range(k)):
+        extra = draw(st.lists(st.sampled_from([f"f{j}" for j in range(k)]), max_size=1))
+        reads = {grad, f"f{max(i - 1, 0)}", *extra}
+        nodes.append(Node(f"g{i}", tuple(sorted(reads)), draw(size), draw(time), kind="backward"))
+        grad = f"g{i}"
+    return Graph(nodes, name="training-chain")
+
+
+LINKS = st.sampled_from([FAST, SLOW, Transfer(Link(20.0), Link(20.0)), Transfer(Link(2.0, 0.5), Link(1.0, 0.5)),
+                         Transfer(Link(3.0, 1.0), Link(1.5, 2.0))])
+
+
+def found_valid_within(g: Graph, budget: int) -> None:
+    """Each method's schedule, whenever it says it found one, is valid and within ``budget``; offload-hide's
+    computations never wait."""
     for cls in (OffloadHide, OffloadAll):
         result = cls().solve(g, budget, None)
         if result.solution_status.found_schedule:
@@ -169,5 +188,27 @@ def test_a_schedule_found_is_valid_and_within_the_budget(g, data, transfer):
             assert sim.valid, sim.violation
             assert sim.peak <= budget
             assert result.objective == sim.duration
+            if cls is OffloadHide:  # it keeps only the copies the computations hide
+                assert sim.wait <= 1e-9 * sim.duration
         else:
             assert result.schedule is None and result.message
+
+
+def budgets(g: Graph) -> st.SearchStrategy[int]:
+    """From the memory floor (no schedule that keeps or recomputes goes below it) to the baseline peak."""
+    peak = baseline(g).peak
+    return st.integers(min(memory_floor(g).amount, peak), peak)
+
+
+@settings(max_examples=60, deadline=None)
+@given(dags(min_nodes=2, max_nodes=10, training=True, workspace=True), st.data(), LINKS)
+def test_on_random_training_graphs_a_schedule_found_is_valid_and_within_the_budget(g, data, transfer):
+    g = g.with_transfer(transfer)
+    found_valid_within(g, data.draw(budgets(g)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(training_chains(), st.data(), LINKS)
+def test_on_random_training_chains_a_schedule_found_is_valid_and_within_the_budget(g, data, transfer):
+    g = g.with_transfer(transfer)
+    found_valid_within(g, data.draw(budgets(g)))
