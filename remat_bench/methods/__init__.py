@@ -42,6 +42,7 @@ BUILTIN: dict[str, str] = {
     "policy": "remat_bench.methods.policy:Policy",
     "torch-budget": "remat_bench.methods.torch_budget:TorchBudget",
     "rotor": "remat_bench.methods.rotor:Rotor",
+    "rotor-offload": "remat_bench.methods.rotor_offload:RotorOffload",
     "offload-hide": "remat_bench.methods.offload_hide:OffloadHide",
     "offload-all": "remat_bench.methods.offload_all:OffloadAll",
 }

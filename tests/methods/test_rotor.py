@@ -19,7 +19,8 @@ from remat_bench.generators import ForwardOp, chain, training_graph
 from remat_bench.generators.architectures import transformer
 from remat_bench.methods.base import Role
 from remat_bench.methods.chen import Chen
-from remat_bench.methods.rotor import Rotor, build_stages, decompositions
+from remat_bench.methods.rotor import Rotor
+from remat_bench.methods.rotor_dp import build_stages, decompositions
 from tests.bruteforce import any_order_optimum, staged_optimum
 from tests.helpers import make_graph
 

@@ -17,7 +17,8 @@ from remat_bench.app.cli import main
 SMALL = "chain-16-train"  # 33 nodes, training: every method but policy and torch-budget applies
 HARD = "torch-resnet50-b4"  # 619 nodes: the exact methods cannot even build their models in a second
 NOT_APPLICABLE = {"policy", "torch-budget"}  # no aten operators or PyTorch model behind the chain
-NOT_APPLICABLE |= {"offload-hide", "offload-all"}  # the chain has no host link ('transfer') to offload over
+# The chain has no host link ('transfer') to offload over.
+NOT_APPLICABLE |= {"offload-hide", "offload-all", "rotor-offload"}
 
 # At a limit long enough for every method to end on its own on the small graph at 0.8.
 LONG = {
