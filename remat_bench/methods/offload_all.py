@@ -7,18 +7,23 @@ the baseline schedule (every node once in input order; nothing is recomputed):
 1. **Offload everything** (`offload_everything`). Every gap (`remat_bench.toolkit.offload.held_gaps`:
    a value held across computations that do not read it) whose value is a forward value and whose
    reader a backward node (``scope=activations``; on a graph without backward nodes, and with
-   ``scope=all``, every gap) gets an offload right after its earlier step. The reloads are placed
-   one after another in the order of their readers: each at the latest computation from which its
-   copy in ends before the reader is issued (just in time, given what the engines carry:
-   `OffloadPlan.hidden_reload`), or, where no computation hides it, right before its reader (the value
-   is away the longest; the reader waits). A simulated peak above the budget is ``no_solution``, with
-   the peak reached.
-2. **Bring back** (`bring_back`). The moves are undone one at a time, the largest value first (of
+   ``scope=all``, every gap) gets an offload right after its earlier step and a reload right before
+   its reader: each value away the longest it can be. A simulated peak above the budget is
+   ``no_solution``, with the peak reached.
+2. **Just in time** (`place_reloads`). The reloads are placed again one after another, in the order
+   of their readers: each at the latest computation from which its copy in ends by the time its
+   reader would start were nothing waiting, given what the engines carry
+   (`OffloadPlan.hidden_reload`), where the simulated peak still fits the budget; where no
+   computation hides it, it stays before its reader (the reader waits).
+3. **Bring back** (`bring_back`). The moves are undone one at a time, the largest value first (of
    equal sizes, the one with the least compute time to hide its copies first), each kept undone when
-   the simulated peak still fits the budget.
-3. **Prefetch** (`prefetch`). Each reload its reader still waits for is moved to the earliest
+   the simulated peak still fits the budget; then the reloads left are placed just in time again.
+4. **Prefetch** (`prefetch`). Each reload its reader still waits for is moved to the earliest
    computation before which the simulated peak still fits the budget (bisection over the computations
-   that start once its copy out has ended), kept there when the schedule is faster.
+   issued once its copy out has ended), kept there when the schedule is faster.
+
+Where it differs from DeepCompile: its pass decides from profiled times in the compiled graph; here
+every plan is scored by the simulator, and the order of the copies on each engine is the step order.
 
 Statuses: ``feasible`` when the peak fits; ``no_solution`` with the peak offloading everything reached
 when it does not. Never ``optimal``; no ``min``. It runs only on graphs with a host link (``transfer``).

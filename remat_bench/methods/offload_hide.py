@@ -12,19 +12,21 @@ Here, for a budget B (docs/design.md section 3, "Offload", for the model):
    (every node once in input order); below it, the input order with its memory peaks shaved to B'
    (`remat_bench.toolkit.improve.shaved_order`, the ``shave`` method's schedule: a recomputation
    inserted wherever memory peaks, those not needed undone; it answers every B', above it where it
-   cannot shave further), each value freed after its last use.
+   cannot shave further), each value freed after its last use. It comes from the toolkit: methods do
+   not run one another.
 2. **Offloads it hides** (`hide`). Its gaps (`remat_bench.toolkit.offload.held_gaps`: a value held
    across computations that do not read it) are ranked by recompute cost per byte, the highest
    first. While the simulated peak is above B, the first gap in that order whose copies can be hidden
    (`OffloadPlan.hidden_reload`: the offload right after the earlier step, the reload at the latest
-   computation from which the copy in still ends before the reader starts, given what the copy
-   engines already carry) and which would take its value away from a step at the peak is tried: it is
-   kept when the simulator confirms that it lowers the peak (or the number of steps at it) and that
-   computations wait at most ``max_wait`` of the schedule's duration in all; tried once either way.
+   computation from which the copy in still ends by the time the reader would start were nothing
+   waiting, given what the copy engines already carry) and which would take its value away from a
+   step at the peak is tried: it is kept when the simulator confirms that it lowers the peak (or the
+   number of steps at it) and that computations wait at most ``max_wait`` of the schedule's duration
+   in all; each gap is tried once either way.
 3. **The search over B'.** B' = the baseline peak first (no recomputation at all when the copies hide
    enough), then B' = B, then ``rounds`` bisection steps between the highest B' that fit and the
-   lowest that did not: a higher B' recomputes less, so the fastest
-   schedule sits near the highest B' the copies can bridge. The fastest schedule within B wins.
+   lowest that did not: a higher B' recomputes less, so the fastest schedule sits near the highest
+   B' the copies can bridge. The fastest schedule within B wins.
 
 Where it differs from the production rules: they decide offloads at compile time from estimated
 times; here every offload kept is one the simulator confirmed.
