@@ -174,7 +174,8 @@ class OffloadHide(Method):
         stats: dict[str, Any] = {"levels": [p.record() for p in probes]}
         if best is None:
             return MethodResult(SolutionStatus.NO_SOLUTION, solve_time_s=deadline.elapsed(), stats=stats,
-                                termination=search_ended(deadline), message=_none_fits(graph, budget, probes))
+                                termination=search_ended(deadline),
+                                message=_none_fits(graph, budget, probes, deadline.ran_out))
         sim = best.plan.sim
         stats.update(level=best.level, offloads=sim.offloads, recomputations=sim.recomputations, wait=sim.wait)
         schedule = best.plan.schedule.with_meta(method=self.name, params=params, budget=budget)
@@ -193,9 +194,9 @@ class OffloadHide(Method):
         return place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64))
 
 
-def _none_fits(graph: Graph, budget: Number, probes: list[_Probe]) -> str:
-    """The sentence for a search that found nothing within ``budget``."""
+def _none_fits(graph: Graph, budget: Number, probes: list[_Probe], cut_short: bool) -> str:
+    """The sentence for a search that found nothing within ``budget`` (``cut_short``: by the time limit)."""
     lowest = min(probes, key=lambda p: p.plan.sim.peak)
     return (f"offloading what the copies hide took the peak down to {memory_text(lowest.plan.sim.peak, graph)} at "
             f"best (from a recompute-only schedule at {memory_text(lowest.level, graph)}), above the budget "
-            f"{memory_text(budget, graph)}")
+            f"{memory_text(budget, graph)}" + ("; the time limit ran out before the search ended" if cut_short else ""))
