@@ -31,7 +31,7 @@ FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
 # Methods take these in the registry's order. Black is not among them: it is the budget line's.
 PALETTE = ("#7f7f7f", "#8c564b", "#1f77b4", "#ff7f0e", "#2ca02c", "#98df8a", "#d62728", "#9467bd",
            "#e377c2", "#17becf", "#bcbd22", "#aec7e8", "#ffbb78", "#c5b0d5", "#f7b6d2", "#c49c94", "#dbdb8d",
-           "#9edae5", "#393b79")
+           "#9edae5", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#5254a3", "#b5cf6b", "#e7969c")
 MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">", "p")
 LINESTYLES = ("-", "--", ":", "-.")
 # Reserved for lines that are not a method's (the budget).
