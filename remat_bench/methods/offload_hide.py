@@ -47,7 +47,16 @@ from remat_bench.core.budget import memory_text
 from remat_bench.core.cleanup import place_frees
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import Schedule
-from remat_bench.methods.base import Deadline, Method, MethodResult, Param, SolutionStatus, search_ended
+from remat_bench.methods.base import (
+    Deadline,
+    Membership,
+    Method,
+    MethodResult,
+    Param,
+    Role,
+    SolutionStatus,
+    search_ended,
+)
 from remat_bench.toolkit.improve import shaved_order
 from remat_bench.toolkit.offload import Move, OffloadPlan, held_gaps, host_link_missing, recompute_cost_per_byte
 
@@ -123,6 +132,8 @@ class OffloadHide(Method):
     production = True
     offloads = True
     supports_min = False
+    # A member of auto on a graph with a host link: the offloads it finds start from shave's schedules.
+    member = Membership(Role.FAST, rank=4, weight=2.0)
     search_space = "a recompute-only schedule with the offloads its computations hide"
     description = ("offload only what the copies hide, recompute the rest (XLA's host offloading, torchtitan's "
                    "greedy): hidden offloads, the costliest to recompute per byte first, over a recompute-only "

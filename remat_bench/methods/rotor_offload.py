@@ -59,7 +59,7 @@ from remat_bench.core.cleanup import place_frees
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import COMPUTE, OFFLOAD, RELOAD, Schedule, ScheduleBuilder
 from remat_bench.core.simulate import Simulation, simulate
-from remat_bench.methods.base import Deadline, MethodResult, SolutionStatus, Termination
+from remat_bench.methods.base import Deadline, Membership, MethodResult, Role, SolutionStatus, Termination
 from remat_bench.methods.rotor_dp import (
     ChainDP,
     StageModel,
@@ -423,6 +423,8 @@ class RotorOffload(ChainDP):
                     "(two stages or more) and reloaded while the backward stage at the sweep's end runs (every "
                     "copy hidden); pinned values kept")
     offloads = True
+    # A member of auto on a graph with a host link, weighing as rotor does (exact on chains in its space).
+    member = Membership(Role.FAST, rank=4, weight=3.0)
 
     @classmethod
     def skip(cls, graph: Graph, budget: Number | None) -> str | None:
