@@ -33,6 +33,7 @@ BUILTIN: dict[str, str] = {
     "shave": "remat_bench.methods.shave:Shave",
     "checkmate": "remat_bench.methods.checkmate:Checkmate",
     "checkmate-lp": "remat_bench.methods.checkmate_lp:CheckmateLP",
+    "checkmate-offload": "remat_bench.methods.checkmate_offload:CheckmateOffload",
     "moccasin": "remat_bench.methods.moccasin:Moccasin",
     "kusumoto": "remat_bench.methods.kusumoto:Kusumoto",
     "twremat": "remat_bench.methods.twremat:TWRemat",

@@ -18,7 +18,7 @@ SMALL = "chain-16-train"  # 33 nodes, training: every method but policy and torc
 HARD = "torch-resnet50-b4"  # 619 nodes: the exact methods cannot even build their models in a second
 NOT_APPLICABLE = {"policy", "torch-budget"}  # no aten operators or PyTorch model behind the chain
 # The chain has no host link ('transfer') to offload over.
-NOT_APPLICABLE |= {"offload-hide", "offload-all", "rotor-offload"}
+NOT_APPLICABLE |= {"offload-hide", "offload-all", "rotor-offload", "checkmate-offload"}
 
 # At a limit long enough for every method to end on its own on the small graph at 0.8.
 LONG = {
