@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from remat_bench.app.cli import main
 from remat_bench.core.baseline import baseline, baseline_schedule
@@ -33,7 +35,8 @@ from remat_bench.torch.importer import import_model, program_for_graph
 from remat_bench.torch.moves import CudaCopies, HostCopies, Mover, move_plan, save_on_cpu_plan
 from remat_bench.torch.replay import replay
 from remat_bench.torch.train import ScheduledStep, TrainError, train
-from tests.helpers import make_graph
+from tests.helpers import dags, make_graph
+from tests.test_simulate import valid_random_schedule
 
 # D2H: 10 units per time unit after a latency of 1; H2D: 5 units per time unit after 2 (tests/test_offload.py's).
 LINK = Transfer(Link(10.0, 1.0), Link(5.0, 2.0), "by hand")
@@ -129,6 +132,51 @@ def test_a_synthetic_replay_holds_the_copies_as_the_model_does():
     g = four(c_duration=35)
     result = replay(g, sched(g, *OUT_AND_BACK), "cpu", timing_run=False)
     assert result.measured_peak == result.simulated_peak == 160
+
+
+def test_a_value_offloaded_right_after_its_computation_is_let_go_when_its_copy_ends():
+    # a (1000 bytes, no time) out over [0, 1] and back over [1, 2]: the reload is issued at 0, while the copy
+    # out still holds a's memory (2000); b starts at 2, when a's old memory has gone (a and b: 2000).
+    g = make_graph({"a": [], "b": ["a"]}, memory=1000, duration=0, outputs=["b"],
+                   transfer=Transfer(Link(1000.0, 0), Link(1000.0, 0)))
+    s = sched(g, "compute a", "offload a", "reload a", "compute b", "free a")
+    sim = simulate(g, s)
+    assert sim.step_memory.tolist() == [1000, 1000, 2000, 2000, 1000]
+    assert replay(g, s, "cpu", timing_run=False).measured_peak == sim.peak == 2000
+
+
+@settings(max_examples=25, deadline=None)
+@given(dags(min_nodes=2, workspace=True), st.data(), st.floats(0.5, 50.0), st.floats(0.0, 5.0),
+       st.floats(0.5, 50.0), st.floats(0.0, 5.0))
+def test_any_schedule_that_moves_values_replays_with_the_simulated_device_peak(g, data, b1, l1, b2, l2):
+    """Random schedules (recomputations too) with values sent out after some computations and brought back
+    before their next reader, on random links: the replay's device peak is the simulator's, to the byte; its
+    host copies are held from their offload's step, so at least as long as the model holds them."""
+    g = g.with_transfer(Transfer(Link(b1, l1), Link(b2, l2)))
+    plain = valid_random_schedule(g, data)
+    steps: list[tuple[str, int]] = []
+    out: set[int] = set()
+    for kind, v in zip(plain.kinds.tolist(), plain.nodes.tolist()):
+        if kind == 0:
+            for u in g.op_inputs[g.op_start[v]]:
+                if u in out:
+                    steps.append(("reload", u))
+                    out.discard(u)
+            steps.append(("compute", v))
+            if not g.is_output[v] and data.draw(st.booleans()):
+                steps.append(("offload", v))
+                out.add(v)
+        elif v in out:
+            out.discard(v)  # its host copy is simply never read again
+        else:
+            steps.append(("free", v))
+    moved = Schedule.from_steps(steps)
+    sim = simulate(g, moved)
+    assert sim.valid, sim.violation
+    result = replay(g, moved, "cpu", timing_run=False)
+    assert result.measured_peak == sim.peak
+    if moved.moves:
+        assert result.measured_host_peak >= sim.host_peak
 
 
 @pytest.mark.parametrize("bandwidth", [1e9, 10.0, 0.01])

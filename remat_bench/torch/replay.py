@@ -825,6 +825,7 @@ def _synthetic_run(graph: Graph, device: torch.device,
                     torch.maximum(reduced, largest, out=reduced)
             out.fill_(reduced)
             values[v] = out
+            del out  # the value's only reference is in ``values``: a later free or offload lets it go
         if moves is not None:
             moves.finish()
         values.clear()
