@@ -29,9 +29,12 @@ Host memory. Each offload copies into a host buffer of its own, allocated
 before the run (pinned on CUDA: allocating pinned memory waits for the
 device) and kept for later runs of the same plan, so that the CPU
 allocator's running total, which the CPU's measured peak is read off, moves
-with the device's values only. The host bytes a run holds are counted as
-the model counts them (`Mover.host_peak`): each host copy from its offload's
-step until the step at or past the end of the last reload that reads it.
+with the device's values only. The host bytes a run holds are counted
+(`Mover.host_peak`) with each host copy held from its offload's step until
+the first step issued at or past the end of the last reload that reads it.
+The model holds it from its copy's start, at or after that step, to that
+end: the count is at least the simulator's host peak, and equal to it unless
+a copy out waits for its engine or its value past its step.
 """
 
 from __future__ import annotations
