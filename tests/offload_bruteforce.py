@@ -154,8 +154,17 @@ def _subsets(mask: int):
         sub = (sub - 1) & mask
 
 
+class TooLarge(Exception):
+    """The search expanded more states than it was allowed: its answer is unknown (not None)."""
+
+
+# The most states a search expands before giving up (`TooLarge`).
+MAX_STATES = 30_000
+
+
 def _search(graph: Graph, max_steps: int, budget: Number | None, by_peak: bool) -> tuple[Number, Schedule] | None:
     assert graph.n <= 6, "the brute force is for tiny graphs"
+    expanded = 0
     walk = _Walk(graph)
     first = walk.start()
     counter = itertools.count()
@@ -166,6 +175,9 @@ def _search(graph: Graph, max_steps: int, budget: Number | None, by_peak: bool) 
         if fewest.get(state, max_steps + 1) <= steps:
             continue
         fewest[state] = steps
+        expanded += 1
+        if expanded > MAX_STATES:
+            raise TooLarge(f"more than {MAX_STATES:,} states")
         if walk.done(state) and steps:
             return cost, _schedule(path)
         if steps == max_steps:
@@ -212,6 +224,11 @@ def offload_optimum(graph: Graph, budget: Number, max_steps: int) -> tuple[Numbe
     Returns
     -------
     tuple of (Number, Schedule) or None
+
+    Raises
+    ------
+    TooLarge
+        The search expanded more than `MAX_STATES` states.
     """
     found = _search(graph, max_steps, budget, by_peak=False)
     if found is None:
@@ -234,6 +251,11 @@ def offload_least_peak(graph: Graph, max_steps: int) -> tuple[Number, Schedule] 
     Returns
     -------
     tuple of (Number, Schedule) or None
+
+    Raises
+    ------
+    TooLarge
+        The search expanded more than `MAX_STATES` states.
     """
     found = _search(graph, max_steps, None, by_peak=True)
     if found is None:
