@@ -39,6 +39,7 @@ a copy out waits for its engine or its value past its step.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -142,11 +143,9 @@ def move_plan(graph: Graph, schedule: Schedule, simulation: Simulation) -> MoveP
 
 
 def _first_at(now: Sequence[float], after: int, until: float) -> int:
-    """The first step past ``after`` issued at or past ``until`` (``len(now)``: none, the end)."""
-    for s in range(after + 1, len(now)):
-        if now[s] >= until:
-            return s
-    return len(now)
+    """The first step past ``after`` issued at or past ``until`` (``len(now)``: none, the end); ``now`` never
+    decreases (a computation starts at or after the end of the one before it)."""
+    return max(after + 1, bisect.bisect_left(now, until))
 
 
 def save_on_cpu_plan(graph: Graph, schedule: Schedule) -> Schedule:
