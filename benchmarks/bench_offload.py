@@ -25,13 +25,13 @@ import time
 from dataclasses import dataclass
 
 from benchmarks.common import ROOT, Rows, console, show
+from remat_bench.app.catalog import get_method
 from remat_bench.app.pipeline import run
 from remat_bench.core.budget import parse_budget
 from remat_bench.core.errors import MethodError
 from remat_bench.core.graph import Graph
 from remat_bench.core.graph_io import load_graph
 from remat_bench.core.link import with_link
-from remat_bench.methods import get_method
 from remat_bench.toolkit.bound_cache import BoundCache
 
 LIMIT = float(os.environ.get("BENCH_OFFLOAD_LIMIT", 30))
