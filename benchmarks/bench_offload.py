@@ -7,10 +7,12 @@ measured (``--workspace none``: planning only), and kept under ``results/offload
 
 For each graph and budget (0.5 and 0.3 of the baseline peak) the recompute-only methods run once (their
 plans do not depend on the link), then, at the profile's link and at 8 times less and 8 times more
-bandwidth (``--link /8``, ``x8``), the methods that may offload. Printed: each method's overhead, the best
-plan without offload beside the best with it, the share of the recompute-only overhead that offload
-removes (Beaumont et al. 2021 report about a third on chains), the memory moved each way and the compute's
-wait, and each offloading method's gap to the offload bound (`remat_bench.toolkit.offload_bound`).
+bandwidth (``--link /8``, ``x8``), the methods that may offload. The recompute-only methods run on the
+graph without its link (auto then has no offload members). Printed: the best plan without offload beside
+the best of the methods that offload and the best with offload allowed (the better of the two), the share
+of the recompute-only overhead that offload removes (Beaumont et al. 2021 report about a third on chains),
+the offload bound; then each method that offloads beside the recompute-only method it extends, its gap to
+the offload bound (`remat_bench.toolkit.offload_bound`), the memory it copies out and the compute's wait.
 A chart of the overheads is written to ``docs/img/offload-overheads.png``.
 
 ``BENCH_OFFLOAD_LIMIT`` (seconds per run, default 30), ``BENCH_OFFLOAD_ONLY`` (``llama``, ``resnet50``).
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 
 from benchmarks.common import ROOT, Rows, console, show
 from remat_bench.app.catalog import get_method
+from remat_bench.app.evaluate import RunResult
 from remat_bench.app.pipeline import run
 from remat_bench.core.budget import parse_budget
 from remat_bench.core.errors import MethodError
@@ -39,8 +42,12 @@ ONLY = {x.strip() for x in os.environ.get("BENCH_OFFLOAD_ONLY", "").split(",") i
 BUDGETS = ("0.5", "0.3")
 LINKS = ("x1", "/8", "x8")
 GRAPHS = ROOT / "results" / "offload-graphs"
-RECOMPUTE = ("dtr", "knapsack", "rotor", "moccasin", "checkmate", "auto")
+RECOMPUTE = ("dtr", "knapsack", "shave", "rotor", "moccasin", "checkmate", "auto")
 OFFLOAD = ("offload-all", "offload-hide", "rotor-offload", "checkmate-offload", "auto")
+# Each method that may offload beside the recompute-only method it extends (offload-hide starts from
+# shave's schedules; offload-all has none: its rule never recomputes).
+PAIRS = (("shave", "offload-hide"), ("rotor", "rotor-offload"), ("checkmate", "checkmate-offload"),
+         (None, "offload-all"), ("auto", "auto"))
 
 
 @dataclass(frozen=True)
@@ -107,52 +114,57 @@ def main() -> None:
         graph = graph_of(instance)
         if graph is None:
             continue
+        plain = graph.with_transfer(None)  # recompute only: auto without its offload members
         bounds = BoundCache(str(GRAPHS / "bounds"))
         label = f"{instance.label} b{instance.batch} ({graph.n} nodes)"
         for budget in BUDGETS:
             parse_budget(budget, graph)
-            alone = {}
-            for name in recompute:
-                start = time.perf_counter()
-                alone[name] = run(graph, name, budget, time_limit=LIMIT, bounds=bounds)
-                console.print(f"  {label} {budget} {name}: {alone[name].status.value} "
-                              f"{pct(alone[name].overhead_pct)} in {time.perf_counter() - start:.1f} s")
+            alone = {name: _run(plain, name, budget, bounds, f"{label} {budget} no link") for name in recompute}
             found = {n: r for n, r in alone.items() if r.status.found_schedule}
             best_rc = min(found, key=lambda n: found[n].duration, default=None)
+            rc = found[best_rc].overhead_pct if best_rc else None
             for link in LINKS:
                 linked = with_link(graph, link)
-                moved = {}
-                for name in offload:
-                    start = time.perf_counter()
-                    moved[name] = run(linked, name, budget, time_limit=LIMIT, bounds=bounds)
-                    r = moved[name]
-                    console.print(f"  {label} {budget} {link} {name}: {r.status.value} {pct(r.overhead_pct)} "
-                                  f"in {time.perf_counter() - start:.1f} s")
-                    rows.append([label, budget, link, name, r.status.value,
-                                 pct(r.overhead_pct) if r.status.found_schedule else "-",
-                                 "-" if r.gap_pct is None else f"{r.gap_pct:.2f}",
-                                 amount(r.to_host), amount(r.to_device),
-                                 "-" if r.wait is None else f"{r.wait / 1e3:,.0f} us", f"{r.solve_time_s:.1f}"])
+                moved = {name: _run(linked, name, budget, bounds, f"{label} {budget} {link}") for name in offload}
+                for without, with_ in PAIRS:
+                    if with_ not in moved:
+                        continue
+                    r, base = moved[with_], alone.get(without) if without else None
+                    rows.append([label, budget, link, f"{without or '-'} / {with_}",
+                                 _overhead(base) if base is not None else "-", _overhead(r),
+                                 "-" if r.gap_pct is None or not r.status.found_schedule else f"{r.gap_pct:.2f}",
+                                 amount(r.to_host), "-" if r.wait is None else f"{r.wait / 1e3:,.0f} us",
+                                 f"{r.solve_time_s:.1f}"])
                 ok = {n: r for n, r in moved.items() if r.status.found_schedule}
                 best_off = min(ok, key=lambda n: ok[n].duration, default=None)
-                rc = found[best_rc].overhead_pct if best_rc else None
                 off = ok[best_off].overhead_pct if best_off else None
-                removed = (100 * (rc - off) / rc if rc and off is not None and rc > 0 else None)
+                best = min((v for v in (rc, off) if v is not None), default=None)
+                removed = 100 * (rc - best) / rc if rc and best is not None and rc > 0 else None
                 bound = next((r.lower_bound_offload for r in moved.values() if r.lower_bound_offload is not None),
                              None)
                 bound_pct = None if bound is None else 100 * (bound / alone[recompute[0]].baseline_duration - 1)
-                summary.append([label, budget, link,
-                                "-" if best_rc is None else f"{best_rc} {pct(rc)}",
-                                "-" if best_off is None else f"{best_off} {pct(off)}",
+                summary.append([label, budget, link, "-" if best_rc is None else f"{best_rc} {pct(rc)}",
+                                "-" if best_off is None else f"{best_off} {pct(off)}", pct(best),
                                 "-" if removed is None else f"{removed:.0f}%", pct(bound_pct)])
-                chart.append((instance.label, budget, link, rc, off))
+                chart.append((instance.label, budget, link, rc, best))
     show(f"Keep, recompute or offload at {LIMIT:g} s: the best plan without offload beside the best with it",
-         ["graph", "budget", "link", "best without offload", "best with offload", "overhead removed",
-          "offload bound"], summary)
-    show(f"Methods that may offload, {LIMIT:g} s each", ["graph", "budget", "link", "method", "status", "overhead",
-                                                          "gap to offload bound (points)", "to host",
-                                                          "to device", "compute waited", "s"], rows)
+         ["graph", "budget", "link", "best without offload", "best of the methods that offload",
+          "best with offload allowed", "overhead removed", "offload bound"], summary)
+    show(f"Each method without and with offload, {LIMIT:g} s each",
+         ["graph", "budget", "link", "without / with", "without", "with", "gap to offload bound (points)",
+          "to host", "compute waited", "s"], rows)
     _chart(chart)
+
+
+def _run(graph: Graph, name: str, budget: str, bounds: BoundCache, label: str) -> RunResult:
+    start = time.perf_counter()
+    r = run(graph, name, budget, time_limit=LIMIT, bounds=bounds)
+    console.print(f"  {label} {name}: {r.status.value} {_overhead(r)} in {time.perf_counter() - start:.1f} s")
+    return r
+
+
+def _overhead(r: RunResult) -> str:
+    return pct(r.overhead_pct) if r.status.found_schedule else r.status.value
 
 
 def _chart(points: list[tuple[str, str, str, float | None, float | None]]) -> None:
