@@ -139,9 +139,12 @@ def import_torch(model: str, batch: int | None, input_shape: str | None, duratio
 @click.option("--time-limit", "-t", type=SECONDS, default=RUN_TIME_LIMIT, show_default=True,
               help="Seconds for the whole replay (it runs in a child process, stopped then; one whose first "
                    "pairs say it would take longer is stopped at once).")
+@click.option("--link", metavar="LINK", default=None,
+              help="The host link the schedule was planned with, when not the graph's own (as solve --link).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def replay(graph: str, schedule: Path, device: str | None, repeats: int, precision: float, max_pairs: int,
-           threads: int | None, steps: int, no_baseline: bool, time_limit: float, as_json: bool) -> None:
+           threads: int | None, steps: int, no_baseline: bool, time_limit: float, link: str | None,
+           as_json: bool) -> None:
     """Run SCHEDULE with real tensors through PyTorch and measure the real peak and overhead.
 
     For a graph imported with `graphs import-torch`, every step runs the
@@ -153,10 +156,11 @@ def replay(graph: str, schedule: Path, device: str | None, repeats: int, precisi
     measured peak is above the budget the schedule file holds.
     """
     _require_torch("replay")
+    from remat_bench.core.link import with_link
     from remat_bench.torch.isolated import replay_isolated
     from remat_bench.torch.replay import load_schedule_for, resolve_device
 
-    g = load(graph)
+    g = with_link(load(graph), link)
     sched = load_schedule_for(g, schedule)  # refuses a schedule written for another graph
     dev = str(resolve_device(device))  # a device not here is refused before a child starts
     pairs = f"{repeats} to {max(repeats, max_pairs)}" if precision > 0 and max_pairs > repeats else f"{repeats}"
