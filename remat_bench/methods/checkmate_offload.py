@@ -47,6 +47,13 @@ stage's end and a reload from its issue. The simulated duration is then the obje
 most the model's U, up to the floating-point rounding of the copy times and HiGHS's feasibility
 tolerance; the simulator's number is the one reported.
 
+Solving. First the model without recomputation (R[t,i] = 0 for i < t), with up to half the time: every
+point of it computes each node once, the least any point does, so the first point found is optimal; it
+is a question of placing copies, which HiGHS answers far sooner than the whole model. Where it has none,
+the whole model, from the best candidate schedule it accepts (checkmate's warm start: the candidates copy
+nothing, so O = L = H = 0 and R, S, FREE and U are Checkmate's encoding); the answer is never slower than
+a candidate (``keep_best``).
+
 What this leaves out: operator implementations (each node's first, as `checkmate`), host memory limits,
 and a copy that spans stages. ``budget=min`` bisects on the budget (`least_peak_by_bisection`).
 """
@@ -55,23 +62,28 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from remat_bench.core.cleanup import place_frees
 from remat_bench.core.graph import Graph, Number
-from remat_bench.core.schedule import Schedule, ScheduleBuilder
+from remat_bench.core.schedule import COMPUTE, OFFLOAD, RELOAD, Schedule, ScheduleBuilder
 from remat_bench.methods import milp_setup
 from remat_bench.methods.base import (
     Deadline,
     Method,
     MethodResult,
+    Param,
     SolutionStatus,
+    SolveContext,
     Termination,
     cut_short,
 )
+from remat_bench.methods.candidates import KEEP_BEST, Candidate, Source, best_of, candidate_schedules, mark_used
 from remat_bench.methods.checkmate_model import (
+    CheckmateModel,
     _add_1c,
     _add_budget,
     _add_variables,
@@ -100,11 +112,15 @@ def _stri(t: Any, i: Any) -> Any:
 
 
 def offload_slots(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every (t, i, p) with an O column: i offloaded in stage t at position p.
+    """Every (t, i, p) with an O column: i offloaded in stage t at position p, where the copy can fit.
+
+    A copy out issued at p must end by the stage's end, after at most every node p < k <= t computed: a
+    slot whose copy takes longer than those durations is always 0, and has no column.
 
     Parameters
     ----------
     graph : Graph
+        With a ``transfer``.
 
     Returns
     -------
@@ -112,17 +128,21 @@ def offload_slots(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         int64, one entry per slot, sorted by (t, i, p): p is `START` (t > i), i itself, or a reader
         k <= t of i.
     """
+    assert graph.transfer is not None
     n = graph.n
+    copy = [graph.transfer.device_to_host.copy_time(m) for m in graph.memory.tolist()]
+    upto = np.concatenate([[0.0], np.cumsum(np.asarray(graph.duration, dtype=np.float64))])
+
+    def fits(t: int, i: int, p: int) -> bool:
+        window = upto[t + 1] - upto[p + 1]  # every node p < k <= t
+        return copy[i] <= window * (1 + 1e-9)
+
     ts, is_, ps = [], [], []
     for i in range(n):
-        positions = [i, *[k for k in graph.consumers[i]]]
+        positions = [i, *graph.consumers[i]]
         for t in range(i, n):
-            if t > i:
-                ts.append(t)
-                is_.append(i)
-                ps.append(START)
-            for p in positions:
-                if p <= t:
+            for p in ([START] if t > i else []) + [q for q in positions if q <= t]:
+                if fits(t, i, p):
                     ts.append(t)
                     is_.append(i)
                     ps.append(p)
@@ -253,7 +273,12 @@ def _add_offload_variables(b: ModelBuilder, graph: Graph, cap: float) -> _Layout
     o0 = b.num_cols
     b.add_vars(len(slot_t), 0.0, 1.0)
     l0 = b.num_cols
-    b.add_vars(stri, 0.0, 1.0)
+    # A reload at stage t's start must end by its end: L[t,i] = 0 where i's copy outlasts every node <= t.
+    assert graph.transfer is not None
+    copy = np.array([graph.transfer.host_to_device.copy_time(m) for m in graph.memory.tolist()])
+    upto = np.cumsum(np.asarray(graph.duration, dtype=np.float64))
+    st, si = np.tril_indices(n, -1)
+    b.add_vars(stri, 0.0, (copy[si] <= upto[st] * (1 + 1e-9)).astype(np.float64))
     h0 = b.num_cols
     b.add_vars(stri, 0.0, 1.0, integer=False)
     z0 = b.num_cols
@@ -578,6 +603,53 @@ class OffloadModel:
         R, S, L, offload_at = self.split(x)
         return lower(self.graph, R, S, L, offload_at)
 
+    def without_recomputation(self) -> SparseModel:
+        """The model with R[t,i] = 0 for i < t: every node computed once, in its own stage.
+
+        Returns
+        -------
+        SparseModel
+            A copy of the model whose off-diagonal R columns have upper bound 0; its every point has the
+            objective sum_i d_i, the least of any point of the model.
+        """
+        tt, ii = np.tril_indices(self.n)
+        upper = self.model.upper.copy()
+        upper[self.layout.c.r(tt[tt != ii], ii[tt != ii])] = 0.0
+        return replace(self.model, upper=upper)
+
+    def encode(self, schedule: Schedule) -> np.ndarray | None:
+        """The model's point for a schedule of Checkmate's staged space, which copies nothing.
+
+        R, S, FREE and U sit where Checkmate's model has them, so its encoder fills them
+        (`remat_bench.methods.checkmate_model.CheckmateModel.encode`); O, L and H are 0, and Z follows
+        from its recursion.
+
+        Parameters
+        ----------
+        schedule : Schedule
+            A schedule of the model's graph (its compute steps are read), to start the solver from.
+
+        Returns
+        -------
+        np.ndarray or None
+            A value for every column; None when the schedule is not in the staged space.
+        """
+        lay = self.layout
+        c = lay.c
+        checkmate = CheckmateModel(self.graph, self.model, self.n, c.edges, c.free_t, c.free_e, c.r0, c.s0, c.u0,
+                                   c.f0, self.mem_scale, self.dur_scale, 0.0)
+        x = checkmate.encode(schedule)
+        if x is None:
+            return None
+        R = self.split(x)[0]
+        d = np.asarray(self.graph.duration, dtype=np.float64) / self.dur_scale
+        # Z[t,p] = -sum_{p < k <= t} d_k R[t,k]: the computations after p, with no copy to hide.
+        after = np.cumsum((R * d)[:, ::-1], axis=1)[:, ::-1]  # after[t, k] = sum_{k' >= k} d R[t, k']
+        for t in range(self.n):
+            p = np.arange(-1, t + 1)
+            x[lay.z(t, p)] = -np.concatenate([after[t, p[:-1] + 1], [0.0]])
+        return x
+
 
 def lower(graph: Graph, R: np.ndarray, S: np.ndarray, L: np.ndarray, offload_at: np.ndarray) -> Schedule:
     """The steps of a staged plan with offloads (module docstring, "Lowering").
@@ -647,6 +719,10 @@ class CheckmateOffload(Method):
     description = "Checkmate's MILP with offload: keep, recompute or copy to the host and back (HiGHS, or PuLP)"
     params = (
         *milp_setup.solver_params(gap_note="overheads differ by less than that"),
+        Param("warm_start", bool, True, "start from the best greedy/chen/kusumoto/shaved schedule the model "
+              "accepts (and the caller's hints)"),
+        Param("heuristic_effort", float, 0.3, "HiGHS mip_heuristic_effort (as checkmate's)", minimum=0, maximum=1),
+        KEEP_BEST,
     )
     requires = ("highspy", "pulp")
     offloads = True
@@ -677,17 +753,99 @@ class CheckmateOffload(Method):
             return short
         om = OffloadModel.build(graph, budget)
         stats.update(model_stats(om))
+        once = self._every_node_once(om, params, deadline, stats)
+        if once is not None:
+            return once
+        start: np.ndarray | None = None
+        pool: list[Candidate] = []
+        if params["warm_start"] and not deadline.expired():
+            start, source, pool = warm_start(om, budget, deadline, self.context, stats)
+            mark_used(stats, source)
+        if not params["keep_best"]:
+            pool = []
         remaining = deadline.remaining()
         if remaining is not None and remaining <= 0.05:
-            sol = MilpSolution(SolutionStatus.NO_SOLUTION, cut_short(),
-                               message="the time limit ran out before the MILP could start")
-            return offload_result(om, sol, stats, deadline)
+            sol = MilpSolution(SolutionStatus.FEASIBLE if start is not None else SolutionStatus.NO_SOLUTION,
+                               cut_short(), x=start, message="the time limit ran out before the MILP could start")
+            return best_of(graph, budget, offload_result(om, sol, stats, deadline), pool)
         options: dict[str, Any] | None = None
-        if params["backend"] == "highs" and self.context.gap:
-            options = {"mip_abs_gap": self.context.gap / om.dur_scale}
-        sol = milp_setup.solve(om.model, params, remaining, None, keep_incumbents=False, options=options,
+        if params["backend"] == "highs":
+            options = {"mip_heuristic_effort": params["heuristic_effort"]}
+            if self.context.gap:
+                options["mip_abs_gap"] = self.context.gap / om.dur_scale
+        sol = milp_setup.solve(om.model, params, remaining, start, keep_incumbents=False, options=options,
                                on_incumbent=incumbent_reporter(self.context.report, om.decode, om.dur_scale))
-        return offload_result(om, sol, stats, deadline, self.context.gap)
+        return best_of(graph, budget, offload_result(om, sol, stats, deadline, self.context.gap), pool)
+
+
+    def _every_node_once(self, om: OffloadModel, params: dict[str, Any], deadline: Deadline,
+                         stats: dict[str, Any]) -> MethodResult | None:
+        """The model without recomputation (R[t,i] = 0 for i < t), with up to half the time left: where it
+        has a point, that point computes every node once, the least any point of the model does, so it is
+        optimal; None where it has none (proven or not), and the whole model is solved."""
+        remaining = deadline.remaining()
+        share = None if remaining is None else remaining / 2
+        if share is not None and share <= 0.05:
+            return None
+        sol = milp_setup.solve(om.without_recomputation(), params, share, None, keep_incumbents=False,
+                               on_incumbent=incumbent_reporter(self.context.report, om.decode, om.dur_scale))
+        stats["every_node_once"] = sol.message
+        if sol.x is None:
+            return None
+        point = MilpSolution(SolutionStatus.OPTIMAL, Termination.PROVEN, x=sol.x, solve_time_s=sol.solve_time_s,
+                             solver=sol.solver, message=f"{sol.message}, every node computed once", nodes=sol.nodes)
+        return offload_result(om, point, stats, deadline)
+
+
+def warm_start(om: OffloadModel, budget: Number, deadline: Deadline, context: SolveContext,
+               stats: dict[str, Any]) -> tuple[np.ndarray | None, str | None, list[Candidate]]:
+    """The cheapest candidate schedule the model accepts as a point, its source, and every candidate.
+
+    The candidates are checkmate's (greedy, chen, shaved, kusumoto, knapsack and the caller's hints,
+    `remat_bench.methods.candidates`): each compute order is moved into the staged space
+    (`remat_bench.toolkit.improve.staged_repair`), rid of the recomputations the budget does not need,
+    and encoded with nothing copied (`OffloadModel.encode`); a point the model refuses is skipped.
+
+    Parameters
+    ----------
+    om : OffloadModel
+    budget : Number
+    deadline : Deadline
+        The run's; the candidates take shares of the time left.
+    context : SolveContext
+        The run's (its hints, runner and progress).
+    stats : dict
+        The run's stats: the candidates are recorded there.
+
+    Returns
+    -------
+    x : np.ndarray or None
+    source : str or None
+    pool : list of Candidate
+        Every candidate within the budget.
+    """
+    from remat_bench.toolkit.improve import drop_recomputations, staged_repair
+
+    graph = om.graph
+    fast = [Source("greedy"), Source("chen"), Source("shaved"), Source("kusumoto", share=0.15),
+            Source("knapsack", {"solver": "search"}, share=0.1)]
+    pool = candidate_schedules(graph, budget, deadline, fast, context=context, stats=stats)
+    best: tuple[float, np.ndarray, str] | None = None
+    for c in pool:
+        if deadline.expired():
+            break
+        computes = c.schedule.nodes[c.schedule.kinds == COMPUTE]
+        repaired = staged_repair(graph, computes)
+        nodes = drop_recomputations(graph, computes if repaired is None else repaired, budget, deadline)
+        x = om.encode(place_frees(graph, nodes, np.zeros(len(nodes), dtype=np.int64), drop_unused=False))
+        if x is None or om.model.violation(x) > 1e-6:
+            continue
+        cost = float(om.model.cost @ x)
+        if best is None or cost < best[0]:
+            best = (cost, x, c.source)
+    if best is None:
+        return None, None, pool
+    return best[1], best[2], pool
 
 
 def offload_result(om: OffloadModel, sol: MilpSolution, stats: dict[str, Any], deadline: Deadline,
@@ -732,8 +890,8 @@ def offload_result(om: OffloadModel, sol: MilpSolution, stats: dict[str, Any], d
         termination = Termination.CONVERGED  # within the gap the caller accepts
     else:
         termination = sol.termination if sol.termination is not Termination.PROVEN else Termination.CONVERGED
-    stats["offloads"] = int((schedule.kinds == 2).sum())
-    stats["reloads"] = int((schedule.kinds == 3).sum())
+    stats["offloads"] = int((schedule.kinds == OFFLOAD).sum())
+    stats["reloads"] = int((schedule.kinds == RELOAD).sum())
     return MethodResult(SolutionStatus.OPTIMAL if closed else SolutionStatus.FEASIBLE, schedule, objective=objective,
                         lower_bound=lower_bound, solve_time_s=deadline.elapsed(), stats=stats,
                         termination=termination)

@@ -10,7 +10,8 @@ from remat_bench.core.budget import memory_floor
 from remat_bench.core.graph import Graph, Link, Node, Transfer
 from remat_bench.core.simulate import simulate
 from remat_bench.methods import get_method
-from remat_bench.methods.checkmate_offload import CheckmateOffload
+from remat_bench.methods.checkmate import Checkmate
+from remat_bench.methods.checkmate_offload import CheckmateOffload, OffloadModel
 from remat_bench.toolkit.bound import any_order_bound
 from remat_bench.toolkit.offload_bound import offload_bound, offload_floor
 from tests.bruteforce import staged_optimum
@@ -189,3 +190,21 @@ def test_the_floor_never_exceeds_the_least_peak_of_any_schedule(g):
     found = brute_force(offload_least_peak, g, 2 * g.n + 2)
     assert found is not None  # every node once, each freed after its last reader
     assert offload_floor(g) <= found[0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(offload_graphs(), st.floats(0.0, 0.4))
+def test_a_schedule_that_copies_nothing_is_a_point_of_the_model_at_its_duration(g, share):
+    """Checkmate's optimum, encoded (the warm start's path): a feasible point whose cost is its duration, so the
+    model's optimum is never above it."""
+    budget = budget_of(g, share)
+    method = Checkmate()
+    r = method.solve(g, budget, None, **method.parse_params({"warm_start": "false"}))
+    assume(r.status.value == "optimal")
+    om = OffloadModel.build(g, budget)
+    x = om.encode(r.schedule)
+    assert x is not None
+    assert om.model.violation(x) <= 1e-9
+    assert om.objective(x) == r.objective
+    assert abs(float(om.model.cost @ x) * om.dur_scale - r.objective) <= 1e-9 * max(1, r.objective)
+    assert solve(g, budget).objective <= r.objective
