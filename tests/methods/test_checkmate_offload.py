@@ -95,6 +95,18 @@ def test_without_a_host_link_it_does_not_apply_and_is_registered():
     assert value is None and why.startswith("the budget is below the offload floor 12")
 
 
+def test_a_model_too_large_for_the_run_is_refused_before_it_is_built():
+    import pytest
+
+    from remat_bench.core.errors import ModelTooLargeError
+    from remat_bench.methods.base import SolveContext
+
+    method = CheckmateOffload()
+    method.context = SolveContext(model_memory=2**16)  # 64 KiB: the model needs about 116 KiB
+    with pytest.raises(ModelTooLargeError, match=r"the checkmate-offload model of this graph \(7 nodes, 7 edges\)"):
+        method.solve(seven(FAST), 12, None, **method.parse_params({}))
+
+
 def test_the_floor_is_below_what_recomputation_reaches_and_brute_force_reaches_it():
     """Outputs a (10) and c (1) read x (5) and b (5): without copies the last output computed has its input
     beside both outputs (16); a can wait on the host while b and c are computed, so 15, a's computation
