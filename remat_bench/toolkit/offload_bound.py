@@ -81,7 +81,7 @@ def offload_floor(graph: Graph) -> Number:
     return max(memory_floor(graph).amount, outputs)
 
 
-def offload_bound(graph: Graph, budget: Number, time_limit: float = 5.0,
+def offload_bound(graph: Graph, budget: Number, time_limit: float = 3.0,
                   any_order: Any = None) -> tuple[Number | None, str]:
     """A lower bound on the duration of every schedule within ``budget``, offloading ones included
     (module docstring: min(B_any, max(P, R)), at least the computations' time).
@@ -125,11 +125,15 @@ def offload_bound(graph: Graph, budget: Number, time_limit: float = 5.0,
         reload_least = float((upto + c_out + c_in).min())
         if graph.n <= MAX_PROGRAM_NODES:
             program = _link_program(graph, budget, float(t0), fastest, upto, c_out, c_in, time_limit / 2)
+    with_reload = max(program, reload_least)
+    if with_reload <= t0:  # min(B_any, .) is T0 whatever B_any is (it is at least T0)
+        return _number(float(t0)), "every node computed once, at its fastest implementation (the copies may hide " \
+                                   "behind them)"
     if any_order is None:
         left = max(0.5, time_limit - (time.perf_counter() - start))
         any_order = any_order_bound(graph, budget, time_limit=left)
     without = math.inf if any_order.value is None else float(any_order.value)
-    value = min(without, max(program, reload_least))
+    value = min(without, with_reload)
     if math.isinf(value):
         return None, "no schedule without copies fits the budget (the any-order bound), and the graph has no host link"
     if value <= t0:
@@ -193,35 +197,39 @@ def _link_program(graph: Graph, budget: Number, t0: float, fastest: np.ndarray, 
     m = len(xs_all)
     col = np.full(graph.n, -1, dtype=np.int64)
     col[xs_all] = np.arange(m)
+    # Memory in units of the largest value and time in units of T0: coefficients of order one, which HiGHS
+    # needs (`remat_bench.toolkit.milp.extreme_range`); the same feasible set.
+    mem_unit = float(mem[xs_all].max()) or 1.0
+    time_unit = t0 or 1.0
     b = ModelBuilder()
     y = b.add_vars(m, 0.0, 1.0)
     z = b.add_vars(m, 0.0, 1.0)
-    d = b.add_vars(1, t0, np.inf, cost=1.0, integer=False)[0]
+    d = b.add_vars(1, t0 / time_unit, np.inf, cost=1.0, integer=False)[0]
     # Cuts: sum_{x in A(c)} mem_x (y_x + z_x) >= sum_{x in A(c)} mem_x - (B - base_c).
     rows, cols, vals, lows = [], [], [], []
     for r, (c, xs) in enumerate(binding):
         k = col[xs]
         rows += [np.full(2 * len(k), r)]
         cols += [np.concatenate([y[k], z[k]])]
-        vals += [np.concatenate([mem[xs], mem[xs]])]
-        lows.append(float(mem[xs].sum()) - room[c])
+        vals += [np.concatenate([mem[xs], mem[xs]]) / mem_unit]
+        lows.append((float(mem[xs].sum()) - room[c]) / mem_unit)
     b.add_rows(np.concatenate(rows), np.concatenate(cols), np.concatenate(vals), np.asarray(lows), np.inf,
                count=len(binding))
     k = np.arange(m)
     b.add_rows(np.concatenate([k, k]), np.concatenate([y, z]), np.ones(2 * m), -np.inf, 1.0, count=m)
     # D - sum d_x y_x >= T0; D - sum c_out z >= 0; D - sum c_in z >= 0.
     ones = np.zeros(m, dtype=np.int64)
-    b.add_rows(np.concatenate([[0], ones]), np.concatenate([[d], y]), np.concatenate([[1.0], -fastest[xs_all]]),
-               t0, np.inf, count=1)
+    b.add_rows(np.concatenate([[0], ones]), np.concatenate([[d], y]),
+               np.concatenate([[1.0], -fastest[xs_all] / time_unit]), t0 / time_unit, np.inf, count=1)
     for copy in (c_out, c_in):
-        b.add_rows(np.concatenate([[0], ones]), np.concatenate([[d], z]), np.concatenate([[1.0], -copy[xs_all]]),
-                   0.0, np.inf, count=1)
+        b.add_rows(np.concatenate([[0], ones]), np.concatenate([[d], z]),
+                   np.concatenate([[1.0], -copy[xs_all] / time_unit]), 0.0, np.inf, count=1)
     # D - (A(x) + c_out(x) + c_in(x)) z_x >= 0.
     trip = upto[xs_all] + c_out[xs_all] + c_in[xs_all]
-    b.add_rows(np.concatenate([k, k]), np.concatenate([np.full(m, d), z]), np.concatenate([np.ones(m), -trip]),
-               0.0, np.inf, count=m)
+    b.add_rows(np.concatenate([k, k]), np.concatenate([np.full(m, d), z]),
+               np.concatenate([np.ones(m), -trip / time_unit]), 0.0, np.inf, count=m)
     sol = solve_milp(b.build(), time_limit=max(time_limit, 0.1), options=dict(EXACT))
-    dual = sol.dual_bound if sol.dual_bound is not None else t0
+    dual = sol.dual_bound * time_unit if sol.dual_bound is not None else t0
     if sol.solution_status is SolutionStatus.OPTIMAL and sol.x is not None:
         yy, zz = np.round(sol.x[y]) > 0.5, np.round(sol.x[z]) > 0.5
         exact = max(t0 + float(fastest[xs_all][yy].sum()), float(c_out[xs_all][zz].sum()),
