@@ -271,7 +271,11 @@ class Auto(Method):
         in_turn = [m for m in fast if m.member is None or m.member.beside_s is None]
         beside = self._start_beside(graph, budget, [m for m in fast if m not in in_turn], clock.members, members)
         fast_share = params["fast_share"] or fast_share_of(graph)
-        self._run_fast(graph, budget, in_turn, clock.members, fast_share if exact else 1.0, members, hints)
+        movers = [m for m in in_turn if m.offloads] if self.may_offload(graph) else []
+        if movers:  # on a graph with a host link, the members that offload first, on a share of their own
+            self._run_fast(graph, budget, movers, clock.members, OFFLOAD_SHARE, members, hints)
+        self._run_fast(graph, budget, [m for m in in_turn if m not in movers], clock.members,
+                       fast_share if exact else 1.0, members, hints)
         self._run_again(graph, budget, in_turn, clock.members, 1.0 if not exact else
                         AGAIN_SHARE_NONE_FOUND if not hints else AGAIN_SHARE, members, hints)
         for started in beside:
@@ -600,6 +604,13 @@ class _OffloadBound:
     value: Number | None
     why: str
     source: str = "offload bound"
+
+
+# On a graph with a host link, the share of the members' time the members that offload run on first (each on
+# its weighted part): where the copies hide, their plans beat every recompute-only member's, and at the fast
+# members' usual share (a fifth to a half, split among a dozen) they were cut short before finding them
+# (docs/benchmarks.md, "Keep, recompute or offload").
+OFFLOAD_SHARE = 0.4
 
 
 def fast_share_of(graph: Graph) -> float:

@@ -39,7 +39,16 @@ from remat_bench.core.baseline import baseline_schedule
 from remat_bench.core.budget import memory_text
 from remat_bench.core.graph import Graph, Number
 from remat_bench.core.schedule import COMPUTE
-from remat_bench.methods.base import Deadline, Method, MethodResult, Param, SolutionStatus, search_ended
+from remat_bench.methods.base import (
+    Deadline,
+    Membership,
+    Method,
+    MethodResult,
+    Param,
+    Role,
+    SolutionStatus,
+    search_ended,
+)
 from remat_bench.toolkit.offload import Gap, Move, OffloadPlan, held_gaps, host_link_missing
 
 SCOPES = ("activations", "all")
@@ -196,6 +205,9 @@ class OffloadAll(Method):
     name = "offload-all"
     production = True
     offloads = True
+    # A member of auto on a graph with a host link, first: its rule costs seconds and, where the link is
+    # fast, no recompute-only plan comes near it.
+    member = Membership(Role.FAST, rank=1, weight=2.0)
     supports_min = False
     search_space = "the baseline order with offloads of its activations, no recomputation"
     description = ("offload every activation, then bring back the largest while the budget holds "

@@ -132,8 +132,10 @@ class OffloadHide(Method):
     production = True
     offloads = True
     supports_min = False
-    # A member of auto on a graph with a host link: the offloads it finds start from shave's schedules.
-    member = Membership(Role.FAST, rank=4, weight=2.0)
+    # A member of auto on a graph with a host link, early and weighing four: with a link it beats the
+    # recompute-only members where the copies hide (docs/benchmarks.md, "Keep, recompute or offload"),
+    # and its search (the looser budgets B') needs several seconds on 500-node graphs.
+    member = Membership(Role.FAST, rank=2, weight=4.0)
     search_space = "a recompute-only schedule with the offloads its computations hide"
     description = ("offload only what the copies hide, recompute the rest (XLA's host offloading, torchtitan's "
                    "greedy): hidden offloads, the costliest to recompute per byte first, over a recompute-only "
