@@ -75,10 +75,11 @@ def test_a_link_too_slow_for_the_stage_windows_recomputes():
     # copies, above the 29 s of computing every node once, below the 34 s of computing a twice.
     value, why = offload_bound(g, 12)
     assert value == 31 and "copied out and back" in why
-    # The same in bytes (10 GB for a unit, the link 10 GB per second): the bound's program is scaled for HiGHS.
-    big = Graph([Node(v.id, v.inputs, v.memory * 10**10, v.duration) for v in g.nodes], name="bytes",
-                outputs=g.outputs, transfer=Transfer(Link(1e10, 3.0), Link(1e10, 3.0)))
-    assert offload_bound(big, 12 * 10**10)[0] == 31
+    # The same in bytes and seconds (a GB for a unit, 1/1024 s for a second; the link alike): the bound's
+    # program holds both, scaled for HiGHS.
+    big = Graph([Node(v.id, v.inputs, v.memory * 10**9, v.duration / 1024) for v in g.nodes], name="bytes",
+                outputs=g.outputs, transfer=Transfer(Link(1024e9, 3 / 1024), Link(1024e9, 3 / 1024)))
+    assert offload_bound(big, 12 * 10**9)[0] == 31 / 1024
     # Slower still (100 s each way), moving a loses to computing it again, and the bound proves 34 optimal.
     crawl = seven(CRAWL)
     r = solve(crawl, 12)
