@@ -80,7 +80,7 @@ CONFIGS = {
     "config-missing-graph.yaml": f"line 2: graph file {Path(KUMAR).parent / 'no-such-graph.json'} does not exist",
     "config-unknown-key.yaml": "line 5: unknown key 'colour' in the config; the keys are name, description, output, "
                                "graphs, methods, budgets, time_limit, grace, memory_limit, repeats, seeds, executor, "
-                               "address, workers, replay",
+                               "address, workers, replay, links",
     "config-unknown-method.yaml": "line 3: unknown method 'nosuch'; known methods: " + ", ".join(method_names()),
     "config-infinite-time-limit.yaml": "line 5: 'time_limit' must be a number above 0, not '.inf'",
     "config-unknown-param.yaml": "line 5: method 'chen' has no parameter 'colour' (its parameters: variant, grid)",

@@ -89,6 +89,7 @@ class RunResult:
     # For a method that may offload: the offload lower bound (`remat_bench.toolkit.offload_bound`), by
     # which its gap and optimality are judged instead of the any-order bound, and why it holds.
     lower_bound_offload: Number | None = None
+    may_offload: bool = False  # the method's schedules may move values here (`Method.may_offload`)
     schedule: Schedule | None = None  # after the shared clean-up
     method_schedule: Schedule | None = None  # as the method returned it (a warm start for another method)
     simulation: Simulation | None = None
@@ -291,7 +292,7 @@ def evaluate(graph: Graph, method: type[Method], budget: Budget, time_limit: flo
     # Offloading can beat the any-order bound (a bound on schedules that only keep or recompute):
     # a method that may offload is judged by the offload bound instead, after it ran (`_judge`).
     if method.may_offload(graph):
-        bound = False
+        bound, result.may_offload = False, True
     if bound:
         time_limit = _any_order(graph, budget, time_limit, context.bounds, result)
         recorder.any_order(result.lower_bound_any_order)
@@ -730,28 +731,20 @@ def _judge(graph: Graph, budget: Budget, answer: MethodResult, result: RunResult
     if result.any_order is not None and not _hold_to_bound(graph, budget, result, bounds, effort,
                                                            found and verdict is None):
         verdict = Status.ERROR
-    if _may_offload(result.method, graph) and budget.amount is not None and not _hold_to_offload_bound(
-            graph, budget.amount, result, found and verdict is None):
+    if result.may_offload and budget.amount is not None and not _hold_to_offload_bound(
+            graph, budget.amount, result, found and verdict is None, bounds):
         verdict = Status.ERROR
     return verdict
 
 
-def _may_offload(method: str, graph: Graph) -> bool:
-    from remat_bench.app.catalog import get_method as any_method  # auto too: it stands above the registry
-
-    try:
-        return any_method(method).may_offload(graph)
-    except Exception:  # a method that cannot be loaded here never ran
-        return False
-
-
-def _hold_to_offload_bound(graph: Graph, amount: Number, result: RunResult, found: bool) -> bool:
+def _hold_to_offload_bound(graph: Graph, amount: Number, result: RunResult, found: bool,
+                           bounds: BoundSource) -> bool:
     """Judge a run of a method that may offload by the offload bound: its gap, proven optimal where its
     schedule within the budget meets the bound, and an error (False) where a schedule beats the bound."""
     from remat_bench.toolkit.offload_bound import offload_bound
 
     assert result.peak is not None and result.duration is not None
-    value, why = offload_bound(graph, amount)
+    value, why = offload_bound(graph, amount, any_order=bounds.peek(graph, amount))  # the cached one, where known
     result.lower_bound_offload = value
     result.stats["bound_offload"] = {"value": value, "why": why}
     if value is None:
