@@ -342,6 +342,10 @@ class _EndsWorse:
     def skip(cls, graph, budget):
         return None
 
+    @classmethod
+    def may_offload(cls, graph):
+        return False
+
     def solve(self, graph, budget, time_limit, **params):
         from remat_bench.core.outcome import MethodResult, SolutionStatus, Termination
 

@@ -232,7 +232,8 @@ def test_on_a_recurrent_graph_it_offloads_and_fits(budget):
 
 def test_it_offloads_and_is_registered():
     assert get_method("rotor-offload") is RotorOffload and RotorOffload.offloads
-    assert RotorOffload.member is None and Rotor.member is not None  # not one of auto's members
+    # A fast member of auto (it runs where the graph has a host link), weighing as rotor does.
+    assert RotorOffload.member is not None and RotorOffload.member.weight == Rotor.member.weight == 3.0
 
 
 def test_without_a_host_link_or_a_chain_it_says_why_in_one_sentence():
