@@ -30,7 +30,6 @@ from benchmarks.common import ROOT, Rows, console, show
 from remat_bench.app.catalog import get_method
 from remat_bench.app.evaluate import RunResult
 from remat_bench.app.pipeline import run
-from remat_bench.core.budget import parse_budget
 from remat_bench.core.errors import MethodError
 from remat_bench.core.graph import Graph
 from remat_bench.core.graph_io import load_graph
@@ -118,7 +117,6 @@ def main() -> None:
         bounds = BoundCache(str(GRAPHS / "bounds"))
         label = f"{instance.label} b{instance.batch} ({graph.n} nodes)"
         for budget in BUDGETS:
-            parse_budget(budget, graph)
             alone = {name: _run(plain, name, budget, bounds, f"{label} {budget} no link") for name in recompute}
             found = {n: r for n, r in alone.items() if r.status.found_schedule}
             best_rc = min(found, key=lambda n: found[n].duration, default=None)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remat_bench.core.errors import GraphError, ScheduleError
-from remat_bench.core.graph import Link, Node, Transfer
+from remat_bench.core.graph import Link, Transfer
 from remat_bench.core.graph_io import graph_from_dict, load_graph, save_graph
 from remat_bench.core.schedule import Schedule, load_schedule, save_schedule, schedule_from_dict
 from remat_bench.core.simulate import _simulate_moves, simulate
@@ -54,7 +54,6 @@ def test_offload_and_reload_by_hand():
 
 
 def test_reload_issued_after_the_copy_out_ended_holds_the_value_once():
-    g = four()
     # c is a long step now: the copy out (30..41) ends during it, before the reload is issued at 65.
     g = make_graph({"a": [], "b": ["a"], "c": ["b"], "d": ["a", "c"]},
                    memory={"a": 100, "b": 50, "c": 10, "d": 10}, duration={"a": 10, "b": 20, "c": 35, "d": 30},
@@ -221,8 +220,18 @@ def test_moving_a_value_out_and_back_costs_only_waits_and_never_lowers_the_durat
     assert last_compute_end == pytest.approx(before.duration + after.wait)
 
 
-def test_node_with_transfer_passes_the_schema_fast_path_and_slow_path_alike():
-    g = make_graph({"a": []}, memory=1, transfer=LINK)
-    d = g.to_dict()
+def test_a_transfer_passes_the_hand_written_check_and_the_schema_alike():
+    """The loader's hand-written check (`fast_schema_ok`) may only be stricter than the JSON Schema: both take a
+    well-formed transfer, and both refuse a bandwidth of 0 and an unknown key."""
+    import jsonschema
+
+    from remat_bench.core.graph_io import fast_schema_ok
+    from remat_bench.core.json_files import schema
+
+    d = make_graph({"a": []}, memory=1, transfer=LINK).to_dict()
+    validator = jsonschema.Draft202012Validator(schema("graph"))
+    assert fast_schema_ok(d) and validator.is_valid(d)
     assert graph_from_dict(d).transfer == LINK
-    assert Node("a", (), 1, 1).memory == 1
+    for bad in ({"bandwidth": 0}, {"bandwidth": 1, "speed": 2}):
+        d["transfer"]["device_to_host"] = bad
+        assert not fast_schema_ok(d) and not validator.is_valid(d)

@@ -483,7 +483,7 @@ class Auto(Method):
         recorder = self.goals.progress if isinstance(self.goals.progress, ProgressRecorder) else None
         # A schedule that moves values is offered only to a member that may offload: the others read hints
         # as sequences of computations and frees.
-        moves_ok = get_method(name).offloads if name in method_names() else False
+        moves_ok = _offloads(name)
         hints = [h for h in hints or [] if moves_ok or not h[1].moves]
         return dataclasses.replace(self.goals, hints=hints, progress=None,
                                    watch=None if recorder is None else Relabelled(recorder, name))
@@ -627,6 +627,14 @@ def fast_share_of(graph: Graph) -> float:
     float
     """
     return min(0.5, max(0.2, graph.n / 2500))
+
+
+def _offloads(name: str) -> bool:
+    """Whether the member ``name`` may offload (`Method.offloads`; auto's own polish, not registered, does not)."""
+    try:
+        return get_method(name).offloads
+    except MethodError:
+        return False
 
 
 def _weight(method: type[Method]) -> float:

@@ -290,7 +290,8 @@ def _transfer_ok(transfer: Any) -> bool:
         link = transfer.get(direction)
         if type(link) is not dict or not link.keys() <= {"bandwidth", "latency"}:
             return False
-        if not _amount_ok(link.get("bandwidth")) or ("latency" in link and not _amount_ok(link["latency"])):
+        if not _amount_ok(link.get("bandwidth")) or link["bandwidth"] == 0 or (
+                "latency" in link and not _amount_ok(link["latency"])):  # the schema: bandwidth > 0
             return False
     return True
 

@@ -175,6 +175,7 @@ def prefetch(plan: OffloadPlan, budget: Number, deadline: Deadline) -> OffloadPl
     OffloadPlan
         Its peak within ``budget``, its duration at most ``plan``'s.
     """
+    computes = np.flatnonzero(plan.base.kinds == COMPUTE)  # every trial plan keeps this base
     for m in sorted(range(len(plan.moves)), key=lambda m: (plan.moves[m].gap.reader, plan.moves[m].gap.value)):
         if deadline.expired():
             break
@@ -182,7 +183,6 @@ def prefetch(plan: OffloadPlan, budget: Number, deadline: Deadline) -> OffloadPl
         if plan.copied_in(m) <= plan.issue(move.gap.reader):
             continue  # hidden already
         out_end = plan.copied_out(m)
-        computes = np.flatnonzero(plan.base.kinds == COMPUTE)
         between = computes[(computes > move.gap.after) & (computes < move.reload_before)]
         earlier = [int(q) for q in between if plan.issue(int(q)) >= out_end]  # sooner ones only hold memory longer
         if not earlier:
