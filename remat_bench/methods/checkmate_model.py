@@ -193,15 +193,10 @@ def _add_tightening(b: ModelBuilder, c: _Columns, graph: Graph) -> None:
                    np.ones(2 * len(k)), 1.0, np.inf, count=len(k))
 
 
-def _add_free_linearisation(b: ModelBuilder, c: _Columns, graph: Graph,
-                            also: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+def _add_free_linearisation(b: ModelBuilder, c: _Columns, graph: Graph) -> None:
     """FREE[t,(i,k)] = R[t,k] (1 - S[t+1,i]) prod_{j in users(i), k < j <= t} (1 - R[t,j]), linearised
     (section 4) with the hazard count h = (1 - R[t,k]) + S[t+1,i] + sum_j R[t,j]:
-    1 - FREE <= h and h_max (1 - FREE) >= h. One row of each per FREE column.
-
-    ``also``: (FREE row, column) pairs of other ways i outlives stage t, each entering its row's hazard
-    count as S[t+1,i] does and excluding it (at most one of them and S[t+1,i] is 1, so h_max holds):
-    checkmate-offload's O[t,i]."""
+    1 - FREE <= h and h_max (1 - FREE) >= h. One row of each per FREE column."""
     n, edges = c.n, c.edges
     # Later users j of i (k < j <= t) enter each (t, e) row with R[t,j].
     pair_e, pair_j = [], []
@@ -228,37 +223,28 @@ def _add_free_linearisation(b: ModelBuilder, c: _Columns, graph: Graph,
     inner = free_t < n - 1
     const = np.where(inner, 0.0, graph.is_output[fi].astype(np.float64))  # S at virtual stage n
     # (e1) FREE - R[t,k] + S[t+1,i] + sum R[t,j] >= 0 (constant S moved to the bound).
-    also_rows, also_cols = also if also is not None else (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    rr = [rows_f, rows_f, rows_f[inner], trip_row, also_rows]
-    cc = [c.f0 + rows_f, c.r(free_t, fk), c.s(free_t[inner] + 1, fi[inner]), trip_col, also_cols]
-    vv = [np.ones(len(rows_f)), -np.ones(len(rows_f)), np.ones(int(inner.sum())), np.ones(len(trip_row)),
-          np.ones(len(also_rows))]
+    rr = [rows_f, rows_f, rows_f[inner], trip_row]
+    cc = [c.f0 + rows_f, c.r(free_t, fk), c.s(free_t[inner] + 1, fi[inner]), trip_col]
+    vv = [np.ones(len(rows_f)), -np.ones(len(rows_f)), np.ones(int(inner.sum())), np.ones(len(trip_row))]
     b.add_rows(np.concatenate(rr), np.concatenate(cc), np.concatenate(vv), -const, np.inf, count=len(rows_f))
     # (e2) -h_max FREE + R[t,k] - S[t+1,i] - sum R[t,j] >= 1 - h_max (+ constant S).
-    vv = [-h_max, np.ones(len(rows_f)), -np.ones(int(inner.sum())), -np.ones(len(trip_row)), -np.ones(len(also_rows))]
+    vv = [-h_max, np.ones(len(rows_f)), -np.ones(int(inner.sum())), -np.ones(len(trip_row))]
     b.add_rows(np.concatenate(rr), np.concatenate(cc), np.concatenate(vv), 1.0 - h_max + const, np.inf,
                count=len(rows_f))
 
 
-def _add_memory(b: ModelBuilder, c: _Columns, mem: np.ndarray, fixed: float,
-                held: np.ndarray | None = None) -> None:
+def _add_memory(b: ModelBuilder, c: _Columns, mem: np.ndarray, fixed: float) -> None:
     """U, the memory right after each computation (section 4), with the fixed memory:
     U[t,0] = fixed + sum_i mem_i S[t,i] + mem_0 R[t,0];
-    U[t,k] = U[t,k-1] + mem_k R[t,k] - sum_{(i,k-1)} mem_i FREE[t,(i,k-1)].
-
-    ``held``: the columns of another way value i is on the device from stage t's start, one per (t, i) of
-    ``np.tril_indices(n, -1)``, counted in U[t,0] as S[t,i] is: checkmate-offload's reloads L[t,i]."""
+    U[t,k] = U[t,k-1] + mem_k R[t,k] - sum_{(i,k-1)} mem_i FREE[t,(i,k-1)]."""
     n = c.n
     tt, ii = np.tril_indices(n)
     st, si = np.tril_indices(n, -1)
     t_all = np.arange(n)
     zero = np.zeros(n, dtype=np.int64)
     k = np.arange(n)
-    rows, cols = [k, k, st], [c.u(t_all, zero), c.r(t_all, zero), c.s(st, si)]
-    vals = [np.ones(n), -np.full(n, mem[0]), -mem[si]]
-    if held is not None:
-        rows, cols, vals = [*rows, st], [*cols, held], [*vals, -mem[si]]
-    b.add_rows(np.concatenate(rows), np.concatenate(cols), np.concatenate(vals), fixed, fixed, count=n)
+    b.add_rows(np.concatenate([k, k, st]), np.concatenate([c.u(t_all, zero), c.r(t_all, zero), c.s(st, si)]),
+               np.concatenate([np.ones(n), -np.full(n, mem[0]), -mem[si]]), fixed, fixed, count=n)
     # U[t,k] - U[t,k-1] - mem_k R[t,k] + sum_{(i,k-1)} mem_i FREE[t,(i,k-1)] = 0, 1 <= k <= t.
     mt, mk = tt[ii >= 1], ii[ii >= 1]
     k = np.arange(len(mt))

@@ -86,8 +86,6 @@ from remat_bench.methods.checkmate_model import (
     CheckmateModel,
     _add_1c,
     _add_budget,
-    _add_free_linearisation,
-    _add_memory,
     _add_variables,
     _Columns,
     estimate_size,
@@ -380,12 +378,35 @@ def _add_tightening(b: ModelBuilder, lay: _Layout) -> None:
                np.concatenate([np.ones(len(k)), -np.ones(int(inner.sum()))]), -np.inf, out_const, count=len(k))
 
 
-def _offload_hazards(lay: _Layout) -> tuple[np.ndarray, np.ndarray]:
-    """O[t,i] in every FREE row of (t, (i, k)): an offloaded value is not freed in its stage (its copy out
-    reads it), so it joins Checkmate's hazard count beside S[t+1,i] (`checkmate_model._add_free_linearisation`;
-    S[t+1,i] + O[t,i] <= 1 keeps h_max)."""
-    c = lay.c
-    fi, free_t = c.edges[c.free_e, 0], c.free_t
+def _add_free_linearisation(b: ModelBuilder, lay: _Layout) -> None:
+    """FREE[t,(i,k)] = R[t,k] (1 - S[t+1,i] - O[t,i]) prod_{j in users(i), k < j <= t} (1 - R[t,j]), with the
+    hazard count h = (1 - R[t,k]) + S[t+1,i] + O[t,i] + sum_j R[t,j] (Checkmate's with O[t,i], which
+    keeps h_max since S[t+1,i] + O[t,i] <= 1): 1 - FREE <= h and h_max (1 - FREE) >= h."""
+    n, c, graph = lay.n, lay.c, lay.graph
+    edges = c.edges
+    pair_e, pair_j = [], []
+    for e, (i, kk) in enumerate(edges.tolist()):
+        for j in graph.consumers[i]:
+            if j > kk:
+                pair_e.append(e)
+                pair_j.append(j)
+    pair_e_arr = np.asarray(pair_e, dtype=np.int64)
+    pair_j_arr = np.asarray(pair_j, dtype=np.int64)
+    counts = n - edges[:, 1]
+    first_col = np.cumsum(counts) - counts
+    tcounts = n - pair_j_arr
+    trip_pair = np.repeat(np.arange(len(pair_e_arr)), tcounts)
+    trip_t = pair_j_arr[trip_pair] + (np.arange(len(trip_pair)) - np.repeat(np.cumsum(tcounts) - tcounts, tcounts))
+    trip_e = pair_e_arr[trip_pair]
+    trip_row = first_col[trip_e] + (trip_t - edges[trip_e, 1])
+    trip_col = c.r(trip_t, pair_j_arr[trip_pair])
+    later = np.bincount(trip_row, minlength=len(c.free_e)).astype(np.float64)
+    h_max = 2.0 + later
+    fi, fk, free_t = edges[c.free_e, 0], edges[c.free_e, 1], c.free_t
+    rows_f = np.arange(len(c.free_e))
+    inner = free_t < n - 1
+    const = np.where(inner, 0.0, graph.is_output[fi].astype(np.float64))
+    # O[t,i] enters every FREE row of (t, (i, k)).
     rows_by_ti: dict[tuple[int, int], list[int]] = {}
     for r, key in enumerate(zip(free_t.tolist(), fi.tolist(), strict=True)):
         rows_by_ti.setdefault(key, []).append(r)
@@ -394,7 +415,42 @@ def _offload_hazards(lay: _Layout) -> tuple[np.ndarray, np.ndarray]:
         for r in rows_by_ti.get(key, ()):
             slot_rows.append(r)
             slot_cols.append(lay.o0 + s)
-    return np.asarray(slot_rows, dtype=np.int64), np.asarray(slot_cols, dtype=np.int64)
+    sr = np.asarray(slot_rows, dtype=np.int64)
+    sc = np.asarray(slot_cols, dtype=np.int64)
+    rr = [rows_f, rows_f, rows_f[inner], trip_row, sr]
+    cc = [c.f0 + rows_f, c.r(free_t, fk), c.s(free_t[inner] + 1, fi[inner]), trip_col, sc]
+    # (e1) FREE - R[t,k] + S[t+1,i] + O[t,i] + sum R[t,j] >= 0 (constant S moved to the bound).
+    vv = [np.ones(len(rows_f)), -np.ones(len(rows_f)), np.ones(int(inner.sum())), np.ones(len(trip_row)),
+          np.ones(len(sr))]
+    b.add_rows(np.concatenate(rr), np.concatenate(cc), np.concatenate(vv), -const, np.inf, count=len(rows_f))
+    # (e2) -h_max FREE + R[t,k] - S[t+1,i] - O[t,i] - sum R[t,j] >= 1 - h_max (+ constant S).
+    vv = [-h_max, np.ones(len(rows_f)), -np.ones(int(inner.sum())), -np.ones(len(trip_row)), -np.ones(len(sr))]
+    b.add_rows(np.concatenate(rr), np.concatenate(cc), np.concatenate(vv), 1.0 - h_max + const, np.inf,
+               count=len(rows_f))
+
+
+def _add_memory(b: ModelBuilder, lay: _Layout, mem: np.ndarray, fixed: float) -> None:
+    """U[t,0] = fixed + sum_i mem_i (S[t,i] + L[t,i]) + mem_0 R[t,0];
+    U[t,k] = U[t,k-1] + mem_k R[t,k] - sum_{(i,k-1)} mem_i FREE[t,(i,k-1)] (Checkmate's, with L)."""
+    n, c = lay.n, lay.c
+    tt, ii = np.tril_indices(n)
+    st, si = np.tril_indices(n, -1)
+    t_all = np.arange(n)
+    zero = np.zeros(n, dtype=np.int64)
+    k = np.arange(n)
+    b.add_rows(np.concatenate([k, k, st, st]),
+               np.concatenate([c.u(t_all, zero), c.r(t_all, zero), c.s(st, si), lay.l(st, si)]),
+               np.concatenate([np.ones(n), -np.full(n, mem[0]), -mem[si], -mem[si]]), fixed, fixed, count=n)
+    mt, mk = tt[ii >= 1], ii[ii >= 1]
+    k = np.arange(len(mt))
+    row_of = np.full((n, n), -1, dtype=np.int64)
+    row_of[mt, mk] = k
+    fi, fk, free_t = c.edges[c.free_e, 0], c.edges[c.free_e, 1], c.free_t
+    has = fk + 1 <= free_t
+    fr = row_of[free_t[has], fk[has] + 1]
+    b.add_rows(np.concatenate([k, k, k, fr]),
+               np.concatenate([c.u(mt, mk), c.u(mt, mk - 1), c.r(mt, mk), c.f0 + np.flatnonzero(has)]),
+               np.concatenate([np.ones(len(k)), -np.ones(len(k)), -mem[mk], mem[fi[has]]]), 0.0, 0.0, count=len(k))
 
 
 def _add_windows(b: ModelBuilder, lay: _Layout, d: np.ndarray, c_out: np.ndarray, c_in: np.ndarray) -> None:
@@ -471,9 +527,8 @@ class OffloadModel:
         _add_positions(b, lay)
         _add_host(b, lay)
         _add_tightening(b, lay)
-        _add_free_linearisation(b, lay.c, graph, also=_offload_hazards(lay))
-        # A reload holds its memory from its stage's start, as a kept value does.
-        _add_memory(b, lay.c, mem, fixed, held=lay.l(*np.tril_indices(lay.n, -1)))
+        _add_free_linearisation(b, lay)
+        _add_memory(b, lay, mem, fixed)
         _add_budget(b, lay.c, ws, cap)
         _add_windows(b, lay, dur / dur_scale, c_out, c_in)
         model = b.build()
