@@ -71,6 +71,19 @@ the node cut misses: dropping the residual stream's sums is cheap only if the
 projections they are summed from stay resident (docs/benchmarks.md, "Real
 models at tight budgets": the gap they closed).
 
+Values computed late. A(c) holds only c's ancestors: a value v that is not one, nor c's descendant,
+but that a descendant of c reads (the set N(c)) may be computed after c for the first time, so the node
+cut leaves it out. It cannot be left out for nothing: at c's first computation v is resident, or it is
+computed after c (first or again), and that computation reads v's inputs after c. So the recomputation
+cut of c also takes N(c) and what it reads, up to c's ancestors, as columns: q_v = 1 on N(c), the rows
+that carry a read to the inputs as above, and no y charged (the computation after c may be v's first).
+On an unrolled GRU, autograd saves a copy of a third of each step's gate pre-activations for the
+backward; the copy is an ancestor of no forward value, so the node cut let the whole pre-activation
+go, and said that 0.7 of the peak needs no recomputation in any order (docs/benchmarks.md, "auto on
+families it was never tuned on"). Such cuts can bind where no node cut does, so the nodes of most
+node-cut need are ranked again by the memory their recomputation cut holds without recomputation (a
+minimum cut).
+
 The prefix cuts get the same recomputation term. At the k-th first
 computation (downset D, node c), let q_v = 1 when v in D is read after this
 step (by any computation, first or again, or as an output at the end) and
@@ -169,6 +182,9 @@ EXACT = {"presolve": "off"}
 # Recomputation cuts (module docstring) join the program for at most this many cut nodes, the ones
 # whose node cut binds most; each adds two columns per ancestor of its node.
 MAX_RECOMPUTE_CUTS = 8
+# The nodes whose recomputation cuts are ranked again with N(c) (`_recompute_cuts_of`), those of most node-cut
+# need first: on the unrolled GRU the cuts that bind most with N(c) are all among the first 64.
+RANK_CANDIDATES = 64
 # Probes tried at most, and their share of the bound's time limit.
 MAX_PROBES = 12
 PROBE_SHARE = 0.6
@@ -323,17 +339,27 @@ def memory_cuts(graph: Graph) -> tuple[np.ndarray, list[np.ndarray]]:
     sets : list of np.ndarray
         One per node: the indices of A(c), ascending.
     """
-    found = _cut_bits(graph, None)
-    assert found is not None  # no deadline: never out of time
-    base, bits = found
-    n = graph.n
-    sets = [np.flatnonzero(_bits_to_array(a, n)) if a else np.zeros(0, dtype=np.int64) for a in bits]
+    base, sets, _ = _memory_cuts_deferred(graph)
     return base, sets
 
 
-def _cut_bits(graph: Graph, deadline: Deadline | None) -> tuple[np.ndarray, list[int]] | None:
-    """`memory_cuts` with each A(c) as a Python-int bitset (bit x set for x in A(c)); None when
-    ``deadline`` expired first."""
+def _memory_cuts_deferred(graph: Graph) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+    """`memory_cuts` and, per node c, the set N(c) of the recomputation cuts (module docstring): the values
+    read after c's first computation that are neither c's ancestors nor its descendants."""
+    found = _cut_bits(graph, None)
+    assert found is not None  # no deadline: never out of time
+    base, bits, deferred = found
+    n = graph.n
+
+    def indices(bitset: int) -> np.ndarray:
+        return np.flatnonzero(_bits_to_array(bitset, n)) if bitset else np.zeros(0, dtype=np.int64)
+
+    return base, [indices(a) for a in bits], [indices(d) for d in deferred]
+
+
+def _cut_bits(graph: Graph, deadline: Deadline | None) -> tuple[np.ndarray, list[int], list[int]] | None:
+    """`memory_cuts` with each A(c) as a Python-int bitset (bit x set for x in A(c)), and each N(c)
+    (`_memory_cuts_deferred`) the same way; None when ``deadline`` expired first."""
     n = graph.n
     mem = graph.memory
     # Inputs every implementation of d reads (a reader counts only then), as bitsets.
@@ -360,18 +386,23 @@ def _cut_bits(graph: Graph, deadline: Deadline | None) -> tuple[np.ndarray, list
         for u in graph.op_inputs[op]:
             consumers_all[u].add(d)
     read_below = [0] * n  # values read by some strict descendant
+    below = [0] * n  # the strict descendants
     for v in range(n - 1, -1, -1):
         if deadline is not None and v % CHECK_EVERY == 0 and deadline.expired():
             return None
         acc = 0
+        down = 0
         for d in consumers_all[v]:
             acc |= common_inputs[d] | read_below[d]
+            down |= below[d] | (1 << d)
         read_below[v] = acc
+        below[v] = down
     outputs = 0
     for o in graph.output_indices:
         outputs |= 1 << o
     base = np.empty(n, dtype=np.float64)
     bits: list[int] = []
+    deferred: list[int] = []
     for c in range(n):
         if deadline is not None and c % CHECK_EVERY == 0 and deadline.expired():
             return None
@@ -386,8 +417,10 @@ def _cut_bits(graph: Graph, deadline: Deadline | None) -> tuple[np.ndarray, list
             if best_need is None or need < best_need:
                 best_need = need
         base[c] = float(graph.fixed_memory) + float(mem[c]) + (best_need or 0.0)
-        bits.append(ancestors[c] & (read_below[c] | outputs) & ~any_inputs & ~(1 << c))
-    return base, bits
+        later = (read_below[c] | outputs) & ~any_inputs & ~(1 << c) & ~below[c]
+        bits.append(ancestors[c] & later)
+        deferred.append(later & ~ancestors[c])
+    return base, bits, deferred
 
 
 def common_edges(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
@@ -568,15 +601,18 @@ def _closure_sizes(parents: list[list[int]], order: range) -> np.ndarray:
 
 
 class _RecomputeCut:
-    """The recomputation cut of node c (module docstring) as rows over columns r, q of c's ancestors.
+    """The recomputation cut of node c (module docstring) as rows over columns r, q of c's ancestors and
+    of the values that may be computed after c for the first time.
 
-    ``ancestors``: the ancestors of c that are not inputs of any of its implementations (the
-    cheapest implementation's are in the cut's fixed part); r and q take one column each per
-    ancestor, from ``col0``.
+    ``values``: the ancestors of c that are not inputs of any of its implementations (the cheapest
+    implementation's are in the cut's fixed part), then the values of N(c) (``deferred``) and those
+    they read, up to c's ancestors (``ancestor`` is False on these); r and q take one column each per
+    value, from ``col0``.
     """
 
     def __init__(self, graph: Graph, c: int, base: float, needed: np.ndarray,
-                 edges: tuple[np.ndarray, np.ndarray], excluded: np.ndarray):
+                 edges: tuple[np.ndarray, np.ndarray], excluded: np.ndarray,
+                 deferred: np.ndarray | None = None):
         self.c, self.base = c, base
         n = graph.n
         seen = np.zeros(n, dtype=bool)
@@ -594,13 +630,34 @@ class _RecomputeCut:
                         stack.append(u)
         seen[excluded] = False
         seen[c] = False
-        self.ancestors = np.flatnonzero(seen)
+        src, dst = edges
+        # N(c) and what it reads, up to c's ancestors (and c's inputs: resident at c): a value of N(c) not
+        # resident at c is computed after it, first or again, and reads its inputs then.
+        later = np.zeros(n, dtype=bool)
+        if deferred is not None and len(deferred):
+            inputs_of: dict[int, list[int]] = {}
+            for u, d in zip(src.tolist(), dst.tolist(), strict=True):
+                inputs_of.setdefault(d, []).append(u)
+            stop = seen.copy()
+            stop[excluded] = True
+            stop[c] = True
+            stack = [int(v) for v in deferred if not stop[v]]
+            later[stack] = True
+            while stack:
+                v = stack.pop()
+                for u in inputs_of.get(v, ()):
+                    if not stop[u] and not later[u]:
+                        later[u] = True
+                        stack.append(u)
+        self.ancestors = np.r_[np.flatnonzero(seen), np.flatnonzero(later)].astype(np.int64)
+        self.ancestor = np.r_[np.ones(int(seen.sum()), dtype=bool), np.zeros(int(later.sum()), dtype=bool)]
+        columns = seen | later
         self.index = np.full(n, -1, dtype=np.int64)
         self.index[self.ancestors] = np.arange(len(self.ancestors))
         self.needed = np.zeros(len(self.ancestors), dtype=bool)
-        self.needed[self.index[needed[seen[needed]]]] = True
-        src, dst = edges
-        keep = seen[src] & seen[dst]  # an input outside (c's own input) is resident at c already
+        wanted = needed if deferred is None else np.r_[needed, deferred].astype(np.int64)
+        self.needed[self.index[wanted[columns[wanted]]]] = True
+        keep = columns[src] & columns[dst]  # an input outside (c's own input) is resident at c already
         self.src, self.dst = self.index[src[keep]], self.index[dst[keep]]
         self.mem = graph.memory[self.ancestors].astype(np.float64)
 
@@ -611,9 +668,10 @@ class _RecomputeCut:
     @property
     def nonzeros(self) -> int:
         """The nonzeros `add` puts in the program."""
-        needed = int(self.needed.sum())
+        needed = int((self.needed & self.ancestor).sum())
+        rest = int((~self.needed & self.ancestor).sum())
         read_later = int(self.needed[self.dst].sum())
-        return (2 * needed + 3 * (len(self.ancestors) - needed) + 2 * read_later + 3 * (len(self.dst) - read_later)
+        return (2 * needed + 3 * rest + 2 * read_later + 3 * (len(self.dst) - read_later)
                 + int(np.count_nonzero(self.mem > 0)))
 
     def add(self, rows: _Rows, col0: int, budget: float) -> None:
@@ -621,8 +679,10 @@ class _RecomputeCut:
         m = len(self.ancestors)
         r, q = col0, col0 + m
         a = self.ancestors
-        need = np.flatnonzero(self.needed)
-        rest = np.flatnonzero(~self.needed)
+        # Only an ancestor of c was computed before c: one not resident was computed again (y). A value of
+        # N(c) may be computed after c for the first time, at no cost: q and r alone say what it reads.
+        need = np.flatnonzero(self.needed & self.ancestor)
+        rest = np.flatnonzero(~self.needed & self.ancestor)
         rows.add([r + need, a[need]], [1.0, 1.0], 1.0)  # read later: resident unless computed again
         rows.add([r + rest, q + rest, a[rest]], [1.0, -1.0, 1.0], 0.0)
         needed_x = self.needed[self.dst]
@@ -633,6 +693,33 @@ class _RecomputeCut:
         nz = np.flatnonzero(self.mem > 0)
         rows.add_row(r + nz, self.mem[nz], -np.inf, budget - self.base)
 
+    def held(self) -> float:
+        """The least memory its rows let be resident at c when nothing is computed again (y = 0), the cut's
+        fixed part included: a minimum cut, found as a maximum flow. A value read later is cut (resident) or,
+        outside c's ancestors, passes the demand on to its inputs; memory is rounded up to units that keep
+        the capacities within 32 bits, so this is for ranking the cuts, not a bound."""
+        from scipy.sparse import csr_matrix
+        from scipy.sparse.csgraph import maximum_flow
+
+        m = len(self.ancestors)
+        if not self.needed.any():
+            return self.base
+        unit = max(1.0, float(self.mem.sum()) / 2 ** 28)
+        cap = np.ceil(self.mem / unit).astype(np.int64)
+        big = np.int64(2 ** 31 - 1)
+        source, sink = 2 * m, 2 * m + 1
+        every = np.arange(m)
+        later = ~self.ancestor[self.dst]  # a value outside c's ancestors computed after c reads its inputs
+        tails = np.r_[2 * every, 2 * every[self.ancestor] + 1, np.full(int(self.needed.sum()), source),
+                      2 * self.dst[later] + 1]
+        heads = np.r_[2 * every + 1, np.full(int(self.ancestor.sum()), sink), 2 * np.flatnonzero(self.needed),
+                      2 * self.src[later]]
+        caps = np.r_[cap, np.full(len(tails) - m, big)]
+        graph = csr_matrix((caps.astype(np.int32), (tails, heads)), shape=(2 * m + 2, 2 * m + 2))
+        graph.sum_duplicates()
+        flow = maximum_flow(graph, source, sink).flow_value
+        return self.base + float(flow) * unit
+
     def bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """r binary; q continuous (at its least value it is 0 or 1 once r and y are)."""
         m = len(self.ancestors)
@@ -642,8 +729,9 @@ class _RecomputeCut:
 
 
 def recompute_cuts(graph: Graph, budget: Number, base: np.ndarray, sets: list[np.ndarray],
-                   count: int = MAX_RECOMPUTE_CUTS) -> list[_RecomputeCut]:
-    """The recomputation cuts of the ``count`` nodes whose node cuts need the most memory dropped.
+                   count: int = MAX_RECOMPUTE_CUTS, deferred: list[np.ndarray] | None = None) -> list[_RecomputeCut]:
+    """The recomputation cuts of the ``count`` nodes whose cuts need the most memory dropped, counting the
+    values of N(c) as resident.
 
     Parameters
     ----------
@@ -656,33 +744,57 @@ def recompute_cuts(graph: Graph, budget: Number, base: np.ndarray, sets: list[np
         The sets A(c) of the node cuts (`memory_cuts`).
     count : int
         The most cuts returned.
+    deferred : list of np.ndarray, optional
+        The sets N(c) (`_memory_cuts_deferred`); none when omitted.
 
     Returns
     -------
     list of _RecomputeCut
-        Most memory to drop first; only nodes whose node cut does not fit ``budget`` as it is.
+        Most memory to drop first; only nodes whose cut does not fit ``budget`` with A(c) and N(c) resident.
     """
     mem = graph.memory.astype(np.float64)
     need = np.array([float(mem[xs].sum()) - (float(budget) - base[c]) for c, xs in enumerate(sets)])
-    return _recompute_cuts_of(graph, base, need, sets.__getitem__, count)
+    return _recompute_cuts_of(graph, base, need, sets.__getitem__, count, budget=float(budget),
+                              deferred_of=None if deferred is None else deferred.__getitem__)
 
 
 def _recompute_cuts_of(graph: Graph, base: np.ndarray, need: np.ndarray, set_of: Callable[[int], np.ndarray],
-                       count: int, max_nonzeros: int | None = None) -> list[_RecomputeCut]:
+                       count: int, max_nonzeros: int | None = None, budget: float | None = None,
+                       deferred_of: Callable[[int], np.ndarray] | None = None,
+                       deadline: Deadline | None = None) -> list[_RecomputeCut]:
     """`recompute_cuts` from each node cut's ``need`` (sum of mem over A(c), less what the budget leaves
     it), ``set_of(c)`` giving A(c); a cut that would take the cuts' nonzeros above ``max_nonzeros`` is
-    left out."""
-    chosen = [int(c) for c in np.argsort(-need, kind="stable")[:count] if need[c] > 0]
-    if not chosen:
-        return []
+    left out.
+
+    With ``deferred_of`` (N(c)) and ``budget``, the `RANK_CANDIDATES` nodes of most ``need`` are ranked
+    again by the memory their recomputation cuts hold with nothing computed again (`_RecomputeCut.held`),
+    and those that hold more than ``budget`` are taken, most first: the values of N(c) can make a cut bind
+    where the node cut (A(c) alone) does not, as on an unrolled recurrent network (docs/benchmarks.md).
+    Ranking stops at ``deadline``."""
     edges = common_edges(graph)
-    out: list[_RecomputeCut] = []
-    nonzeros = 0
-    for c in chosen:
+
+    def cut_of(c: int) -> _RecomputeCut:
         # As in `memory_cuts`: the fixed part holds the cheapest implementation's inputs, and no input
         # of any implementation of c is counted again among the ancestors.
         inputs = np.unique(np.asarray([u for op in graph.ops_of(c) for u in graph.op_inputs[op]], dtype=np.int64))
-        cut = _RecomputeCut(graph, c, float(base[c]), set_of(c), edges, inputs)
+        return _RecomputeCut(graph, c, float(base[c]), set_of(c), edges, inputs,
+                             None if deferred_of is None else deferred_of(c))
+
+    order = np.argsort(-need, kind="stable")
+    if deferred_of is None or budget is None:
+        chosen = [cut_of(int(c)) for c in order[:count] if need[c] > 0]
+    else:
+        ranked = []
+        for c in order[:RANK_CANDIDATES].tolist():
+            if deadline is not None and deadline.expired():
+                break
+            cut = cut_of(c)
+            if (held := cut.held()) > budget:
+                ranked.append((-held, c, cut))
+        chosen = [cut for *_, cut in sorted(ranked, key=lambda t: (t[0], t[1]))[:count]]
+    out: list[_RecomputeCut] = []
+    nonzeros = 0
+    for cut in chosen:
         if max_nonzeros is not None and nonzeros + cut.nonzeros > max_nonzeros:
             continue
         nonzeros += cut.nonzeros
@@ -912,7 +1024,7 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
     if graph.n > ALL_CUTS_NODES:
         return _cut_plane_bound(graph, budget, time_limit, max_recompute_cuts)
     start = time.perf_counter()
-    base, sets = memory_cuts(graph)
+    base, sets, deferred = _memory_cuts_deferred(graph)
     fastest = np.minimum.reduceat(graph.op_duration, graph.op_start[:-1]).astype(np.float64)
     mem = graph.memory.astype(np.float64)
     if np.any(base > budget):
@@ -922,9 +1034,9 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
     # The node and recomputation cuts first (small, and fast: the recomputation cuts make the program
     # solve sooner than the node cuts alone), then the prefix cuts if a probe says they bind (the
     # program with them is much slower; docs/benchmarks.md, "Figures that used to live in the code").
-    recompute = recompute_cuts(graph, budget, base, sets, max_recompute_cuts) if cuts else []
-    first = (_solve_program(graph, rows.copy(), fastest, budget, [], time_limit / 3, recompute) if cuts
-             else (0.0, Termination.PROVEN, ()))
+    recompute = recompute_cuts(graph, budget, base, sets, max_recompute_cuts, deferred)
+    first = (_solve_program(graph, rows.copy(), fastest, budget, [], time_limit / 3, recompute)
+             if cuts or recompute else (0.0, Termination.PROVEN, ()))
     probes, upper = _probes_where_prefixes_may_bind(graph, budget, first[0] is not None,
                                                     time_limit - (time.perf_counter() - start))
     # Most memory first; a capped probe says only that it exceeds the budget (`_probe`), so among those
@@ -1053,12 +1165,14 @@ def _cut_plane_bound(graph: Graph, budget: Number, time_limit: float, max_recomp
     found = _cut_bits(graph, deadline)
     if found is None:
         return answer(0.0, cut_short())
-    base, bits = found
+    base, bits, deferred_bits = found
     if np.any(base > budget):
         return Bound(None, Termination.PROVEN, solve_time_s=time.perf_counter() - start)
     packed = _packed(bits, n, deadline)
     del bits
-    if packed is None:
+    deferred = None if packed is None else _packed(deferred_bits, n, deadline)
+    del deferred_bits
+    if packed is None or deferred is None:
         return answer(0.0, cut_short())
     fastest = np.minimum.reduceat(graph.op_duration, graph.op_start[:-1]).astype(np.float64)
     mem = graph.memory.astype(np.float64)
@@ -1072,17 +1186,19 @@ def _cut_plane_bound(graph: Graph, budget: Number, time_limit: float, max_recomp
     room = float(budget) - base
     need = sums[:, 1] - room  # the node cut of c: sum_{x in A(c)} weight_x y_x >= need_c
     binding = np.flatnonzero(need > 0)
-    if not len(binding):
-        return answer(0.0, Termination.PROVEN)
     binding = binding[np.argsort(-need[binding], kind="stable")]  # the likeliest to bind most first
     lp = _knapsack_bounds(packed, binding, need, weight, fastest, deadline)
     reached = np.flatnonzero(~np.isnan(lp))
     extra = max(0.0, float(lp[reached].max(initial=0.0)) * (1 - ROUND_OFF))
     if len(reached) < len(binding):
         return answer(extra, cut_short())
+    # Ranked with N(c) (`_recompute_cuts_of`): a cut no node cut binds may still need recomputation.
     recompute = _recompute_cuts_of(graph, base, sums[:, 0] - room,
                                    lambda c: np.flatnonzero(_unpacked(packed, np.asarray([c]), n)[0]),
-                                   max_recompute_cuts, MAX_RECOMPUTE_NONZEROS)
+                                   max_recompute_cuts, MAX_RECOMPUTE_NONZEROS, float(budget),
+                                   lambda c: np.flatnonzero(_unpacked(deferred, np.asarray([c]), n)[0]), deadline)
+    if not len(binding) and not recompute:
+        return answer(0.0, Termination.PROVEN)
     cuts = binding[np.argsort(-lp, kind="stable")[:FIRST_CUTS]]
     integral = graph.memory.dtype.kind in "iu"
     while True:
