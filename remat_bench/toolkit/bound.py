@@ -649,21 +649,21 @@ class _RecomputeCut:
                     if not stop[u] and not later[u]:
                         later[u] = True
                         stack.append(u)
-        self.ancestors = np.r_[np.flatnonzero(seen), np.flatnonzero(later)].astype(np.int64)
+        self.values = np.r_[np.flatnonzero(seen), np.flatnonzero(later)].astype(np.int64)
         self.ancestor = np.r_[np.ones(int(seen.sum()), dtype=bool), np.zeros(int(later.sum()), dtype=bool)]
         columns = seen | later
         self.index = np.full(n, -1, dtype=np.int64)
-        self.index[self.ancestors] = np.arange(len(self.ancestors))
-        self.needed = np.zeros(len(self.ancestors), dtype=bool)
+        self.index[self.values] = np.arange(len(self.values))
+        self.needed = np.zeros(len(self.values), dtype=bool)
         wanted = needed if deferred is None else np.r_[needed, deferred].astype(np.int64)
         self.needed[self.index[wanted[columns[wanted]]]] = True
         keep = columns[src] & columns[dst]  # an input outside (c's own input) is resident at c already
         self.src, self.dst = self.index[src[keep]], self.index[dst[keep]]
-        self.mem = graph.memory[self.ancestors].astype(np.float64)
+        self.mem = graph.memory[self.values].astype(np.float64)
 
     @property
     def width(self) -> int:
-        return 2 * len(self.ancestors)
+        return 2 * len(self.values)
 
     @property
     def nonzeros(self) -> int:
@@ -676,9 +676,9 @@ class _RecomputeCut:
 
     def add(self, rows: _Rows, col0: int, budget: float) -> None:
         """The rows over r (``col0``...) and q (``col0 + m``...), with y at column v for node v."""
-        m = len(self.ancestors)
+        m = len(self.values)
         r, q = col0, col0 + m
-        a = self.ancestors
+        a = self.values
         # Only an ancestor of c was computed before c: one not resident was computed again (y). A value of
         # N(c) may be computed after c for the first time, at no cost: q and r alone say what it reads.
         need = np.flatnonzero(self.needed & self.ancestor)
@@ -701,7 +701,7 @@ class _RecomputeCut:
         from scipy.sparse import csr_matrix
         from scipy.sparse.csgraph import maximum_flow
 
-        m = len(self.ancestors)
+        m = len(self.values)
         if not self.needed.any():
             return self.base
         unit = max(1.0, float(self.mem.sum()) / 2 ** 28)
@@ -722,7 +722,7 @@ class _RecomputeCut:
 
     def bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """r binary; q continuous (at its least value it is 0 or 1 once r and y are)."""
-        m = len(self.ancestors)
+        m = len(self.values)
         integer = np.zeros(2 * m, dtype=bool)
         integer[:m] = True
         return np.zeros(2 * m), np.ones(2 * m), integer
