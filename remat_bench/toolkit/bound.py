@@ -757,14 +757,16 @@ def recompute_cuts(graph: Graph, budget: Number, base: np.ndarray, sets: list[np
     """
     mem = graph.memory.astype(np.float64)
     need = np.array([float(mem[xs].sum()) - (float(budget) - base[c]) for c, xs in enumerate(sets)])
+    most = None if deferred is None else need + np.array([float(mem[xs].sum()) for xs in deferred])
     return _recompute_cuts_of(graph, base, need, sets.__getitem__, count, budget=float(budget),
-                              deferred_of=None if deferred is None else deferred.__getitem__, deadline=deadline)
+                              deferred_of=None if deferred is None else deferred.__getitem__, deadline=deadline,
+                              most=most)
 
 
 def _recompute_cuts_of(graph: Graph, base: np.ndarray, need: np.ndarray, set_of: Callable[[int], np.ndarray],
                        count: int, max_nonzeros: int | None = None, budget: float | None = None,
                        deferred_of: Callable[[int], np.ndarray] | None = None,
-                       deadline: Deadline | None = None) -> list[_RecomputeCut]:
+                       deadline: Deadline | None = None, most: np.ndarray | None = None) -> list[_RecomputeCut]:
     """`recompute_cuts` from each node cut's ``need`` (sum of mem over A(c), less what the budget leaves
     it), ``set_of(c)`` giving A(c); a cut that would take the cuts' nonzeros above ``max_nonzeros`` is
     left out.
@@ -773,7 +775,8 @@ def _recompute_cuts_of(graph: Graph, base: np.ndarray, need: np.ndarray, set_of:
     again by the memory their recomputation cuts hold with nothing computed again (`_RecomputeCut.held`),
     and those that hold more than ``budget`` are taken, most first: the values of N(c) can make a cut bind
     where the node cut (A(c) alone) does not, as on an unrolled recurrent network (docs/benchmarks.md).
-    Ranking stops at ``deadline``."""
+    Ranking stops at ``deadline``; ``most`` (``need`` plus the memory of N(c)) leaves out the nodes whose
+    cut cannot bind even with all of N(c) resident, so that at a budget where nothing binds none is built."""
     edges = common_edges(graph)
 
     def cut_of(c: int) -> _RecomputeCut:
@@ -787,6 +790,8 @@ def _recompute_cuts_of(graph: Graph, base: np.ndarray, need: np.ndarray, set_of:
     if deferred_of is None or budget is None:
         chosen = [cut_of(int(c)) for c in order[:count] if need[c] > 0]
     else:
+        if most is not None:
+            order = order[most[order] > 0]
         ranked = []
         for c in order[:RANK_CANDIDATES].tolist():
             if deadline is not None and deadline.expired():
@@ -1196,11 +1201,15 @@ def _cut_plane_bound(graph: Graph, budget: Number, time_limit: float, max_recomp
     extra = max(0.0, float(lp[reached].max(initial=0.0)) * (1 - ROUND_OFF))
     if len(reached) < len(binding):
         return answer(extra, cut_short())
+    later = _row_products(deferred, np.arange(n), mem[:, None], deadline)
+    if later is None:
+        return answer(extra, cut_short())
     # Ranked with N(c) (`_recompute_cuts_of`): a cut no node cut binds may still need recomputation.
     recompute = _recompute_cuts_of(graph, base, sums[:, 0] - room,
                                    lambda c: np.flatnonzero(_unpacked(packed, np.asarray([c]), n)[0]),
                                    max_recompute_cuts, MAX_RECOMPUTE_NONZEROS, float(budget),
-                                   lambda c: np.flatnonzero(_unpacked(deferred, np.asarray([c]), n)[0]), deadline)
+                                   lambda c: np.flatnonzero(_unpacked(deferred, np.asarray([c]), n)[0]), deadline,
+                                   sums[:, 0] + later[:, 0] - room)
     if not len(binding) and not recompute:
         return answer(0.0, Termination.PROVEN)
     cuts = binding[np.argsort(-lp, kind="stable")[:FIRST_CUTS]]
