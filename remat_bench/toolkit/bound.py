@@ -612,7 +612,7 @@ class _RecomputeCut:
 
     def __init__(self, graph: Graph, c: int, base: float, needed: np.ndarray,
                  edges: tuple[np.ndarray, np.ndarray], excluded: np.ndarray,
-                 deferred: np.ndarray | None = None):
+                 deferred: np.ndarray | None = None, inputs_of: list[list[int]] | None = None):
         self.c, self.base = c, base
         n = graph.n
         seen = np.zeros(n, dtype=bool)
@@ -635,9 +635,7 @@ class _RecomputeCut:
         # resident at c is computed after it, first or again, and reads its inputs then.
         later = np.zeros(n, dtype=bool)
         if deferred is not None and len(deferred):
-            inputs_of: dict[int, list[int]] = {}
-            for u, d in zip(src.tolist(), dst.tolist(), strict=True):
-                inputs_of.setdefault(d, []).append(u)
+            assert inputs_of is not None, "N(c)'s closure needs each node's inputs along the common edges"
             stop = seen.copy()
             stop[excluded] = True
             stop[c] = True
@@ -645,7 +643,7 @@ class _RecomputeCut:
             later[stack] = True
             while stack:
                 v = stack.pop()
-                for u in inputs_of.get(v, ()):
+                for u in inputs_of[v]:
                     if not stop[u] and not later[u]:
                         later[u] = True
                         stack.append(u)
@@ -777,14 +775,19 @@ def _recompute_cuts_of(graph: Graph, base: np.ndarray, need: np.ndarray, set_of:
     where the node cut (A(c) alone) does not, as on an unrolled recurrent network (docs/benchmarks.md).
     Ranking stops at ``deadline``; ``most`` (``need`` plus the memory of N(c)) leaves out the nodes whose
     cut cannot bind even with all of N(c) resident, so that at a budget where nothing binds none is built."""
+    if count <= 0:
+        return []
     edges = common_edges(graph)
+    inputs_of: list[list[int]] = [[] for _ in range(graph.n)]  # along the common edges, built once for every cut
+    for u, d in zip(*(e.tolist() for e in edges), strict=True):
+        inputs_of[d].append(u)
 
     def cut_of(c: int) -> _RecomputeCut:
         # As in `memory_cuts`: the fixed part holds the cheapest implementation's inputs, and no input
         # of any implementation of c is counted again among the ancestors.
         inputs = np.unique(np.asarray([u for op in graph.ops_of(c) for u in graph.op_inputs[op]], dtype=np.int64))
         return _RecomputeCut(graph, c, float(base[c]), set_of(c), edges, inputs,
-                             None if deferred_of is None else deferred_of(c))
+                             None if deferred_of is None else deferred_of(c), inputs_of)
 
     order = np.argsort(-need, kind="stable")
     if deferred_of is None or budget is None:
@@ -1042,8 +1045,9 @@ def any_order_bound(graph: Graph, budget: Number | None, time_limit: float = 30.
     # The node and recomputation cuts first (small, and fast: the recomputation cuts make the program
     # solve sooner than the node cuts alone), then the prefix cuts if a probe says they bind (the
     # program with them is much slower; docs/benchmarks.md, "Figures that used to live in the code").
-    # Ranking the cuts with N(c) builds a cut and a maximum flow per candidate: a tenth of the time at most.
-    recompute = recompute_cuts(graph, budget, base, sets, max_recompute_cuts, deferred, Deadline(time_limit / 10))
+    # No deadline on ranking the cuts with N(c) (at most `RANK_CANDIDATES` cuts and maximum flows here): the cuts
+    # chosen, and so the bound, do not depend on the machine's speed.
+    recompute = recompute_cuts(graph, budget, base, sets, max_recompute_cuts, deferred)
     first = (_solve_program(graph, rows.copy(), fastest, budget, [], time_limit / 3, recompute)
              if cuts or recompute else (0.0, Termination.PROVEN, ()))
     probes, upper = _probes_where_prefixes_may_bind(graph, budget, first[0] is not None,
