@@ -55,11 +55,15 @@ What this implementation adds, for training graphs that are not literally chains
   conservative) are tried while they still fit. With ``budget=min``, the least memory at which the
   DP has a schedule, refined on a second, finer table.
 
-Left out: a choice of which activations inside a stage to keep (a stage's forward keeps all of them
-or only its boundary; Rockmate, Zhao et al. 2023, gives each block several such options), which is
-where recomputing only cheap operators beats it on transformers at loose budgets; schedules that
-are not persistent (dropping a subchain's input to recompute it from an earlier checkpoint), which
-the brute force finds on some heterogeneous chains. The decomposition is a heuristic, so the
+- **Options** (Rockmate, Zhao et al. 2023). F_all may keep all of stage s's activations but some,
+  which B_s computes again first from a_s and the values kept: ``options`` (default 4) such choices per
+  stage, each with its own abar_s, forward, backward and peaks (`rotor_dp.keep_options`, which ranks
+  the activations by what dropping each costs per byte, rather than solving each block as Rockmate
+  does). A recurrent cell's autograd copies and a transformer block's cheap pointwise values are
+  where they pay.
+
+Left out: schedules that are not persistent (dropping a subchain's input to recompute it from an
+earlier checkpoint), which the brute force finds on some heterogeneous chains. The decomposition is a heuristic, so the
 schedule is optimal only among rotor's schedules over the stages chosen: the method answers
 ``feasible`` (or ``no_solution``, saying why).
 """

@@ -361,7 +361,8 @@ class StageModel:
     stage keeping or dropping its input; ``all``: keeping its activations and a_{j+1}; ``leaf``: keeping
     its activations only; ``tail``: the same with the tail resident; ``back``: B_j) include a_j; the
     forward ones leave out the pinned and gradient bytes, which the DP adds. ``nodes`` holds the
-    computations of each mode (``sweep`` for keep and drop), in file order.
+    computations of each mode (``sweep`` for keep and drop), in file order. ``options[j]``: F_all's other
+    choices for stage j (`KeepOption`), each keeping fewer of its activations; empty for rotor's own.
     """
 
     K: int
@@ -376,6 +377,28 @@ class StageModel:
     cost: dict[str, np.ndarray]  # mode -> [f][j]
     nodes: dict[str, list[list[tuple[int, ...]]]]  # mode -> [f][j]
     backward: tuple[tuple[int, ...], ...]
+    options: tuple[tuple[KeepOption, ...], ...]
+
+
+@dataclass(frozen=True)
+class KeepOption:
+    """F_all for one stage j keeping all its saved values but ``dropped``, which run again just before B_j.
+
+    A dropped value that a_{j+1} does not need is not computed in the forward at all (it may be read only
+    by the backward: autograd's copies of a gate); one that it needs is freed after its last forward reader.
+    ``extra``: bytes kept beyond a_{j+1}; ``cost`` and ``peak`` [f]: the forward's duration and peak (as
+    mode ``all``'s, a_j included); ``nodes`` [f] its computations; ``again``: the computations before B_j,
+    from a_j and the values kept; ``u_back`` and ``back``: those with B_j, their duration and peak.
+    """
+
+    dropped: frozenset[int]
+    extra: float
+    cost: tuple[float, float]
+    peak: tuple[float, float]
+    nodes: tuple[tuple[int, ...], tuple[int, ...]]
+    again: tuple[int, ...]
+    u_back: float
+    back: float
 
 
 def _closure(graph: Graph, stages: Stages, j: int, targets: Iterable[int], first: bool,
@@ -446,13 +469,15 @@ def segment_peak(graph: Graph, nodes: Sequence[int], initial: Iterable[int], fre
     return peak
 
 
-def stage_model(graph: Graph, stages: Stages) -> StageModel:
+def stage_model(graph: Graph, stages: Stages, max_options: int = 0) -> StageModel:
     """Each stage's sizes and durations for the DP (`StageModel`), from the simulator's memory model.
 
     Parameters
     ----------
     graph : Graph
     stages : Stages
+    max_options : int
+        The most `KeepOption` choices per stage beside rotor's own (`keep_options`); 0: none.
 
     Returns
     -------
@@ -520,7 +545,99 @@ def stage_model(graph: Graph, stages: Stages) -> StageModel:
                                [*stages.saved[j], *gone], alive[j], pinned)
         u_back[j] = float(sum(float(dur[v]) for v in stages.backward[j]))
     tail = np.array([size(tails[j]) for j in range(K)])
-    return StageModel(K, a, extra, pin, grads, tail, back, u_back, peak, cost, nodes, stages.backward)
+    options = tuple(
+        keep_options(graph, stages, j, first_extra[j], alive[j + 1], alive[j], max_options) if max_options else ()
+        for j in range(K))
+    return StageModel(K, a, extra, pin, grads, tail, back, u_back, peak, cost, nodes, stages.backward, options)
+
+
+# A prefix of the ranked values ends a tier of options when the next one costs this much more per byte.
+TIER_STEP = 1.5
+
+
+def keep_options(graph: Graph, stages: Stages, j: int, first_extra: Sequence[int], held: Iterable[int],
+                 after: Iterable[int], most: int) -> tuple[KeepOption, ...]:
+    """At most ``most`` ways for stage j's F_all to keep fewer of its activations, the cheaper per byte first.
+
+    Rockmate (Zhao et al. 2023) gives each block of a chain several such options, solved apart by
+    Checkmate; here they come from a ranking, which needs no solver: each value of abar_j (saved for B_j,
+    not part of a_{j+1}, not pinned) is scored alone by what dropping it costs (the forward no longer
+    computing it where a_{j+1} does not need it, B_j computing it again from a_j and the values kept) per
+    byte; the prefixes of that ranking are scored together, those no cheaper than a shorter one are left
+    out, and a prefix is an option where the next value costs `TIER_STEP` times more per byte (the end of
+    a tier: the copies a recurrent cell's autograd saves, then the gates that need a matrix product again).
+    The least and most dropped are kept when there are more tiers than ``most``.
+
+    Parameters
+    ----------
+    graph : Graph
+    stages : Stages
+    j : int
+        The stage.
+    first_extra : sequence of int
+        What the first pass computes beside the targets (pinned values, values nothing reads).
+    held : iterable of int
+        Backward values alive when B_j starts.
+    after : iterable of int
+        Backward values alive once B_j has run.
+    most : int
+
+    Returns
+    -------
+    tuple of KeepOption
+        In increasing memory saved.
+    """
+    mem, dur = graph.memory, graph.duration
+    ins_j = stages.inputs[j]
+    ins_next = stages.inputs[j + 1] if j + 1 < stages.count else frozenset()
+    saved = stages.saved[j]
+    candidates = sorted(v for v in saved - ins_next if v not in stages.pinned and mem[v] > 0)
+    if not candidates:
+        return ()
+
+    def duration(nodes: Iterable[int]) -> float:
+        return float(sum(float(dur[v]) for v in nodes))
+
+    def forward(dropped: frozenset[int], first: bool) -> tuple[int, ...]:
+        wanted = set(ins_next | (saved - dropped)) | (set(first_extra) if first else set())
+        return _closure(graph, stages, j, wanted, first)
+
+    def again(dropped: frozenset[int]) -> tuple[int, ...]:
+        return _closure(graph, stages, j, dropped, False, saved - dropped)
+
+    def extra_cost(dropped: frozenset[int]) -> float:
+        return duration(forward(dropped, False)) + duration(again(dropped)) - whole
+
+    whole = duration(forward(frozenset(), False))
+    ranked = sorted(candidates, key=lambda v: (extra_cost(frozenset((v,))) / float(mem[v]), -float(mem[v]), v))
+    prefixes: list[tuple[float, float, frozenset[int]]] = []  # (bytes saved, extra cost, dropped)
+    for i in range(1, len(ranked) + 1):
+        dropped = frozenset(ranked[:i])
+        saving, cost = float(sum(float(mem[v]) for v in dropped)), extra_cost(dropped)
+        while prefixes and prefixes[-1][1] >= cost:
+            prefixes.pop()  # a shorter prefix no cheaper than this one
+        prefixes.append((saving, cost, dropped))
+    rate = [(c - (prefixes[i - 1][1] if i else 0.0)) / max(m - (prefixes[i - 1][0] if i else 0.0), 1e-12)
+            for i, (m, c, _) in enumerate(prefixes)]
+    ends = [i for i in range(len(prefixes))
+            if i == len(prefixes) - 1 or rate[i + 1] > TIER_STEP * max(rate[i], 1e-12)]
+    if len(ends) > most:
+        ends = sorted({ends[round(k * (len(ends) - 1) / max(most - 1, 1))] for k in range(most)})
+    held, after = list(held), list(after)
+    gone = [v for v in held if v not in set(after)]
+    found = []
+    for i in ends:
+        dropped = prefixes[i][2]
+        kept = saved - dropped
+        nodes = (forward(dropped, False), forward(dropped, True))
+        redo = again(dropped)
+        peaks = tuple(segment_peak(graph, computed, ins_j, (), ins_next | kept, stages.pinned) for computed in nodes)
+        back = segment_peak(graph, [*redo, *stages.backward[j]], [*ins_j, *kept, *held], [*saved, *gone], after,
+                            stages.pinned)
+        found.append(KeepOption(dropped, float(sum(float(mem[v]) for v in kept - ins_next)),
+                                (duration(nodes[0]), duration(nodes[1])), (peaks[0], peaks[1]), nodes, redo,
+                                duration(redo) + duration(stages.backward[j]), back))
+    return tuple(found)
 
 
 # ---------------------------------------------------------------------- the DP
@@ -531,12 +648,38 @@ def _slots(x: np.ndarray, slot: float) -> np.ndarray:
     return np.ceil(np.asarray(x, dtype=np.float64) / slot - 1e-7).astype(np.int64)
 
 
+@dataclass(frozen=True)
+class KeepChoice:
+    """One of F_all's choices for a stage, in the DP's terms: rotor's own (keep every activation) or a
+    `KeepOption`. Sizes in slots (``back`` with the pinned bytes alive), ``peak`` and ``cost`` per pass [f];
+    ``cost`` is the forward's and the backward's together."""
+
+    extra: int
+    peak: tuple[int, int]
+    cost: tuple[float, float]
+    back: int
+
+
+def keep_choices(model: StageModel, slot: float, s: int) -> list[KeepChoice]:
+    """F_all's choices for stage s: rotor's own first (choice 0), then the stage's options (choice o = 1, 2, ...)."""
+    def slots(x: float) -> int:
+        return int(_slots(np.array([x]), slot)[0])
+
+    pin = slots(model.pin[s])
+    own = KeepChoice(slots(model.extra[s]), (slots(model.peak["all"][0, s]), slots(model.peak["all"][1, s])),
+                     (model.cost["all"][0, s] + model.u_back[s], model.cost["all"][1, s] + model.u_back[s]),
+                     pin + slots(model.back[s]))
+    return [own, *(KeepChoice(slots(o.extra), (slots(o.peak[0]), slots(o.peak[1])),
+                              (o.cost[0] + o.u_back, o.cost[1] + o.u_back), pin + slots(o.back))
+                   for o in model.options[s])]
+
+
 @dataclass
 class Table:
     """The DP's table over (s, t, m) for one stage model and slot size, and its choices."""
 
     cost: np.ndarray  # [s, t, m]: least duration, inf where nothing fits
-    choice: np.ndarray  # [s, t, m]: -1 F_all (or the leaf when s == t), s' > s: F_ck with a checkpoint at s'
+    choice: np.ndarray  # [s, t, m]: -1 - o F_all with option o (0: rotor's; the leaf when s == t), s' > s: F_ck
     slot: float
     a: np.ndarray  # a_j in slots
     extra: np.ndarray  # extra_j in slots
@@ -580,6 +723,7 @@ def rotor_table(model: StageModel, slot: float, top: int, deadline: Deadline | N
     peak = {mode: _slots(p, slot) for mode, p in model.peak.items()}
     keep, drop = peak["keep"], peak["drop"]
     cost = model.cost
+    keeps = [keep_choices(model, slot, s) for s in range(K)]
     width = top + 1
     m = np.arange(width)
     C = np.full((2, K, K, width), np.inf)
@@ -601,11 +745,17 @@ def rotor_table(model: StageModel, slot: float, top: int, deadline: Deadline | N
             for x in (0, 1):
                 held = outer[t] + x * tail[t]
                 best = np.full(width, np.inf)
-                # F_all: stage s keeping its activations, then s+1..t, then B_s.
-                shift = int(a[s] + extra[s])
-                low = max(int(max(held + peak["all"][f, s], back[s])), shift)
-                if low <= top:
-                    best[low:] = C[x, s + 1, t, low - shift:width - shift] + (cost["all"][f, s] + model.u_back[s])
+                code = np.full(width, -1, dtype=choice.dtype)
+                # F_all: stage s keeping its activations (or those of one of its options), then s+1..t, then
+                # B_s (after computing again what the option dropped). Code -1 - o for option o.
+                for o, keep_s in enumerate(keeps[s]):
+                    shift = int(a[s]) + keep_s.extra
+                    low = max(int(max(held + keep_s.peak[f], keep_s.back)), shift)
+                    if low <= top:
+                        value = C[x, s + 1, t, low - shift:width - shift] + keep_s.cost[f]
+                        better_all = value < best[low:]
+                        best[low:] = np.where(better_all, value, best[low:])
+                        code[low:] = np.where(better_all, -1 - o, code[low:])
                 # F_ck: stages s..s'-1 keeping a_{s'}, then s'..t with it held, then s..s'-1 from a_s. The
                 # sweep's first stage keeps its input a_s; the next ones drop theirs as they go.
                 ahead = np.full((n, width), np.inf)
@@ -621,7 +771,7 @@ def rotor_table(model: StageModel, slot: float, top: int, deadline: Deadline | N
                 value = total[pick, m]
                 better = value < best
                 C[x, s, t] = np.where(better, value, best)
-                choice[x, s, t] = np.where(better, s + 1 + pick + K * kept[pick, m], -1)
+                choice[x, s, t] = np.where(better, s + 1 + pick + K * kept[pick, m], code)
     return Table(C, choice, slot, a, extra)
 
 
@@ -642,11 +792,13 @@ def emit(model: StageModel, table: Table, memory: int) -> list[int]:
     """
     K = model.K
     out: list[int] = []
-    # Items: (tail, s, t, m) a subproblem; (-1, j, 0, 0) the backward of stage j.
+    # Items: (tail, s, t, m) a subproblem; (-1, j, o, 0) the backward of stage j after F_all's choice o.
     stack: list[tuple[int, int, int, int]] = [(0, 0, K - 1, memory)]
     while stack:
         x, s, t, mem = stack.pop()
         if x < 0:
+            if t:
+                out.extend(model.options[s][t - 1].again)
             out.extend(model.backward[s])
             continue
         f = int(t == K - 1)
@@ -656,9 +808,10 @@ def emit(model: StageModel, table: Table, memory: int) -> list[int]:
             continue
         c = int(table.choice[x, s, t, mem])
         if c < 0:
-            out.extend(model.nodes["all"][f][s])
-            stack.append((-1, s, 0, 0))
-            stack.append((x, s + 1, t, mem - int(table.a[s]) - int(table.extra[s])))
+            o = -1 - c
+            out.extend(model.options[s][o - 1].nodes[f] if o else model.nodes["all"][f][s])
+            stack.append((-1, s, o, 0))
+            stack.append((x, s + 1, t, mem - int(table.a[s]) - keep_choices(model, table.slot, s)[o].extra))
         else:
             y, c = divmod(c, K)
             for j in range(s, c):
@@ -716,8 +869,9 @@ class _Search:
     """
 
     def __init__(self, graph: Graph, budget: Number | None, slots: int, deadline: Deadline,
-                 report: Callable[[Schedule], Any]) -> None:
+                 report: Callable[[Schedule], Any], options: int = 0) -> None:
         self.graph, self.budget, self.slots, self.deadline, self.report = graph, budget, slots, deadline, report
+        self.options = options
         self.best: Found | None = None
         self.least_peak: Number | None = None  # over every schedule simulated, for the message
         self.simulated = 0
@@ -741,7 +895,7 @@ class _Search:
             self.dp_s += time.perf_counter() - started
 
     def model(self, stages: Stages) -> StageModel:
-        return stage_model(self.graph, stages)
+        return stage_model(self.graph, stages, self.options)
 
     def build(self, model: StageModel, slot: float, top: int) -> Table:
         return rotor_table(model, slot, top, self.deadline)
@@ -847,6 +1001,8 @@ class ChainDP(Method):
               minimum=10, maximum=100_000),
         Param("max_stages", int, 100, "most stages of a decomposition (more are thinned, evenly by duration)",
               minimum=2, maximum=1_000),
+        Param("options", int, 4, "most ways per stage to keep only some of its activations when it keeps them "
+              "(Rockmate's options; 0: rotor's all or nothing)", minimum=0, maximum=16),
     )
 
     @classmethod
@@ -894,7 +1050,7 @@ class ChainDP(Method):
 
     def _search(self, graph: Graph, budget: Number | None, params: dict[str, Any], deadline: Deadline) -> _Search:
         """The search over the decompositions (a variant of the DP brings its own `_Search`)."""
-        return _Search(graph, budget, params["slots"], deadline, self.context.report)
+        return _Search(graph, budget, params["slots"], deadline, self.context.report, params["options"])
 
     @classmethod
     def _answer(cls, graph: Graph, budget: Number | None, search: _Search, chains: list[Stages], tried: int,

@@ -68,6 +68,7 @@ from remat_bench.methods.rotor_dp import (
     _OutOfTime,
     _Search,
     _slots,
+    keep_choices,
     stage_model,
 )
 
@@ -90,7 +91,7 @@ class OffloadModel(StageModel):
     in_ck: np.ndarray
 
 
-def offload_model(graph: Graph, stages: Stages) -> OffloadModel:
+def offload_model(graph: Graph, stages: Stages, max_options: int = 0) -> OffloadModel:
     """Rotor's stage model of ``stages`` with the values each offload choice moves and their copy times.
 
     Parameters
@@ -98,6 +99,8 @@ def offload_model(graph: Graph, stages: Stages) -> OffloadModel:
     graph : Graph
         A training graph with a host link (``transfer``).
     stages : Stages
+    max_options : int
+        As `remat_bench.methods.rotor_dp.stage_model` takes it.
 
     Returns
     -------
@@ -106,7 +109,7 @@ def offload_model(graph: Graph, stages: Stages) -> OffloadModel:
     transfer = graph.transfer
     if transfer is None:
         raise ValueError(f"graph '{graph.name}' has no host link to offload over")
-    base = stage_model(graph, stages)
+    base = stage_model(graph, stages, max_options)
     K = stages.count
     mem = graph.memory
     read_back = {u for b in graph.backward_indices for u in graph.op_inputs[int(graph.op_start[b])]}
@@ -130,7 +133,8 @@ def offload_model(graph: Graph, stages: Stages) -> OffloadModel:
 class OffloadTable(Table):
     """The DP's table over (p, x, s, t, m): ``cost`` is its p = 0 part, [x, s, t, m], as rotor's search reads
     it; ``full`` all of it; ``choice`` [p, x, s, t, m]: -1 F_all (or the leaf when s == t), -2 F_all-off,
-    s' + K y + 2 K o for F_ck with checkpoint s', the left subproblem's tail y, and o = 1 for F_ck-off."""
+    -2 - o F_all with the stage's option o >= 1 (`remat_bench.methods.rotor_dp.KeepOption`), s' + K y + 2 K o
+    for F_ck with checkpoint s', the left subproblem's tail y, and o = 1 for F_ck-off."""
 
     full: np.ndarray
 
@@ -168,6 +172,7 @@ def offload_table(model: OffloadModel, slot: float, top: int, deadline: Deadline
     peak = {mode: _slots(p, slot) for mode, p in model.peak.items()}
     keep, drop = peak["keep"], peak["drop"]
     cost, u_back = model.cost, model.u_back
+    keeps = [keep_choices(model, slot, s) for s in range(K)]
     width = top + 1
     m = np.arange(width)
     C = np.full((2, 2, K, K, width), np.inf)
@@ -226,6 +231,12 @@ def offload_table(model: OffloadModel, slot: float, top: int, deadline: Deadline
                     low = max(need, shift)
                     if all_ok and low <= top:
                         choose.take(low, C[0, x, s + 1, t, low - shift:width - shift] + cost_all, -1)
+                    # F_all keeping fewer activations (rotor's options), offloading none.
+                    for o, keep_s in enumerate(keeps[s][1:], start=1):
+                        low = max(int(max(held + keep_s.peak[f], keep_s.back)) + e, int(a[s]) + keep_s.extra)
+                        if (not p or model.options[s][o - 1].cost[f] >= window[s]) and low <= top:
+                            shift = int(a[s]) + keep_s.extra
+                            choose.take(low, C[0, x, s + 1, t, low - shift:width - shift] + keep_s.cost[f], -2 - o)
                     # F_ck: the sweep s..s'-1 (its first stage keeping a_s), s'..t, then s..s'-1 again.
                     ck_ok = not p or cost["sweep"][f, s] >= window[s]
                     need_ck = np.full(n, held + keep[f, s] + e)
@@ -299,12 +310,14 @@ def emit(model: OffloadModel, table: OffloadTable, memory: int) -> list[tuple[in
         assert reader not in before, "each backward stage hides at most one set of reloads"
         before[reader] = values
 
-    # Items: (p, x, s, t, m) a subproblem; (-1, 0, j, 0, 0) the backward of stage j.
+    # Items: (p, x, s, t, m) a subproblem; (-1, o, j, 0, 0) the backward of stage j after F_all's option o.
     stack: list[tuple[int, int, int, int, int]] = [(0, 0, 0, K - 1, memory)]
     while stack:
         p, x, s, t, mem = stack.pop()
         if p < 0:
             out.extend((RELOAD, v) for v in before.pop(s, ()))
+            if x:
+                forward(model.options[s][x - 1].again)
             forward(model.backward[s])
             continue
         f = int(t == K - 1)
@@ -313,7 +326,12 @@ def emit(model: OffloadModel, table: OffloadTable, memory: int) -> list[tuple[in
             stack.append((-1, 0, t, 0, 0))
             continue
         c = int(table.choice[p, x, s, t, mem])
-        if c < 0:
+        if c <= -3:  # F_all with option o, offloading nothing
+            o = -2 - c
+            forward(model.options[s][o - 1].nodes[f])
+            stack.append((-1, o, s, 0, 0))
+            stack.append((0, x, s + 1, t, mem - int(table.a[s]) - keep_choices(model, table.slot, s)[o].extra))
+        elif c < 0:
             forward(model.nodes["all"][f][s])
             stack.append((-1, 0, s, 0, 0))
             if c == -1:
@@ -402,7 +420,7 @@ class _OffloadSearch(_Search):
     """Rotor's search (decompositions, tightening and loosening around the budget) over the offload DP."""
 
     def model(self, stages: Stages) -> StageModel:
-        return offload_model(self.graph, stages)
+        return offload_model(self.graph, stages, self.options)
 
     def build(self, model: StageModel, slot: float, top: int) -> Table:
         assert isinstance(model, OffloadModel)
@@ -440,7 +458,7 @@ class RotorOffload(ChainDP):
         return super().solve(graph, budget, time_limit, **params)
 
     def _search(self, graph: Graph, budget: Number | None, params: dict[str, Any], deadline: Deadline) -> _Search:
-        return _OffloadSearch(graph, budget, params["slots"], deadline, self.context.report)
+        return _OffloadSearch(graph, budget, params["slots"], deadline, self.context.report, params["options"])
 
 
 def _no_link(graph: Graph) -> str:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from remat_bench.app.pipeline import run
 from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import memory_floor
-from remat_bench.core.graph import Graph
+from remat_bench.core.graph import Graph, Node
 from remat_bench.core.outcome import SolutionStatus, Termination
 from remat_bench.core.simulate import Simulation, simulate
 from remat_bench.generators import ForwardOp, chain, training_graph
@@ -20,7 +20,7 @@ from remat_bench.generators.architectures import transformer
 from remat_bench.methods.base import Role
 from remat_bench.methods.chen import Chen
 from remat_bench.methods.rotor import Rotor
-from remat_bench.methods.rotor_dp import build_stages, decompositions
+from remat_bench.methods.rotor_dp import build_stages, decompositions, stage_model
 from tests.bruteforce import any_order_optimum, staged_optimum
 from tests.helpers import make_graph
 
@@ -120,6 +120,64 @@ def test_on_random_chains_rotor_fits_and_is_never_slower_than_chen(n, seed, frac
     chen = Chen().solve(g, budget, None, **Chen.parse_params({}))
     if chen.solution_status is SolutionStatus.FEASIBLE:
         assert sim is not None and sim.duration <= simulate(g, chen.schedule).duration
+
+
+# ---------------------------------------------------------------------- options: keeping some activations
+
+
+def cheap_wide(steps: int = 3) -> Graph:
+    """A recurrent step m_j = M(x_j-1) (1 unit, 10 s), a_j = A(m_j, x_j-1) (3 units, 1 s), x_j = X(a_j, m_j);
+    its gradient reads a_j, m_j and x_j-1: a wide value, cheap to compute again from what the step keeps."""
+    nodes, prev = [Node("x0", (), 1, 1)], "x0"
+    for j in range(1, steps + 1):
+        nodes += [Node(f"m{j}", (prev,), 1, 10), Node(f"a{j}", (f"m{j}", prev), 3, 1),
+                  Node(f"x{j}", (f"a{j}", f"m{j}"), 1, 1)]
+        prev = f"x{j}"
+    nodes.append(Node("loss", (prev,), 1, 1, kind="backward"))
+    grad = "loss"
+    for j in range(steps, 0, -1):
+        nodes.append(Node(f"g{j}", (grad, f"a{j}", f"m{j}", "x0" if j == 1 else f"x{j - 1}"), 1, 1,
+                          kind="backward"))
+        grad = f"g{j}"
+    return Graph(nodes, name="cheap-wide", outputs=[grad])
+
+
+def test_a_stage_may_keep_all_but_a_wide_value_cheap_to_compute_again():
+    g = cheap_wide()
+    [stages] = [d for d in decompositions(g, 100) if d.count == 4]  # x0, then a stage per step
+    model = stage_model(g, stages, max_options=4)
+    # A step's options: drop a_j (3 units), which B_j computes again from m_j and x_j-1 (1 s); or drop m_j
+    # too (11 s). The last step's gradient reads x3 as well: its one option drops all three.
+    assert [[sorted(g.ids[v] for v in o.dropped) for o in options] for options in model.options] == [
+        [], [["a1"], ["a1", "m1"]], [["a2"], ["a2", "m2"]], [["a3", "m3", "x3"]]]
+    assert [[(o.extra, o.u_back - model.u_back[j]) for o in options] for j, options in enumerate(model.options)] == [
+        [], [(1, 1), (0, 11)], [(1, 1), (0, 11)], [(0, 12)]]
+    # At 11 units rotor's own choices (keep a step whole or only its input) give 54 s; keeping m_j and x_j
+    # and computing a1 and a2 again before their gradients gives the baseline's 41 s and two more: 43 s.
+    for options, expected in ((0, 54), (4, 43)):
+        result, sim = solve(g, 11, options=options)
+        assert fits(sim, 11) and sim.duration == expected == result.objective
+    assert solve(g, 17)[1].duration == baseline(g).duration == 41  # nothing computed again when all fits
+
+
+def test_options_are_never_slower_at_the_same_budget_on_the_wide_step():
+    g = cheap_wide(4)
+    for budget in range(int(memory_floor(g).amount), baseline(g).peak + 1):
+        _, plain = solve(g, budget, options=0)
+        _, sim = solve(g, budget)
+        if plain is not None:
+            assert fits(sim, budget) and sim.duration <= plain.duration, budget
+
+
+@settings(max_examples=20, deadline=None)
+@given(steps=st.integers(2, 5), layers=st.integers(1, 3), fraction=st.floats(0, 1))
+def test_on_recurrent_stacks_every_schedule_with_options_is_valid_and_fits(steps, layers, fraction):
+    g = recurrent(steps, layers)
+    floor, peak = memory_floor(g).amount, baseline(g).peak
+    budget = int(floor + fraction * (peak - floor))
+    result, sim = solve(g, budget)
+    if result.schedule is not None:
+        assert fits(sim, budget) and result.objective == sim.duration
 
 
 # ---------------------------------------------------------------------- stages and pinned values
