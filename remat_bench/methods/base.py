@@ -13,10 +13,12 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import math
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, ClassVar
+
+import numpy as np
 
 from remat_bench.core.control import (  # noqa: F401 (re-exported: methods import them from here)
     Deadline,
@@ -33,7 +35,7 @@ from remat_bench.core.outcome import (  # noqa: F401 (re-exported: methods impor
     cut_short,
     search_ended,
 )
-from remat_bench.core.progress import ProgressSink, Watcher
+from remat_bench.core.progress import ProgressSink, Renumbered, Watcher
 from remat_bench.core.schedule import Schedule
 from remat_bench.toolkit.bound import BoundSource
 from remat_bench.toolkit.bound_cache import BoundCache
@@ -539,3 +541,45 @@ class Method:
             What it found (a schedule or none, its own objective and bound) and why it stopped.
         """
         raise NotImplementedError
+
+    def solve_in_order(self, graph: Graph, listing: Sequence[int], budget: Number | None, time_limit: float | None,
+                       **params: Any) -> MethodResult:
+        """`solve` on ``graph`` with its nodes listed in ``listing`` (`Graph.in_order`), its answer mapped back.
+
+        For a method whose space follows the input order (staged models): another topological order gives it
+        other stages. The run's bound at ``budget`` is shared with the copy (it does not depend on the order),
+        the hints are renumbered for it, and what it reports is mapped back.
+
+        Parameters
+        ----------
+        graph : Graph
+        listing : sequence of int
+            Every node index of ``graph`` once, each node after its inputs: node i of the copy is ``listing[i]``.
+        budget : int or float or None
+        time_limit : float or None
+        **params
+            As `solve` takes them.
+
+        Returns
+        -------
+        MethodResult
+            Its schedule over ``graph``'s node indices.
+        """
+        if list(listing) == list(range(graph.n)):
+            return self.solve(graph, budget, time_limit, **params)
+        permuted = graph.in_order(listing)
+        self.context.bounds.share(graph, permuted, budget)
+        back = np.asarray(listing, dtype=np.int64)
+        position = np.empty(graph.n, dtype=np.int64)
+        position[back] = np.arange(graph.n)  # node v of ``graph`` is node position[v] of the copy
+        offered, watcher = self.context.hints, self.context.progress
+        self.context.hints = [(label, replace(h, nodes=position[h.nodes])) for label, h in offered]
+        if watcher is not None:
+            self.context.progress = Renumbered(watcher, back)
+        try:
+            result = self.solve(permuted, budget, time_limit, **params)
+        finally:
+            self.context.hints, self.context.progress = offered, watcher
+        if result.schedule is not None:
+            result.schedule = replace(result.schedule, nodes=back[result.schedule.nodes])
+        return result

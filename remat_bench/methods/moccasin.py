@@ -52,7 +52,6 @@ from remat_bench.core.baseline import baseline, baseline_schedule
 from remat_bench.core.budget import memory_text
 from remat_bench.core.cleanup import place_frees
 from remat_bench.core.graph import Graph, Number
-from remat_bench.core.progress import Renumbered
 from remat_bench.core.schedule import COMPUTE, Schedule, ScheduleBuilder
 from remat_bench.core.simulate import simulate
 from remat_bench.methods.base import (
@@ -962,26 +961,7 @@ class Moccasin(Method):
         docs/benchmarks.md, "Order-free scheduling").
         """
         staged_params = {**params, "order": "staged", "max_intervals": 2}
-        if list(order) == list(range(graph.n)):
-            return self.solve(graph, budget, deadline.remaining(), **staged_params)
-        permuted = graph.in_order(order)
-        self.context.bounds.share(graph, permuted, budget)
-        offered = self.context.hints
-        position = np.empty(graph.n, dtype=np.int64)
-        position[np.asarray(order, dtype=np.int64)] = np.arange(graph.n)  # node v of ``graph`` is node position[v]
-        self.context.hints = [(label, replace(h, nodes=position[h.nodes])) for label, h in offered]
-        watcher = self.context.progress
-        if watcher is not None:  # what the search on ``permuted`` reports is mapped back to ``graph``
-            self.context.progress = Renumbered(watcher, order)
-        try:
-            result = self.solve(permuted, budget, deadline.remaining(), **staged_params)
-        finally:
-            self.context.hints = offered
-            self.context.progress = watcher
-        if result.schedule is not None:  # node i of ``permuted`` is node order[i] here
-            back = np.asarray(order, dtype=np.int64)[result.schedule.nodes]
-            result.schedule = replace(result.schedule, nodes=back)
-        return result
+        return self.solve_in_order(graph, order, budget, deadline.remaining(), **staged_params)
 
     def _build(self, graph: Graph, budget: Number | None, C: int, order: str, events: int,
                params: dict[str, Any]) -> StagedModel:

@@ -661,7 +661,20 @@ class KeepChoice:
 
 
 def keep_choices(model: StageModel, slot: float, s: int) -> list[KeepChoice]:
-    """F_all's choices for stage s: rotor's own first (choice 0), then the stage's options (choice o = 1, 2, ...)."""
+    """F_all's choices for stage s: rotor's own first (choice 0), then the stage's options (choice o = 1, 2, ...).
+
+    Parameters
+    ----------
+    model : StageModel
+    slot : float
+        Bytes per slot.
+    s : int
+        The stage.
+
+    Returns
+    -------
+    list of KeepChoice
+    """
     def slots(x: float) -> int:
         return int(_slots(np.array([x]), slot)[0])
 

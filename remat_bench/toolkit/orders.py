@@ -263,3 +263,77 @@ def local_search(graph: Graph, start: list[int], budget: Number | None, seconds:
     return best.tolist()
 
 
+
+
+def backward_need(graph: Graph) -> Number:
+    """The least peak of any schedule that computes the backward nodes once each, in ``graph``'s order.
+
+    At each backward node v, whatever is recomputed of the forward pass: the fixed memory, v's value and
+    workspace, its forward inputs, and every backward value computed before v that v or a later node reads
+    (or that is an output, held to the end) are resident together.
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    Number
+        0 for a graph without backward nodes.
+    """
+    backward = np.asarray(graph.backward_indices, dtype=np.int64)
+    if not len(backward):
+        return 0
+    position = np.full(graph.n, -1, dtype=np.int64)
+    position[backward] = np.arange(len(backward))
+    mem = graph.memory.astype(np.float64)
+    last = position.copy()  # the last backward position reading each backward value (its own when none does)
+    forward_inputs = np.zeros(len(backward))
+    for i, v in enumerate(backward):
+        for u in graph.inputs[v]:
+            if position[u] >= 0:
+                last[u] = max(last[u], i)
+            else:
+                forward_inputs[i] += mem[u]
+    last[list(graph.output_indices)] = len(backward)
+    held = np.zeros(len(backward) + 2)  # a backward value is held from its computation to its last reader
+    np.add.at(held, position[backward], mem[backward])
+    np.add.at(held, last[backward] + 1, -mem[backward])
+    resident = np.cumsum(held)[:len(backward)]  # at position i: computed at or before i, read at or after i
+    need = resident + graph.workspace[backward] + forward_inputs
+    return float(graph.fixed_memory) + float(need.max())
+
+
+def deferred_gradients(graph: Graph) -> list[int] | None:
+    """The graph's order with the backward nodes that only make a larger output from smaller inputs moved last.
+
+    A weight's gradient (X^T dY) is often larger than the two values it reads, late in a deep network where
+    the activations are small and the weights large; computed where autograd lists it, it is held through
+    the rest of the backward pass, over the early layers' large activations. Computed last, its inputs
+    are held instead (zero-bubble pipeline schedules defer the weight gradients the same way). Moved: each
+    backward output that nothing reads and whose memory exceeds its inputs', then each backward value
+    that only moved nodes read; both in their order, after the rest.
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    list of int or None
+        Every node index once, in a topological order; None when no node moves.
+    """
+    readers: list[list[int]] = [[] for _ in range(graph.n)]
+    for v in range(graph.n):
+        for u in graph.inputs[v]:
+            readers[u].append(v)
+    outputs = set(graph.output_indices)
+    mem = graph.memory
+    moved = {v for v in graph.backward_indices if v in outputs and not readers[v]
+             and float(mem[v]) > sum(float(mem[u]) for u in graph.inputs[v])}
+    if not moved:
+        return None
+    for v in reversed(graph.backward_indices):  # readers come later in file order: theirs are decided
+        if v not in outputs and readers[v] and all(r in moved for r in readers[v]):
+            moved.add(v)
+    return [v for v in range(graph.n) if v not in moved] + sorted(moved)

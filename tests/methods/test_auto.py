@@ -294,7 +294,8 @@ def test_moccasin_in_auto_takes_the_order_free_path_without_backward_nodes_or_wh
     assert Moccasin.member_params(g, auto_module._any_order_peak([lower])) == {"order": "free"}
     assert Moccasin.member_params(g, auto_module._any_order_peak([same])) == {}
     assert Moccasin.member_params(g, auto_module._any_order_peak([unfound])) == {}
-    assert Checkmate.member_params(g, auto_module._any_order_peak([lower])) == {}
+    # Checkmate keeps its stages' order (the deferred one only where the input order's backward cannot fit).
+    assert Checkmate.member_params(g, auto_module._any_order_peak([lower])) == {"order": "auto"}
     assert Moccasin.member_params(g, None) == {}
     # Only members that may leave the input order count: greedy's lower peak keeps the staged model.
     assert auto_module._any_order_peak([auto_module.Member("greedy", "fast", peak=peak - 1, schedule=schedule)]) is None

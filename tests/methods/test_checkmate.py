@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
 
 from remat_bench.core.baseline import baseline
 from remat_bench.core.budget import memory_floor
@@ -12,8 +13,9 @@ from remat_bench.core.simulate import simulate
 from remat_bench.methods.checkmate import Checkmate
 from remat_bench.methods.checkmate_lp import CheckmateLP
 from remat_bench.methods.checkmate_model import CheckmateModel
-from tests.bruteforce import staged_optimum
-from tests.helpers import with_runner
+from remat_bench.toolkit.orders import backward_need, deferred_gradients
+from tests.bruteforce import any_order_optimum, staged_optimum
+from tests.helpers import dags, with_runner
 
 
 def random_graph(seed: int, n: int = 7, zero_durations: bool = False) -> Graph:
@@ -217,3 +219,51 @@ def test_a_least_peak_model_spanning_eleven_orders_of_magnitude_answers_from_the
     for method in ("checkmate", "monet"):
         r = run(g, method, "min", time_limit=10)
         assert r.status.value == "feasible" and r.simulation is not None and r.simulation.valid, r.message
+
+
+# ---------------------------------------------------------------------- stages in the deferred order
+
+
+def late_weight() -> Graph:
+    """a (4) -> b (1) -> c (1) -> loss; c's weight gradient wc reads gc and b (1 each) and is 5 units, an output;
+    gb, then ga (4, an output) reads gb and a."""
+    return Graph([Node("a", (), 4, 1), Node("b", ("a",), 1, 1), Node("c", ("b",), 1, 1),
+                  Node("loss", ("c",), 1, 1, kind="backward"), Node("gc", ("loss",), 1, 1, kind="backward"),
+                  Node("wc", ("gc", "b"), 5, 1, kind="backward"), Node("gb", ("gc",), 1, 1, kind="backward"),
+                  Node("ga", ("gb", "a"), 4, 1, kind="backward")], name="late-weight", outputs=["wc", "ga"])
+
+
+def test_the_late_weight_gradient_moves_last_and_the_backward_pass_needs_less():
+    g = late_weight()
+    order = deferred_gradients(g)
+    assert [g.ids[v] for v in order] == ["a", "b", "c", "loss", "gc", "gb", "ga", "wc"]
+    # In file order ga holds wc (5, an output), gb (1), a (4) and itself (4): 14. Deferred, ga holds gc (wc
+    # reads it later), gb, a and itself: 10; wc then holds gc, ga, itself (b is forward): 11.
+    assert backward_need(g) == 14 and backward_need(g.in_order(order)) == 11
+    assert deferred_gradients(random_graph(1)) is None  # no backward nodes: nothing moves
+
+
+@pytest.mark.parametrize("budget", [11, 12, 13, 14])
+def test_where_the_input_order_cannot_fit_checkmate_solves_in_the_deferred_order(budget):
+    g = late_weight()
+    fits_input = budget >= 14
+    assert (staged_optimum(g, budget) is not None) == fits_input
+    plain = Checkmate().solve(g, budget, 60, **Checkmate.parse_params({}))
+    assert plain.status.value == ("optimal" if fits_input else "infeasible")
+    method = with_runner(Checkmate())
+    r = method.solve(g, budget, 60, **method.parse_params({"order": "auto"}))
+    assert r.status.value == "optimal" and r.stats["order"] == ("input" if fits_input else "deferred")
+    # The schedule is over the graph's own nodes, and reaches the any-order optimum (the brute force): 8.
+    sim = simulate(g, r.schedule)
+    assert sim.valid and sim.peak <= budget and sim.duration == r.objective == any_order_optimum(g, budget) == 8
+
+
+@settings(max_examples=40, deadline=None)
+@given(g=dags(training=True, max_nodes=10))
+def test_the_backward_need_is_a_floor_of_the_file_order_and_the_deferred_order_is_topological(g):
+    # The baseline computes every backward node once, in file order: it holds at least the need.
+    assert backward_need(g) <= baseline(g).peak
+    order = deferred_gradients(g)
+    if order is not None:
+        moved = g.in_order(order)  # raises when a node comes before one of its inputs
+        assert sorted(order) == list(range(g.n)) and backward_need(moved) <= baseline(moved).peak
