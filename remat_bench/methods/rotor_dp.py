@@ -630,7 +630,8 @@ def keep_options(graph: Graph, stages: Stages, j: int, first_extra: Sequence[int
     if len(ends) > most:
         ends = sorted({ends[round(k * (len(ends) - 1) / max(most - 1, 1))] for k in range(most)})
     held, after = list(held), list(after)
-    gone = [v for v in held if v not in set(after)]
+    alive_after = set(after)
+    gone = [v for v in held if v not in alive_after]
     found = []
     for i in ends:
         dropped = prefixes[i][2]
