@@ -75,6 +75,8 @@ def budget_for(g: Graph, choice: float | str):
         value = floor + choice * (peak - floor)
     if isinstance(peak, int) and float(value).is_integer():
         value = int(value)
+    if value <= 0:  # a floor of nothing (a graph whose values take no memory): no budget is above zero but min
+        return "min"
     # A bare number above 1 is an amount in memory units; at most 1 it would be a fraction.
     return f"{value!r}" if value > 1 else f"{value / peak!r}" if peak else "min"
 
