@@ -36,8 +36,8 @@ from remat_bench.toolkit.lowering import LoweringError, check_forward_then_backw
 # Quantiles of the crossing bytes whose threshold admits the cuts (1.0: every position), tried in turn.
 QUANTILES = (1.0, 0.25, 0.05)
 # A decomposition of more stages is also tried thinned to this many: its DP takes a fraction of the time
-# (the stages' square), so that a short limit ends with a schedule (the unrolled GRU at 0.4 inside auto's
-# 10 s: 68 stages need 1.9 s, 40 stages 0.7 s).
+# (the stages' square), so that a short limit ends with a schedule (docs/benchmarks.md, "rotor with
+# Rockmate's options": the unrolled GRU at 0.4 inside auto's 10 s).
 COARSE_STAGES = 40
 # A span longer than this share of the forward pass is a long skip, pinned in the decompositions that pin.
 LONG_SPAN = 0.25
@@ -604,10 +604,12 @@ def keep_options(graph: Graph, stages: Stages, j: int, first_extra: Sequence[int
     def duration(nodes: Iterable[int]) -> float:
         return float(sum(float(dur[v]) for v in nodes))
 
+    @functools.cache  # each set is closed once: the ranking, the prefixes and the options ask again
     def forward(dropped: frozenset[int], first: bool) -> tuple[int, ...]:
         wanted = set(ins_next | (saved - dropped)) | (set(first_extra) if first else set())
         return _closure(graph, stages, j, wanted, first)
 
+    @functools.cache
     def again(dropped: frozenset[int]) -> tuple[int, ...]:
         return _closure(graph, stages, j, dropped, False, saved - dropped)
 
@@ -694,6 +696,66 @@ def keep_choices(model: StageModel, slot: float, s: int) -> list[KeepChoice]:
                    for o in model.options[s])]
 
 
+class Chooser:
+    """The least duration at each memory over the choices offered, and the code of the first that reaches it."""
+
+    def __init__(self, width: int) -> None:
+        self.best = np.full(width, np.inf)
+        self.code = np.full(width, -1, dtype=np.int64)
+
+    def take(self, low: int, value: np.ndarray, code: int) -> None:
+        """One choice's durations at memories ``low..``, taken where strictly better.
+
+        Parameters
+        ----------
+        low : int
+            The least memory (slots) at which the choice fits.
+        value : np.ndarray
+            Its duration at each memory from ``low`` up.
+        code : int
+            Its code in the table's choices.
+        """
+        better = value < self.best[low:]
+        self.best[low:] = np.where(better, value, self.best[low:])
+        self.code[low:] = np.where(better, code, self.code[low:])
+
+    def take_best(self, values: np.ndarray, codes: np.ndarray) -> None:
+        """The best of several choices (the first on ties), taken where strictly better.
+
+        Parameters
+        ----------
+        values : np.ndarray
+            [choice, memory]: each choice's duration at every memory (inf where it does not fit).
+        codes : np.ndarray
+            [choice, memory]: their codes.
+        """
+        pick = np.argmin(values, axis=0)
+        at = np.arange(values.shape[1])
+        value = values[pick, at]
+        better = value < self.best
+        self.best = np.where(better, value, self.best)
+        self.code = np.where(better, codes[pick, at], self.code)
+
+
+def kept_extra(model: StageModel, table: Table, s: int, o: int) -> int:
+    """The slots stage s keeps beyond a_{s+1} under F_all's choice o (0: rotor's own), as the table counted them.
+
+    Parameters
+    ----------
+    model : StageModel
+    table : Table
+    s : int
+        The stage.
+    o : int
+        The choice (`keep_choices`).
+
+    Returns
+    -------
+    int
+    """
+    return int(table.extra[s]) if o == 0 else int(_slots(np.array([model.options[s][o - 1].extra]), table.slot)[0])
+
+
 @dataclass
 class Table:
     """The DP's table over (s, t, m) for one stage model and slot size, and its choices."""
@@ -764,18 +826,14 @@ def rotor_table(model: StageModel, slot: float, top: int, deadline: Deadline | N
             sweep = np.cumsum(cost["sweep"][f, s:t])[:, None]
             for x in (0, 1):
                 held = outer[t] + x * tail[t]
-                best = np.full(width, np.inf)
-                code = np.full(width, -1, dtype=choice.dtype)
+                choose = Chooser(width)
                 # F_all: stage s keeping its activations (or those of one of its options), then s+1..t, then
                 # B_s (after computing again what the option dropped). Code -1 - o for option o.
                 for o, keep_s in enumerate(keeps[s]):
                     shift = int(a[s]) + keep_s.extra
                     low = max(int(max(held + keep_s.peak[f], keep_s.back)), shift)
                     if low <= top:
-                        value = C[x, s + 1, t, low - shift:width - shift] + keep_s.cost[f]
-                        better_all = value < best[low:]
-                        best[low:] = np.where(better_all, value, best[low:])
-                        code[low:] = np.where(better_all, -1 - o, code[low:])
+                        choose.take(low, C[x, s + 1, t, low - shift:width - shift] + keep_s.cost[f], -1 - o)
                 # F_ck: stages s..s'-1 keeping a_{s'}, then s'..t with it held, then s..s'-1 from a_s. The
                 # sweep's first stage keeps its input a_s; the next ones drop theirs as they go.
                 ahead = np.full((n, width), np.inf)
@@ -787,11 +845,9 @@ def rotor_table(model: StageModel, slot: float, top: int, deadline: Deadline | N
                 if n > 1:
                     need_ck[1:] = np.maximum(need_ck[1:], held + a[s] + np.maximum.accumulate(drop[f, s + 1:t]))
                 total[m[None, :] < need_ck[:, None]] = np.inf
-                pick = np.argmin(total, axis=0)
-                value = total[pick, m]
-                better = value < best
-                C[x, s, t] = np.where(better, value, best)
-                choice[x, s, t] = np.where(better, s + 1 + pick + K * kept[pick, m], code)
+                choose.take_best(total, s + 1 + np.arange(n)[:, None] + K * kept)
+                C[x, s, t] = choose.best
+                choice[x, s, t] = choose.code
     return Table(C, choice, slot, a, extra)
 
 
@@ -831,7 +887,7 @@ def emit(model: StageModel, table: Table, memory: int) -> list[int]:
             o = -1 - c
             out.extend(model.options[s][o - 1].nodes[f] if o else model.nodes["all"][f][s])
             stack.append((-1, s, o, 0))
-            stack.append((x, s + 1, t, mem - int(table.a[s]) - keep_choices(model, table.slot, s)[o].extra))
+            stack.append((x, s + 1, t, mem - int(table.a[s]) - kept_extra(model, table, s, o)))
         else:
             y, c = divmod(c, K)
             for j in range(s, c):

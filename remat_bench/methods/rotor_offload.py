@@ -62,6 +62,7 @@ from remat_bench.core.simulate import Simulation, simulate
 from remat_bench.methods.base import Deadline, Membership, MethodResult, Role, SolutionStatus, Termination
 from remat_bench.methods.rotor_dp import (
     ChainDP,
+    Chooser,
     StageModel,
     Stages,
     Table,
@@ -69,6 +70,7 @@ from remat_bench.methods.rotor_dp import (
     _Search,
     _slots,
     keep_choices,
+    kept_extra,
     stage_model,
 )
 
@@ -223,7 +225,7 @@ def offload_table(model: OffloadModel, slot: float, top: int, deadline: Deadline
                     if p and not can_carry[s]:
                         continue
                     e = int(carried[s]) if p else 0  # O_{s-1}, held by F_s and by B_s
-                    choose = _Chooser(width)
+                    choose = Chooser(width)
                     # F_all: stage s keeping its activations, then s+1..t, then B_s.
                     need = int(max(held + peak["all"][f, s], back[s])) + e
                     all_ok = not p or cost["all"][f, s] >= window[s]
@@ -233,9 +235,9 @@ def offload_table(model: OffloadModel, slot: float, top: int, deadline: Deadline
                         choose.take(low, C[0, x, s + 1, t, low - shift:width - shift] + cost_all, -1)
                     # F_all keeping fewer activations (rotor's options), offloading none.
                     for o, keep_s in enumerate(keeps[s][1:], start=1):
-                        low = max(int(max(held + keep_s.peak[f], keep_s.back)) + e, int(a[s]) + keep_s.extra)
+                        shift = int(a[s]) + keep_s.extra
+                        low = max(int(max(held + keep_s.peak[f], keep_s.back)) + e, shift)
                         if (not p or model.options[s][o - 1].cost[f] >= window[s]) and low <= top:
-                            shift = int(a[s]) + keep_s.extra
                             choose.take(low, C[0, x, s + 1, t, low - shift:width - shift] + keep_s.cost[f], -2 - o)
                     # F_ck: the sweep s..s'-1 (its first stage keeping a_s), s'..t, then s..s'-1 again.
                     ck_ok = not p or cost["sweep"][f, s] >= window[s]
@@ -256,29 +258,6 @@ def offload_table(model: OffloadModel, slot: float, top: int, deadline: Deadline
                     C[p, x, s, t] = choose.best
                     choice[p, x, s, t] = choose.code
     return OffloadTable(C[0], choice, slot, a, extra, C)
-
-
-class _Chooser:
-    """The least duration at each memory over the choices offered, and the code of the first that reaches it."""
-
-    def __init__(self, width: int) -> None:
-        self.best = np.full(width, np.inf)
-        self.code = np.full(width, -1, dtype=np.int64)
-
-    def take(self, low: int, value: np.ndarray, code: int) -> None:
-        """One choice's durations at memories ``low..``, taken where strictly better."""
-        better = value < self.best[low:]
-        self.best[low:] = np.where(better, value, self.best[low:])
-        self.code[low:] = np.where(better, code, self.code[low:])
-
-    def take_best(self, values: np.ndarray, codes: np.ndarray) -> None:
-        """The best of several choices ([choice, memory]; the first on ties), taken where strictly better."""
-        pick = np.argmin(values, axis=0)
-        at = np.arange(values.shape[1])
-        value = values[pick, at]
-        better = value < self.best
-        self.best = np.where(better, value, self.best)
-        self.code = np.where(better, codes[pick, at], self.code)
 
 
 def emit(model: OffloadModel, table: OffloadTable, memory: int) -> list[tuple[int, int]]:
@@ -330,7 +309,7 @@ def emit(model: OffloadModel, table: OffloadTable, memory: int) -> list[tuple[in
             o = -2 - c
             forward(model.options[s][o - 1].nodes[f])
             stack.append((-1, o, s, 0, 0))
-            stack.append((0, x, s + 1, t, mem - int(table.a[s]) - keep_choices(model, table.slot, s)[o].extra))
+            stack.append((0, x, s + 1, t, mem - int(table.a[s]) - kept_extra(model, table, s, o)))
         elif c < 0:
             forward(model.nodes["all"][f][s])
             stack.append((-1, 0, s, 0, 0))

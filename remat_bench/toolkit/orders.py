@@ -17,6 +17,23 @@ from remat_bench.core.graph import Graph, Number
 from remat_bench.core.simulate import simulate
 
 
+def edges(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """Every edge once, as (producer, consumer) index arrays, grouped by producer in node order.
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    tuple of np.ndarray
+        ``src`` and ``dst``, int64.
+    """
+    src = np.repeat(np.arange(graph.n, dtype=np.int64), [len(c) for c in graph.consumers])
+    dst = np.fromiter((v for c in graph.consumers for v in c), dtype=np.int64, count=len(src))
+    return src, dst
+
+
 def order_peak(graph: Graph, order: list[int] | np.ndarray) -> Number:
     """Peak of computing ``order`` once each, every value freed after its last use.
 
@@ -144,14 +161,13 @@ class OrderProfile:
     """Memory at every step of computing an order once each, vectorised for the local search."""
 
     def __init__(self, graph: Graph):
-        n = self.n = graph.n
+        self.n = graph.n
         self.mem = graph.memory.astype(np.float64)
         self.ws = graph.workspace.astype(np.float64)
         self.fixed = float(graph.fixed_memory)
         self.inputs = [np.unique(np.asarray(ins, dtype=np.int64)) for ins in graph.inputs]
         self.consumers = [np.unique(np.asarray(c, dtype=np.int64)) for c in graph.consumers]
-        self.src = np.repeat(np.arange(n), [len(c) for c in self.consumers])
-        self.dst = np.concatenate(self.consumers) if n else np.zeros(0, dtype=np.int64)
+        self.src, self.dst = edges(graph)
         self.with_consumers = np.flatnonzero([len(c) > 0 for c in self.consumers])
         self.offsets = np.searchsorted(self.src, self.with_consumers)
         self.is_output = np.asarray(graph.is_output, dtype=bool)
@@ -282,25 +298,25 @@ def backward_need(graph: Graph) -> Number:
         0 for a graph without backward nodes.
     """
     backward = np.asarray(graph.backward_indices, dtype=np.int64)
-    if not len(backward):
+    count = len(backward)
+    if not count:
         return 0
     position = np.full(graph.n, -1, dtype=np.int64)
-    position[backward] = np.arange(len(backward))
+    position[backward] = np.arange(count)
     mem = graph.memory.astype(np.float64)
+    src, dst = edges(graph)
+    into = position[dst] >= 0  # the edges a backward node reads along
+    src, reader = src[into], position[dst[into]]
+    from_backward = position[src] >= 0
     last = position.copy()  # the last backward position reading each backward value (its own when none does)
-    forward_inputs = np.zeros(len(backward))
-    for i, v in enumerate(backward):
-        for u in graph.inputs[v]:
-            if position[u] >= 0:
-                last[u] = max(last[u], i)
-            else:
-                forward_inputs[i] += mem[u]
-    last[list(graph.output_indices)] = len(backward)
-    held = np.zeros(len(backward) + 2)  # a backward value is held from its computation to its last reader
-    np.add.at(held, position[backward], mem[backward])
-    np.add.at(held, last[backward] + 1, -mem[backward])
-    resident = np.cumsum(held)[:len(backward)]  # at position i: computed at or before i, read at or after i
-    need = resident + graph.workspace[backward] + forward_inputs
+    np.maximum.at(last, src[from_backward], reader[from_backward])
+    last[list(graph.output_indices)] = count
+    forward_inputs = np.bincount(reader[~from_backward], weights=mem[src[~from_backward]], minlength=count)
+    # A backward value is held from its computation to its last reader: at position i, those computed at or
+    # before i and read at or after it.
+    held = (np.bincount(position[backward], weights=mem[backward], minlength=count + 2)
+            - np.bincount(last[backward] + 1, weights=mem[backward], minlength=count + 2))
+    need = np.cumsum(held)[:count] + graph.workspace[backward] + forward_inputs
     return float(graph.fixed_memory) + float(need.max())
 
 
@@ -323,10 +339,7 @@ def deferred_gradients(graph: Graph) -> list[int] | None:
     list of int or None
         Every node index once, in a topological order; None when no node moves.
     """
-    readers: list[list[int]] = [[] for _ in range(graph.n)]
-    for v in range(graph.n):
-        for u in graph.inputs[v]:
-            readers[u].append(v)
+    readers = graph.consumers
     outputs = set(graph.output_indices)
     mem = graph.memory
     moved = {v for v in graph.backward_indices if v in outputs and not readers[v]

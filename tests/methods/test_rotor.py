@@ -162,11 +162,13 @@ def test_a_stage_may_keep_all_but_a_wide_value_cheap_to_compute_again():
 
 def test_options_are_never_slower_at_the_same_budget_on_the_wide_step():
     g = cheap_wide(4)
+    faster = []
     for budget in range(int(memory_floor(g).amount), baseline(g).peak + 1):
         _, plain = solve(g, budget, options=0)
         _, sim = solve(g, budget)
-        if plain is not None:
-            assert fits(sim, budget) and sim.duration <= plain.duration, budget
+        assert plain is not None and fits(sim, budget) and sim.duration <= plain.duration, budget
+        faster.append(sim.duration < plain.duration)
+    assert sum(faster) >= len(faster) // 2  # strictly faster at most budgets, not merely as fast
 
 
 @settings(max_examples=20, deadline=None)
